@@ -1,0 +1,34 @@
+"""The one user-facing error type.
+
+Everything the user can get wrong (a damaged paste, an unknown model, a layout that does not divide)
+raises `TopoplanError`; the CLI prints it as one line on stderr and exits with `EXIT_USAGE` (2).
+Anything else escaping is a bug in topoplan, and is allowed to show its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class TopoplanError(Exception):
+    """A problem with the user's input or environment, worded for the user.
+
+    `source` names the file (or `<stdin>`, or a command) and `line` the 1-based line where the problem
+    was found, so the message reads like a compiler's: `topo.txt:7: expected ...`.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, source: str | Path | None = None, line: int | None = None):
+        self.message = message
+        self.source = str(source) if source is not None else None
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.source or ""
+        if self.source and self.line is not None:
+            where += f":{self.line}"
+        return f"{where}: {self.message}" if where else self.message

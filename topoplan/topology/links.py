@@ -1,0 +1,116 @@
+"""Link kinds as `nvidia-smi topo -m` names them, and the one table of per-link bandwidth/latency estimates.
+
+Every figure here is an *estimate* used before anything is measured; `topoplan calibrate` replaces them
+with measured ones. docs/topology.md gives the source of each number. Bandwidths are GB/s in one
+direction, the convention NCCL's topology code uses (src/graph/topo.h).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class LinkKind(str, Enum):
+    """How two devices are connected, closest first (the order of `nvidia-smi topo -m`'s legend)."""
+
+    NVLINK = "nvlink"  # NV#: a bonded set of # NVLinks (direct, or through NVSwitch)
+    PIX = "pix"  # at most one PCIe bridge
+    PXB = "pxb"  # several PCIe bridges, no host bridge
+    PHB = "phb"  # through a PCIe host bridge (the CPU's root complex)
+    NODE = "node"  # across host bridges inside one NUMA node
+    SYS = "sys"  # across the SMP interconnect between NUMA nodes (QPI/UPI/xGMI); old drivers said SOC
+
+    @property
+    def rank(self) -> int:
+        """0 for the closest kind; larger is farther. Used to pick nearest NICs and to order links."""
+        return list(LinkKind).index(self)
+
+    @property
+    def is_pcie(self) -> bool:
+        return self is not LinkKind.NVLINK
+
+
+_NV_CODE = re.compile(r"^NV(\d+)$")
+_PLAIN_CODES = {
+    "PIX": LinkKind.PIX,
+    "PXB": LinkKind.PXB,
+    "PHB": LinkKind.PHB,
+    "NODE": LinkKind.NODE,
+    "SYS": LinkKind.SYS,
+    "SOC": LinkKind.SYS,  # drivers before ~384 printed SOC ("socket") where newer ones print SYS
+}
+
+
+def parse_link_code(code: str) -> tuple[str, LinkKind, int] | None:
+    """Normalise one matrix cell: `("NV12", NVLINK, 12)`, `("SYS", SYS, 0)` for `SOC`; None if unknown."""
+    code = code.strip().upper()
+    match = _NV_CODE.match(code)
+    if match and int(match.group(1)) > 0:
+        return code, LinkKind.NVLINK, int(match.group(1))
+    kind = _PLAIN_CODES.get(code)
+    if kind is None:
+        return None
+    return kind.name, kind, 0
+
+
+@dataclass(frozen=True)
+class ArchLinks:
+    """Per-GPU-generation link figures: NVLink GB/s per link, the GPU's PCIe x16 GB/s, where they come from."""
+
+    arch: str
+    nvlink_gbps_per_link: float
+    pcie_gbps: float
+    source: str
+
+
+# NVLink per-link figures are NCCL's SMxx_NVLINK_BW (src/graph/topo.h, NCCL 2.19-2.23); PCIe figures are
+# NCCL's formula for a PCIe link, width x speed / 80 GB/s (x16 Gen3 = 12, Gen4 = 24, Gen5 = 48).
+ARCH_LINKS: dict[str, ArchLinks] = {
+    a.arch: a
+    for a in (
+        ArchLinks("sm60", 18.0, 12.0, "NCCL SM60_NVLINK_BW; P100 is PCIe Gen3"),
+        ArchLinks("sm70", 20.0, 12.0, "NCCL SM70_NVLINK_BW; V100 is PCIe Gen3"),
+        ArchLinks("sm80", 20.0, 24.0, "NCCL SM80_NVLINK_BW; A100 is PCIe Gen4"),
+        ArchLinks("sm86", 12.0, 24.0, "NCCL SM86_NVLINK_BW (GA10x bridges); PCIe Gen4"),
+        ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
+        ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
+        ArchLinks("sm100", 40.0, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
+    )
+}
+# When the GPU generation is unknown (a `topo -m` paste without --gpu, and no family could be inferred):
+# NCCL's own defaults, PCI_BW = 12 (Gen3 x16) and 20 GB/s per NVLink.
+UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16), SM70/SM80_NVLINK_BW")
+
+# Crossing sockets: NCCL's SKL_QPI_BW (Intel Skylake+ UPI). NCCL uses AMD_BW = 16 on AMD and
+# QPI_BW = 6 on older Intel; without the CPU vendor we take the Intel Skylake figure.
+INTER_SOCKET_GBPS = 10.0
+
+# Per-hop latency, microseconds: NCCL's hwLat for the ring algorithm with the LL protocol
+# (src/graph/tuning.cc): 0.6 us over NVLink, 1.0 us over PCI. SYS adds the SMP hop, which NCCL does
+# not price separately; we keep the PCI figure.
+LATENCY_US = {
+    LinkKind.NVLINK: 0.6,
+    LinkKind.PIX: 1.0,
+    LinkKind.PXB: 1.0,
+    LinkKind.PHB: 1.0,
+    LinkKind.NODE: 1.0,
+    LinkKind.SYS: 1.0,
+}
+
+
+def arch_links(arch: str | None) -> ArchLinks:
+    """The figures for a generation (`sm80`), or NCCL's defaults when it is None or unknown."""
+    return ARCH_LINKS.get(arch or "", UNKNOWN_ARCH)
+
+
+def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None) -> float:
+    """Estimated one-direction bandwidth of a link of this kind between GPUs of generation `arch`."""
+    figures = arch_links(arch)
+    if kind is LinkKind.NVLINK:
+        per_link = figures.nvlink_gbps_per_link or UNKNOWN_ARCH.nvlink_gbps_per_link
+        return per_link * nvlinks
+    if kind is LinkKind.SYS:
+        return min(figures.pcie_gbps, INTER_SOCKET_GBPS)
+    return figures.pcie_gbps
