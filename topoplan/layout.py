@@ -86,3 +86,15 @@ def dp_groups(layout: Layout) -> list[list[int]]:
     """Ranks holding the same shard in each replica (one group per (pp, tp) pair)."""
     return [[rank_of(layout, RankCoords(t, p, d)) for d in range(layout.dp)]
             for p in range(layout.pp) for t in range(layout.tp)]
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Which physical GPU one rank runs on: the planner's output, the launcher's input."""
+
+    rank: int
+    node: int  # 0-based node (host) index
+    gpu: str  # the GPU's id on that node, "GPU5" (nvidia-smi / NVML numbering)
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
