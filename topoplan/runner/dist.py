@@ -114,25 +114,38 @@ class Dist:
         return tensor
 
 
-def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:
-    """Join the job and build this rank's groups; every rank creates every group, in the same order."""
-    if env.world_size != layout.world:
-        raise TopoplanError(f"the launcher started {env.world_size} ranks but {layout} needs {layout.world}")
+def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
+    """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
     backend = choose_backend(backend)
     device = torch.device("cuda", env.local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,
                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    return backend, device
+
+
+def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float) -> Dist:
+    """This rank's groups for `layout` in the joined world; every rank creates every group, in the same order."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != layout.world:
+        raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
     mine: dict[str, tuple[dist.ProcessGroup | None, list[int]]] = {}
     for kind, groups in group_ranks(layout).items():
         for ranks in groups:
             # new_group is collective over the world even for groups this rank is not in.
             group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s)) if len(ranks) > 1 else None
-            if env.rank in ranks:
+            if rank in ranks:
                 mine[kind] = (group, ranks)
-    return Dist(layout, env.rank, coords_of(layout, env.rank), device, backend, mine["tp"][0], mine["pp"][0],
-                mine["pp"][1])
+    return Dist(layout, rank, coords_of(layout, rank), device, backend, mine["tp"][0], mine["pp"][0], mine["pp"][1])
+
+
+def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:
+    """Join the job and build this rank's groups."""
+    if env.world_size != layout.world:
+        raise TopoplanError(f"the launcher started {env.world_size} ranks but {layout} needs {layout.world}")
+    backend, device = join_world(env, backend, timeout_s)
+    return build_dist(layout, backend, device, timeout_s)
 
 
 def usable_dtype(name: str, device: torch.device) -> torch.dtype:

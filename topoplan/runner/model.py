@@ -118,9 +118,11 @@ class Attention(nn.Module):
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         assert self.cache is not None, "call Transformer.setup_cache first"
         k, v = self.cache.update(slot, k, v)  # [B, Hkv, S, Dh]
+        # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
         group = self.n_local_heads // self.n_local_kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, H, S, Dh]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, L, Dh]
+        q = q.reshape(b, self.n_local_kv_heads, group * n, self.head_dim)  # [B, Hkv, group*L, Dh]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(1, 1, group, 1) if group > 1 else mask)
+        y = y.view(b, self.n_local_heads, n, self.head_dim)  # [B, H, L, Dh]
         return self.o_proj(y.transpose(1, 2).reshape(b, n, self.n_local_heads * self.head_dim))
 
 
