@@ -62,6 +62,8 @@ def _jobs(world: int, m: dict) -> list[dict]:
         if tp * pp * dp == world:
             model = m["grid3"] if tp == 3 else m["grid"]
             jobs.append({"name": f"grid-tp{tp}-pp{pp}-dp{dp}", "options": _opts(model, tp, pp, dp)})
+    if world == 2:
+        jobs.append({"name": "grid-tp2-bf16", "options": _opts(m["grid"], 2, 1, 1, dtype="bfloat16")})
     if world == 4:
         for kind in HF_KINDS:
             jobs.append({"name": f"{kind}-tp2-pp2", "options": _opts(m[kind], 2, 2, 1, m["hf_prompts"], 10)})
@@ -109,6 +111,17 @@ def test_layout_matches_unsharded(launch, tp, pp, dp):
     assert got["text"] is not None and len(got["bytes_read_per_rank"]) == tp * pp * dp
     if tp * pp > 1:  # every model-parallel rank reads less than the whole model
         assert max(got["bytes_read_per_rank"]) < ref["bytes_read_per_rank"][0]
+
+
+def test_bfloat16_on_gloo(launch):
+    """gloo reduces bf16 on this torch, so the run stays in bf16 (older torch falls back to fp32 and says so)."""
+    ref, ref_logits = launch(1)["grid-ref"]
+    got, got_logits = launch(2)["grid-tp2-bf16"]
+    assert got["dtype"] == "bfloat16" and ref["dtype"] == "float32"
+    assert [len(t) for t in got["tokens"]] and got["tokens"][0][0] == ref["tokens"][0][0]
+    first = torch.stack([l[0] for l in got_logits]), torch.stack([l[0] for l in ref_logits])
+    torch.testing.assert_close(*first, rtol=0, atol=0.3)  # bf16 keeps ~3 significant digits
+    assert not torch.equal(*first)  # and it really ran in bf16
 
 
 def test_reference_batch_has_unequal_prompts_and_generates(launch):
