@@ -188,7 +188,7 @@ class Transformer(nn.Module):
         or on the last stage the full-vocabulary logits of the last position, [B, V]."""
         if self.shard.first:
             x = self.embed_tokens(x)
-        freqs = positions.unsqueeze(-1).float() * self.inv_freq.to(x.device)  # [B, L, Dh/2], fp32 as HF
+        freqs = positions.unsqueeze(-1).float() * self.inv_freq  # [B, L, Dh/2], fp32 as HF
         angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, L, Dh]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         for layer in self.layers.values():
@@ -204,5 +204,6 @@ def build_stage(config: ModelConfig, shard: Shard, device: torch.device, dtype: 
     with torch.device("meta"):
         model = Transformer(config, shard)
     model = model.to_empty(device=device).to(dtype)
+    model.inv_freq = model.inv_freq.to(device)
     model.tie_weights()
     return model.eval()

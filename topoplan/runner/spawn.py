@@ -38,7 +38,6 @@ class SpawnResult:
     failed_rank: int | None = None
     stdout: str = ""  # rank 0's standard output when captured
     stderr: list[str] = field(default_factory=list)  # every rank's standard error lines, "[rank N] ..."
-    port: int = 0
 
 
 def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], raw: bool) -> None:
@@ -123,7 +122,7 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
     for thread in threads:
         thread.join()
     stdout = "\n".join(line.split("] ", 1)[1] for line in out_lines)
-    return SpawnResult(code, failed, stdout + ("\n" if out_lines else ""), [l for ls in err_lines for l in ls], port)
+    return SpawnResult(code, failed, stdout + ("\n" if out_lines else ""), [l for ls in err_lines for l in ls])
 
 
 def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[[int], Mapping[str, str]] | None = None,

@@ -27,11 +27,10 @@ INDEX_NAME = "model.safetensors.index.json"
 
 @dataclass
 class LoadReport:
-    """What one rank read: bytes of tensor data, the files it opened, and how many tensors."""
+    """What one rank read: bytes of tensor data and the files it opened."""
 
     bytes_read: int = 0
     files: list[str] = field(default_factory=list)
-    tensors: int = 0
 
 
 def checkpoint_index(folder: str | Path) -> dict[str, str]:
@@ -97,7 +96,6 @@ def load_stage_weights(model: nn.Module, folder: str | Path, tied: bool,
                     param.copy_(tensor)
                 nbytes = tensor.numel() * tensor.element_size()
                 report.bytes_read += nbytes
-                report.tensors += 1
                 if on_tensor:
                     on_tensor(nbytes)
     return report
