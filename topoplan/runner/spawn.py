@@ -102,11 +102,11 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
     for thread in threads:
         thread.start()
     start, failed, code = time.monotonic(), None, 0
-    while any(proc.poll() is None for proc in procs):
+    while None in (codes := [proc.poll() for proc in procs]):  # poll every rank, not just the first running
         if failed is None:
-            for rank, proc in enumerate(procs):
-                if proc.returncode not in (None, 0):
-                    failed, code, failed_at = rank, proc.returncode, time.monotonic()
+            for rank, returncode in enumerate(codes):
+                if returncode not in (None, 0):
+                    failed, code, failed_at = rank, returncode, time.monotonic()
                     break
         if failed is not None and time.monotonic() - failed_at > grace_s:
             _stop(procs, grace_s=3.0)  # the others did not end on their own: end them
