@@ -121,7 +121,9 @@ class Attention(nn.Module):
         # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
         group = self.n_local_heads // self.n_local_kv_heads
         q = q.reshape(b, self.n_local_kv_heads, group * n, self.head_dim)  # [B, Hkv, group*L, Dh]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(1, 1, group, 1) if group > 1 else mask)
+        if mask is not None and group > 1:
+            mask = mask.repeat(1, 1, group, 1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         y = y.view(b, self.n_local_heads, n, self.head_dim)  # [B, H, L, Dh]
         return self.o_proj(y.transpose(1, 2).reshape(b, n, self.n_local_heads * self.head_dim))
 
