@@ -216,3 +216,10 @@ def test_loader_refuses_a_mismatched_checkpoint(tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     with pytest.raises(TopoplanError, match=r"mlp.gate_proj.weight' has shape \[192, 96\], expected \[96, 96\]"):
         _load_unsharded(folder)
+
+
+def test_generation_config_eos_wins(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA31))
+    assert load_hf_config(tmp_path).eos_token_ids == (128001, 128008, 128009)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 128009}))
+    assert load_hf_config(tmp_path).eos_token_ids == (128009,)

@@ -44,10 +44,16 @@ def model_folder(model: str) -> Path:
     return folder
 
 
-def tokenizer_for(folder: Path, config: ModelConfig) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
-    """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither exists."""
+def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
+    """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither is usable."""
     if (folder / "tokenizer.json").exists():
-        from tokenizers import Tokenizer  # optional: only checkpoints that ship a tokenizer need it
+        try:
+            from tokenizers import Tokenizer  # optional: only checkpoints that ship a tokenizer need it
+        except ImportError:
+            if need_encode:
+                raise TopoplanError(f"{folder}/tokenizer.json needs the 'tokenizers' package for --prompt text "
+                                    "(pip install tokenizers), or pass --prompt-ids") from None
+            return None
 
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return (lambda text: tokenizer.encode(text).ids), (lambda ids: tokenizer.decode(ids))
@@ -104,7 +110,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     check_tp(config, layout.tp, source=str(layout))
     stage_layers = split_layers(config.n_layers, layout.pp)[coords.pp_rank]
     dtype = usable_dtype(opts.dtype, d.device)
-    codec = tokenizer_for(folder, config)
+    codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
     prompts = prompts_of(opts, folder, codec)
     mine = [i for i in range(len(prompts)) if i % layout.dp == coords.dp_rank]  # round-robin over replicas
 
