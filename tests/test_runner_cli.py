@@ -113,3 +113,16 @@ def test_module_entry_under_torchrun_and_mpirun(tmp_path):
     assert mpirun.returncode == 0, mpirun.stderr
     result = json.loads(mpirun.stdout)
     assert result["layout"]["pp"] == 2 and result["tokens"] == json.loads(reference.stdout)["tokens"]
+
+
+def test_token_id_outside_the_vocabulary_is_a_user_error(tmp_path):
+    message = "prompt token id 264 is outside the model's vocabulary of 264"
+    result = topoplan("run", "--model", "tiny", "--prompt-ids", "1,264", "--max-new-tokens", "2", cache=tmp_path)
+    assert result.returncode == 2 and result.stderr == f"topoplan: error: {message}\n"
+    from topoplan.runner.spawn import free_port
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT),  # a lone rank checks it too
+           "MASTER_PORT": str(free_port())}
+    rank = subprocess.run([sys.executable, "-m", "topoplan.runner", "--prompt-ids", "1,264"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert rank.returncode == 2 and rank.stderr.strip() == f"topoplan-runner: rank 0: error: {message}"

@@ -74,7 +74,9 @@ def _sync(device: torch.device) -> None:
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, *, eos_ids: tuple[int, ...] = (),
              pad_id: int = 0, sampling: Sampling = Sampling(), pipeline: Pipeline | SingleStage | None = None,
              keep_logits: bool = False, on_step: Callable[[int], None] | None = None) -> Generation:
-    """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS."""
+    """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS.
+
+    `pad_id` fills the left padding; it is masked out, so any valid id will do."""
     pipeline = pipeline or SingleStage()
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype

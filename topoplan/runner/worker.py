@@ -62,14 +62,16 @@ def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> tuple
     return None
 
 
-def prompts_of(opts: RunOptions, folder: Path, codec: Any) -> list[list[int]]:
+def prompts_of(opts: RunOptions, folder: Path, codec: Any, vocab_size: int) -> list[list[int]]:
+    opts.validate()
     if opts.prompt and codec is None:
         raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
     prompts = [codec[0](text) for text in opts.prompt] + opts.prompt_token_ids
-    if not prompts:
-        raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
     if any(not p for p in prompts):
         raise TopoplanError("a prompt encodes to no tokens")
+    if max(max(p) for p in prompts) >= vocab_size:
+        raise TopoplanError(f"prompt token id {max(max(p) for p in prompts)} is outside the model's vocabulary "
+                            f"of {vocab_size}")
     return prompts
 
 
@@ -111,7 +113,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     stage_layers = split_layers(config.n_layers, layout.pp)[coords.pp_rank]
     dtype = usable_dtype(opts.dtype, d.device)
     codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
-    prompts = prompts_of(opts, folder, codec)
+    prompts = prompts_of(opts, folder, codec, config.vocab_size)
     mine = [i for i in range(len(prompts)) if i % layout.dp == coords.dp_rank]  # round-robin over replicas
 
     start = time.perf_counter()
@@ -128,9 +130,10 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
     step = progress.task("generating", opts.max_new_tokens)
-    gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, pad_id=0, sampling=sampling,
-                   pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: step(1)) \
-        if mine else None
+    gen = None
+    if mine:  # a replica given no prompt only joins the final gather
+        gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
+                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: step(1))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
         "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,
