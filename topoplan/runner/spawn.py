@@ -8,6 +8,7 @@ if that port was taken before rank 0 could bind it. Imports no torch.
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import socket
@@ -45,23 +46,23 @@ def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], 
 
     raw=True copies chunks unchanged (rank 0's progress bar redraws lines in place); otherwise each line
     is prefixed with the rank."""
-    pending = b""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks may split a character
+    pending = ""
     while chunk := stream.read1(65536):
+        text = decoder.decode(chunk)
         if raw and sink is not None:
-            sink.write(chunk.decode(errors="replace"))
+            sink.write(text)
             sink.flush()
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
+        *complete, pending = (pending + text).split("\n")
         for line in complete:
-            text = line.decode(errors="replace")
-            lines.append(f"[rank {rank}] {text}")
+            lines.append(f"[rank {rank}] {line}")
             if not raw and sink is not None:
-                sink.write(f"[rank {rank}] {text}\n")
+                sink.write(f"[rank {rank}] {line}\n")
                 sink.flush()
-    if pending:
-        lines.append(f"[rank {rank}] {pending.decode(errors='replace')}")
-        if sink is not None:
-            sink.write(pending.decode(errors="replace") if raw else f"[rank {rank}] {pending.decode()}\n")
+    if pending:  # a last line without a newline
+        lines.append(f"[rank {rank}] {pending}")
+        if not raw and sink is not None:
+            sink.write(f"[rank {rank}] {pending}\n")
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
