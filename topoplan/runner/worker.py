@@ -96,11 +96,12 @@ class Progress:
         if self.bar:
             self.bar.__exit__(*exc)
 
-    def task(self, label: str, total: float) -> Callable[[float], None]:
+    def task(self, label: str) -> Callable[[int, int], None]:
+        """An update(completed, total) function for a new bar."""
         if self.bar is None:
-            return lambda advance: None
-        task_id = self.bar.add_task(label, total=total)
-        return lambda advance: self.bar.advance(task_id, advance)
+            return lambda completed, total: None
+        task_id = self.bar.add_task(label, total=None)
+        return lambda completed, total: self.bar.update(task_id, completed=completed, total=total)
 
 
 def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
@@ -119,8 +120,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     start = time.perf_counter()
     shard = Shard(coords.tp_rank, layout.tp, stage_layers, d.is_first_stage, d.is_last_stage, comm=d)
     model = build_stage(config, shard, d.device, dtype)
-    advance = progress.task("loading", sum(1 for _ in model.parameters()))
-    report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=lambda nbytes: advance(1))
+    report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
@@ -129,11 +129,11 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     d.timer.seconds = 0.0  # comm_ms counts generation only
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
-    step = progress.task("generating", opts.max_new_tokens)
+    generating = progress.task("generating")
     gen = None
     if mine:  # a replica given no prompt only joins the final gather
         gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
-                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: step(1))
+                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
         "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,
