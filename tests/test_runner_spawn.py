@@ -51,7 +51,7 @@ def test_taken_rendezvous_port_is_retried(tmp_path, monkeypatch):
     monkeypatch.setattr(spawn, "free_port", lambda: next(ports))
     (tmp_path / "jobs.json").write_text("[]")  # join the world, run nothing, leave
     argv = [sys.executable, str(ROOT / "tests" / "runner_harness.py"), str(tmp_path / "jobs.json"), str(tmp_path)]
-    result = spawn_ranks(2, argv, env_per_rank=lambda r: {"PYTHONPATH": str(ROOT)}, timeout_s=120,
+    result = spawn_ranks(2, argv, env_per_rank=lambda r: {"PYTHONPATH": str(ROOT)}, timeout_s=120, grace_s=2.0,
                          capture_stdout=True, echo=False)
     busy.close()
     assert result.returncode == 0, result.stderr
