@@ -68,7 +68,7 @@ def _gpus(topo: Topology) -> Table:
     table.add_column("NVLink island", justify="right")
     for gpu in topo.gpus:
         nics = topo.nearest_nics(gpu.id)
-        nearest = ", ".join(f"{n.id} ({n.name})" if n.name else n.id for n in nics)
+        nearest = ", ".join(n.name or n.id for n in nics)
         if nics:
             kind = topo.link(gpu.id, nics[0].id)
             nearest_text = Text(f"{nearest} ", style="").append(kind.code, style=KIND_COLOR[kind.kind])
