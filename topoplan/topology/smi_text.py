@@ -46,6 +46,12 @@ class _Header:
 
 
 class _Notes(list):
+    """What the reader recovered, in order, each said once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.off_grid: list[Line] = []  # GPU rows whose trailing values were read word by word
+
     def add(self, note: str) -> None:
         if note not in self:
             self.append(note)
@@ -97,6 +103,11 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
         notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
                   f"against a NIC row) and NIC-NIC links are unknown")
     nics = _nics(nic_labels, lines[after:], notes)
+    if notes.off_grid:
+        first, last = notes.off_grid[0], notes.off_grid[-1]
+        span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
+        notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
+                  f"tabs lost); each row has one value per trailing column, so they were read in order")
     return build_topology(gpus, nics, codes, source=source, notes=notes)
 
 
@@ -194,8 +205,7 @@ def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Not
     if fields[:1 + n] == words[:1 + n]:
         return words[1:1 + n], fields[1 + n:]
     if len(words) > 1 + n:
-        notes.add(f"line {line.number}: row {label} is not aligned to 8-column tab stops; its cells were "
-                  f"read in order, one per column")
+        notes.off_grid.append(line)
     return words[1:1 + n], words[1 + n:]
 
 
