@@ -12,7 +12,8 @@ from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Topology
 
 # `nvidia-smi topo -p2p` legend. Capabilities whose failure matters to NCCL/torch: read, write and
-# "prop" (P2P as a whole); NVLink P2P only where the pair is NVLink-connected. Atomics are not used.
+# "prop" (P2P as a whole), and a matrix whose mode the file did not name ("?"); NVLink P2P only where the
+# pair is NVLink-connected. Atomics are not used.
 P2P_STATUS = {
     "CNS": "chipset not supported",
     "GNS": "GPU not supported",
@@ -21,7 +22,7 @@ P2P_STATUS = {
     "U": "unknown",
     "DR": "disabled by regkey",
 }
-P2P_CAPABILITY = {"r": "read", "w": "write", "p": "P2P", "n": "NVLink P2P"}
+P2P_CAPABILITY = {"r": "read", "w": "write", "p": "P2P", "n": "NVLink P2P", "?": "P2P (mode not named)"}
 
 
 @dataclass(frozen=True)

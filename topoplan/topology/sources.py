@@ -32,8 +32,14 @@ def run_nvidia_smi(args: tuple[str, ...] = LIVE_COMMAND[1:]) -> str:
 
 def load_topology(file: str | None, p2p: str | None) -> Topology:
     """The topology from `file` (a paste; `-` is stdin), or from this machine's nvidia-smi when None."""
-    from topoplan.topology.read import read_topology, read_topology_text
+    from topoplan.topology.read import attach_p2p, read_text, read_topology
+    from topoplan.topology.smi_text import parse_topo_text
 
     if file is not None:
         return read_topology(file, p2p)
-    return read_topology_text(run_nvidia_smi(), source=" ".join(LIVE_COMMAND), p2p_path=p2p)
+    topology = parse_topo_text(run_nvidia_smi(), source=" ".join(LIVE_COMMAND))
+    if p2p is None:
+        return topology
+    from topoplan.topology.p2p_text import parse_p2p_text
+
+    return attach_p2p(topology, parse_p2p_text(read_text(p2p), source="<stdin>" if p2p == "-" else p2p))
