@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-from topoplan.atomic import write_atomic
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology
 
@@ -73,6 +72,8 @@ def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
         return
     text = _table(topo, output) if fmt == "table" else _text(topo, fmt)
     if output is not None and text is not None:
+        from topoplan.atomic import write_atomic
+
         write_atomic(output, text)
     elif text is not None:
         sys.stdout.write(text)
