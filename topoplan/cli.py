@@ -44,12 +44,12 @@ class InspectFormat(str, Enum):
 
 @app.command()
 def inspect(
-    file: str = typer.Option(None, "--file", "-f", metavar="PATH",
+    file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
                              help="A saved `nvidia-smi topo -m` paste ('-': stdin). Default: run nvidia-smi here."),
-    p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
+    p2p: str | None = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
     fmt: InspectFormat = typer.Option(InspectFormat.table, "--format", help="Output format; svg/png need -o."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
-    output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
+    output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:
     """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
     from topoplan.topology.render import emit
