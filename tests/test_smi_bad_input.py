@@ -252,3 +252,17 @@ def test_real_escape_codes_like_a_terminal():
     assert "\x1b[4mGPU0" in text
     topo = parse_topo_text(text)
     assert topo.notes == () and topo.gpus == parse_topo_text(B300).gpus
+
+
+def test_mp_output_after_a_prompt_line():
+    # `topo -mp` prints the same matrix with PCIe paths only (no NV#); prose and prompts before it are skipped.
+    text = ("Topology of node a12 (PCIe only):\n"
+            "user@a12:~$ nvidia-smi topo -mp\n"
+            "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPXB\tPIX\t0-31\t0\t\tN/A\n"
+            "GPU1\tPXB\t X \tPXB\t0-31\t0\t\tN/A\n"
+            "NIC0\tPIX\tPXB\t X \t\t\t\t\n")
+    topo = parse_topo_text(text, "mp.txt")
+    assert [(l.a, l.b, l.code) for l in topo.links()] == [
+        ("GPU0", "GPU1", "PXB"), ("GPU0", "NIC0", "PIX"), ("GPU1", "NIC0", "PXB")]
+    assert topo.nics[0].name is None and topo.notes == ()
