@@ -29,8 +29,8 @@ from topoplan.topology.paste import Line, clean_lines, join_lines, quote, refuse
 CPU, NUMA, GPU_NUMA = "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
 TRAILING = (CPU, NUMA, GPU_NUMA)
 _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GPU_NUMA, ("GPU", "NUMA", "ID"))]
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NIC_LABEL = re.compile(r"^NIC(\d+)$")
+_GPU_LABEL = re.compile(r"^GPU\d+$")
+_NIC_LABEL = re.compile(r"^NIC\d+$")
 _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _NUMBER = re.compile(r"[0-9]+")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
@@ -75,8 +75,8 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
                   f"starts where the row labels do); column names were matched to cells by order")
     nic_labels = header.devices[header.n_gpus:]
     if nic_labels and not any(label in rows for label in nic_labels):
-        notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
-                  f"against a NIC row) and NIC-NIC links are unknown")
+        notes.add("the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
+                  "against a NIC row) and NIC-NIC links are unknown")
     nics = _nics(nic_labels, lines[after:], notes)
     if notes.off_grid:
         first, last = notes.off_grid[0], notes.off_grid[-1]
@@ -117,7 +117,6 @@ def _read_matrix(lines: list[Line], header_at: int, header: _Header, source: str
             raise TopoplanError(f"row {label} has values after its {len(header.devices)} link cells "
                                 f"({quote(' '.join(t for t in trailing if t))}); expected none in a NIC row",
                                 source=source, line=line.number)
-
     return rows, codes, gpus
 
 
