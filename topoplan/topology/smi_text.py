@@ -16,23 +16,26 @@ naming the file, the line and what was expected.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
-from topoplan.topology.paste import Line, clean_lines, quote, refuse_markdown_table, tab_fields
+from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
+from topoplan.topology.paste import Line, clean_lines, join_lines, quote, refuse_markdown_table, tab_fields
 
 # Trailing columns, in the order every driver prints the ones it has.
 CPU, NUMA, GPU_NUMA = "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
+TRAILING = (CPU, NUMA, GPU_NUMA)
 _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GPU_NUMA, ("GPU", "NUMA", "ID"))]
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NIC_LABEL = re.compile(r"^NIC(\d+)$")
+_GPU_LABEL = re.compile(r"^GPU\d+$")
+_NIC_LABEL = re.compile(r"^NIC\d+$")
 _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _NUMBER = re.compile(r"[0-9]+")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
+_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
 _LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
-P2P_STATUSES = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
 _MAX_NUMBER = 65535  # beyond any Linux NR_CPUS or NUMA node count; a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 
@@ -64,19 +67,36 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     notes = _Notes()
     header_at = _find_header(lines, source)
     header = _parse_header(lines[header_at], source)
-    rows = _read_rows(lines, header_at, header, source, notes)
-    after = max(line.number for line in rows.values())  # index of the first line after the matrix
+    rows, codes, gpus = _read_matrix(lines, header_at, header, source, notes)
+    after = max(line.last for line in rows.values())  # index of the first line after the matrix
     _refuse_trailing_matrix(lines[after:], header, source)
     if header.line.indent <= rows["GPU0"].indent:
         notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
                   f"starts where the row labels do); column names were matched to cells by order")
+    nic_labels = header.devices[header.n_gpus:]
+    if nic_labels and not any(label in rows for label in nic_labels):
+        notes.add("the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
+                  "against a NIC row) and NIC-NIC links are unknown")
+    nics = _nics(nic_labels, lines[after:], notes)
+    if notes.off_grid:
+        first, last = notes.off_grid[0], notes.off_grid[-1]
+        span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
+        notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
+                  f"tabs lost); each row has one value per trailing column, so they were read in order")
+    return build_topology(gpus, nics, codes, source=source, notes=notes)
 
+
+def _read_matrix(lines: list[Line], header_at: int, header: _Header, source: str,
+                 notes: _Notes) -> tuple[dict[str, Line], dict[tuple[str, str], str], list[Gpu]]:
+    """Read and check every row: each cell a known code, X on the diagonal, each pair the same both ways."""
     ids = {label: (f"GPU{i}" if i < header.n_gpus else f"NIC{i - header.n_gpus}")
            for i, label in enumerate(header.devices)}
     codes: dict[tuple[str, str], str] = {}
     seen: dict[tuple[str, str], tuple[str, Line]] = {}
     gpus: list[Gpu] = []
-    for label, line in rows.items():
+    rows: dict[str, Line] = {}  # label -> line, in header order
+    for label, line in _read_rows(lines, header_at, header, source, notes):  # checked in line order
+        rows[label] = line
         cells, trailing = _split_row(line, header, label, source, notes)
         for column, cell in zip(header.devices, cells):
             _check_cell(label, column, cell, line, source)
@@ -97,18 +117,7 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
             raise TopoplanError(f"row {label} has values after its {len(header.devices)} link cells "
                                 f"({quote(' '.join(t for t in trailing if t))}); expected none in a NIC row",
                                 source=source, line=line.number)
-
-    nic_labels = header.devices[header.n_gpus:]
-    if nic_labels and not any(label in rows for label in nic_labels):
-        notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
-                  f"against a NIC row) and NIC-NIC links are unknown")
-    nics = _nics(nic_labels, lines[after:], notes)
-    if notes.off_grid:
-        first, last = notes.off_grid[0], notes.off_grid[-1]
-        span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
-        notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
-                  f"tabs lost); each row has one value per trailing column, so they were read in order")
-    return build_topology(gpus, nics, codes, source=source, notes=notes)
+    return rows, codes, gpus
 
 
 # --- header ------------------------------------------------------------------------------------------
@@ -135,7 +144,7 @@ def _parse_header(line: Line, source: str) -> _Header:
     while i < len(words):
         for name, seq in _TRAILING_WORDS:
             if tuple(words[i:i + len(seq)]) == seq:
-                if name in trailing or any(_TRAILING_WORDS_INDEX[t] > _TRAILING_WORDS_INDEX[name] for t in trailing):
+                if trailing and TRAILING.index(name) <= TRAILING.index(trailing[-1]):
                     raise TopoplanError(f"header: column {name!r} repeated or out of order; expected "
                                         f"{CPU!r}, {NUMA!r}, {GPU_NUMA!r} in that order", source=source, line=line.number)
                 trailing.append(name)
@@ -162,13 +171,10 @@ def _parse_header(line: Line, source: str) -> _Header:
     return _Header(line, devices, trailing, n_gpus)
 
 
-_TRAILING_WORDS_INDEX = {name: i for i, (name, _) in enumerate(_TRAILING_WORDS)}
-
-
 # --- rows --------------------------------------------------------------------------------------------
-def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, notes: _Notes) -> dict[str, Line]:
-    """The matrix rows by label: every GPU row, then every NIC row or none (some pastes drop them)."""
-    rows: dict[str, Line] = {}
+def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str,
+               notes: _Notes) -> Iterator[tuple[str, Line]]:
+    """The matrix rows with their labels: every GPU row, then every NIC row or none (some pastes drop them)."""
     i = header_at + 1
     for k, label in enumerate(header.devices):
         j = i
@@ -176,10 +182,17 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, 
             j += 1
         found = lines[j] if j < len(lines) else None
         if found is not None and found.words[0] == label:
-            if j > i and rows:
+            if j > i and k > 0:
                 notes.add(f"line {lines[i].number}: blank line between matrix rows ignored")
-            rows[label] = found
             i = j + 1
+            wanted = 1 + len(header.devices) + (len(header.trailing) if k < header.n_gpus else 0)
+            while len(found.words) < wanted and i < len(lines) and _continues_row(lines[i]):
+                i += 1
+            if i > j + 1:
+                found = join_lines(lines[j:i])
+                notes.add(f"line {found.number}: row {label} was wrapped over lines {found.number}-"
+                          f"{lines[i - 1].number}; joined, its cells read in order")
+            yield label, found
             continue
         if k == header.n_gpus:  # the GPU rows are complete and no NIC rows follow
             break
@@ -189,7 +202,11 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, 
                                 f"the paste looks truncated", source=source, line=last)
         raise TopoplanError(f"expected row {label} (the header names {len(header.devices)} devices), "
                             f"found {quote(found.text)}", source=source, line=found.number)
-    return rows
+
+
+def _continues_row(line: Line) -> bool:
+    """Whether a line can be the wrapped tail of a row: nothing but cells (codes, CPU lists, numbers, N/A)."""
+    return not line.blank and all(_CELL.match(word) for word in line.words)
 
 
 def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Notes) -> tuple[list[str], list[str]]:
@@ -202,9 +219,9 @@ def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Not
                             f"{header.devices[0]}..{header.devices[-1]}); the row looks truncated or damaged",
                             source=source, line=line.number)
     fields = tab_fields(line)
-    if fields[:1 + n] == words[:1 + n]:
+    if fields[:1 + n] == words[:1 + n] and not line.joined:
         return words[1:1 + n], fields[1 + n:]
-    if len(words) > 1 + n:
+    if len(words) > 1 + n and not line.joined:
         notes.off_grid.append(line)
     return words[1:1 + n], words[1 + n:]
 
