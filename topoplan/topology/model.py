@@ -178,6 +178,15 @@ class Topology:
         best = min(rank for rank, _, _ in candidates)
         return [nic for rank, _, nic in sorted(candidates, key=lambda c: c[:2]) if rank == best]
 
+    def nearest_gpus(self, nic_id: str) -> list[Gpu]:
+        """The GPUs at the smallest link distance from this NIC (all ties), in GPU order; [] if none known."""
+        candidates = [(self.link(nic_id, gpu.id).kind.rank, gpu) for gpu in self.gpus
+                      if self.graph.has_edge(nic_id, gpu.id)]
+        if not candidates:
+            return []
+        best = min(rank for rank, _ in candidates)
+        return [gpu for rank, gpu in candidates if rank == best]
+
     # --- rings ---------------------------------------------------------------------------------
     def ring_bottleneck(self, gpu_ids: Sequence[str]) -> Link | None:
         """The slowest link of the ring gpu_ids[0] -> gpu_ids[1] -> ... -> gpu_ids[0]; None for one GPU.
