@@ -15,7 +15,8 @@ from topoplan.errors import TopoplanError
 from topoplan.topology import LinkKind
 from topoplan.topology.nvml_query import query_nvml
 from topoplan.topology.nvml_reader import read_nvml_topology, record_machine
-from topoplan.topology.recording import is_recording, parse_recording, topology_from_recording
+from topoplan.topology.read import detect_format
+from topoplan.topology.recording import parse_recording, topology_from_recording
 from topoplan.topology.sysfs_nics import read_sysfs
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvml"
@@ -82,7 +83,7 @@ def test_replay_equals_live(name, tmp_path, monkeypatch):
     saved = tmp_path / "machine.json"
     topo, _ = live(name, tmp_path, monkeypatch, save=saved)
     text = saved.read_text()
-    assert is_recording(text)
+    assert detect_format(text) == "recording"
     again = topology_from_recording(parse_recording(text, str(saved)), str(saved))
     assert snapshot(again) == snapshot(topo)
     assert snapshot(replay(name)) == snapshot(topo)
@@ -207,3 +208,17 @@ def test_bandwidth_follows_the_generation_table():
     topo = replay("a100-sxm-4gpu-one-lost")
     assert topo.link("GPU0", "GPU1").kind is LinkKind.NVLINK
     assert topo.link("GPU0", "GPU1").bandwidth_gbps == 4 * 20.0  # NCCL SM80_NVLINK_BW
+
+
+def test_warnings_from_nvml_answers():
+    from topoplan.topology.diagnose import diagnose
+    from topoplan.topology.export import topology_dict
+
+    errors = [w for w in diagnose(replay("a100-sxm-4gpu-one-lost")) if w.code == "gpu-error"]
+    assert [w.devices for w in errors] == [("GPU2",), ("GPU3",)]
+    assert "GPU_IS_LOST" in errors[0].message and "memory_total: UNKNOWN" in errors[1].message
+    l40s = {w.code: w for w in diagnose(replay("l40s-8gpu-2socket-p2p-cns"))}
+    assert "p2p-not-ok" in l40s and "GPU0" in l40s["p2p-not-ok"].devices
+    gpu2 = topology_dict(replay("a100-sxm-4gpu-one-lost"))["gpus"][2]
+    assert (gpu2["error"], gpu2["visible"], gpu2["cuda_index_pci_bus"]) == (
+        "NVML could not read it (handle: GPU_IS_LOST)", False, None)

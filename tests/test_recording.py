@@ -6,16 +6,18 @@ from pathlib import Path
 import pytest
 
 from topoplan.errors import TopoplanError
-from topoplan.topology.recording import is_recording, parse_recording, save_recording, topology_from_recording
+from topoplan.topology.read import detect_format
+from topoplan.topology.recording import parse_recording, save_recording, topology_from_recording
 
 GH200 = Path(__file__).parent.parent / "fixtures" / "nvml" / "gh200-grace-1gpu.json"
 TOPO = Path(__file__).parent.parent / "fixtures" / "topo" / "22_l40s-8gpu-node-sys-1nic-nolegend.txt"
 
 
 def test_recording_or_topo_text():
-    assert is_recording(GH200.read_text())
-    assert not is_recording(TOPO.read_text())
-    assert is_recording('\n  {"format": 1}')
+    assert detect_format(GH200.read_text()) == "recording"
+    assert detect_format(TOPO.read_text()) == "smi-text"
+    assert detect_format('\n  {"format": "topoplan-nvml-recording", "truncated') == "recording"  # gets the JSON error
+    assert detect_format('{"gpus": []}') == "JSON"
 
 
 @pytest.mark.parametrize(("text", "message", "line"), [

@@ -42,10 +42,24 @@ class InspectFormat(str, Enum):
     png = "png"
 
 
+class InspectSource(str, Enum):
+    auto = "auto"
+    nvml = "nvml"
+    smi = "smi"
+    file = "file"
+
+
 @app.command()
 def inspect(
     file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
-                             help="A saved `nvidia-smi topo -m` paste ('-': stdin). Default: run nvidia-smi here."),
+                             help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin). "
+                                  "Default: read this machine."),
+    source: InspectSource = typer.Option(InspectSource.auto, "--source",
+                                         help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
+    save: str | None = typer.Option(None, "--save", metavar="FILE",
+                                    help="Also write NVML's raw answers to FILE (JSON), to replay with --file."),
+    gpu: str | None = typer.Option(None, "--gpu", metavar="NAME",
+                                   help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
     p2p: str | None = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
     fmt: InspectFormat = typer.Option(InspectFormat.table, "--format", help="Output format; svg/png need -o."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
@@ -56,7 +70,7 @@ def inspect(
     from topoplan.topology.sources import load_topology
 
     try:
-        emit(load_topology(file, p2p), "json" if as_json else fmt.value, output)
+        emit(load_topology(file, p2p, source.value, save, gpu), "json" if as_json else fmt.value, output)
     except TopoplanError as error:
         raise fail(error) from None
 

@@ -198,6 +198,11 @@ class Topology:
         hops = [self.link(gpu_ids[i], gpu_ids[(i + 1) % len(gpu_ids)]) for i in range(len(gpu_ids))]
         return min(hops, key=lambda l: (l.bandwidth_gbps, -l.kind.rank))
 
+    def with_notes(self, *notes: str) -> "Topology":
+        """The same machine with more notes on how it was read."""
+        return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
+                        source=self.source, notes=(*self.notes, *notes))
+
     def with_arch(self, arch: str | None, gpu_name: str | None = None) -> "Topology":
         """The same machine with bandwidths re-estimated for GPU generation `arch`."""
         links = [

@@ -26,9 +26,9 @@ from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus
 from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
+from topoplan.topology.read import RECORDING_FORMAT as FORMAT
 from topoplan.topology.sysfs_nics import pci_link_code, sysfs_address
 
-FORMAT = "topoplan-nvml-recording"
 SCHEMA_VERSION = 1
 ENVIRONMENT_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
@@ -50,11 +50,6 @@ def new_recording(nvml: dict[str, Any], sysfs: dict[str, Any], environ: dict[str
     """A recording of this machine's answers, with the CUDA environment they were read under."""
     return {"format": FORMAT, "schema_version": SCHEMA_VERSION, **(extra or {}),
             "environment": {key: environ.get(key) for key in ENVIRONMENT_KEYS}, "nvml": nvml, "sysfs": sysfs}
-
-
-def is_recording(text: str) -> bool:
-    """True for a JSON recording, False for `nvidia-smi topo -m` text (which never starts with `{`)."""
-    return text.lstrip().startswith("{")
 
 
 def parse_recording(text: str, source: str) -> dict[str, Any]:
