@@ -222,3 +222,19 @@ def test_warnings_from_nvml_answers():
     gpu2 = topology_dict(replay("a100-sxm-4gpu-one-lost"))["gpus"][2]
     assert (gpu2["error"], gpu2["visible"], gpu2["cuda_index_pci_bus"]) == (
         "NVML could not read it (handle: GPU_IS_LOST)", False, None)
+
+
+def test_nvlink_version_prices_a_generation_the_table_lacks():
+    """A newer part (compute capability 10.3, not in links.ARCH_LINKS) reporting NVLink 5.0 (enum value 7)
+    gets the sm100 figures, with a note; the compute capability wins whenever the table knows it."""
+    recording = load("hgx-h100-8gpu-nvswitch")
+    for gpu in recording["nvml"]["gpus"]:
+        gpu["cuda_compute_capability"] = [10, 3]
+        gpu["name"] = "NVIDIA B300 SXM6 AC"
+        for link in gpu["nvlinks"][:-1]:
+            link["version"] = 7
+    topo = topology_from_recording(recording, "b300")
+    assert topo.arch == "sm100" and topo.gpu_name is None
+    assert topo.link("GPU0", "GPU7").bandwidth_gbps == pytest.approx(18 * 40.1)
+    assert any("sm103 has no link figures; NVLink version [7] -> sm100" in n for n in topo.notes)
+    assert any("'NVIDIA B300 SXM6 AC' is not in topoplan's GPU catalog" in n for n in topo.notes)
