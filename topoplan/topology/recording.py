@@ -87,6 +87,63 @@ def save_recording(recording: dict[str, Any], path: str | Path) -> None:
             os.unlink(tmp)
 
 
+# --- shape check: what the interpreter may then take for granted ---------------------------------------
+
+_INTS, _STRS = ("list", int), ("list", str)
+GPU_FIELDS = {"index": int, "handle": dict, "name": str, "uuid": str, "pci_bus_id": str, "memory_total": int,
+              "cuda_compute_capability": _INTS, "cpu_affinity": _INTS, "cpu_affinity_any_scope": _INTS,
+              "memory_affinity": _INTS, "numa_node_id": int, "nvlinks": ("list", dict)}
+LINK_FIELDS = {"state": int, "version": int, "remote_pci_bus_id": str, "remote_device_type": int}
+PAIR_FIELDS = {"a": int, "b": int, "common_ancestor": int, "p2p": dict}
+NIC_FIELDS = {"name": str, "class": str, "pci_address": str}
+PCI_FIELDS = {"path": _STRS, "numa_node": (int, type(None))}
+
+
+def _check(value: Any, kind: Any, where: str) -> None:
+    """`value` is of `kind` (a type, a tuple of types, or ("list", item type)), or an NVML error answer."""
+    if is_error(value) and isinstance(value["nvml_error"], str):
+        return
+    if isinstance(kind, tuple) and kind[:1] == ("list",):
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, found {value!r:.60}")
+        for k, item in enumerate(value):
+            _check(item, kind[1], f"{where}[{k}]")
+    elif not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise ValueError(f"{where}: expected {getattr(kind, '__name__', kind)}, found {value!r:.60}")
+
+
+def _check_fields(entry: Any, fields: dict[str, Any], where: str, required: tuple[str, ...] = ()) -> None:
+    _check(entry, dict, where)
+    for key in required:
+        if key not in entry:
+            raise ValueError(f"{where}: no {key!r}")
+    for key, value in entry.items():
+        if key in fields:
+            _check(value, fields[key], f"{where}.{key}")
+
+
+def check_shape(recording: dict[str, Any]) -> None:
+    """Every field the interpreter reads has the type NVML or sysfs gives it; ValueError naming the first
+    that does not."""
+    nvml, sysfs = recording["nvml"], recording["sysfs"]
+    _check(nvml.get("gpus"), ("list", dict), "nvml.gpus")
+    _check(nvml.get("pairs"), ("list", dict), "nvml.pairs")
+    for k, gpu in enumerate(nvml["gpus"]):
+        _check_fields(gpu, GPU_FIELDS, f"nvml.gpus[{k}]", required=("index",))
+        for j, link in enumerate(gpu.get("nvlinks", [])):
+            _check_fields(link, LINK_FIELDS, f"nvml.gpus[{k}].nvlinks[{j}]")
+    for k, pair in enumerate(nvml["pairs"]):
+        _check_fields(pair, PAIR_FIELDS, f"nvml.pairs[{k}]", required=("a", "b"))
+        for letter, status in pair.get("p2p", {}).items():
+            _check(status, int, f"nvml.pairs[{k}].p2p.{letter}")
+    _check(sysfs.get("nics"), ("list", dict), "sysfs.nics")
+    _check(sysfs.get("pci"), dict, "sysfs.pci")
+    for k, nic in enumerate(sysfs["nics"]):
+        _check_fields(nic, NIC_FIELDS, f"sysfs.nics[{k}]", required=tuple(NIC_FIELDS))
+    for address, place in sysfs["pci"].items():
+        _check_fields(place, PCI_FIELDS, f"sysfs.pci[{address!r}]", required=tuple(PCI_FIELDS))
+
+
 # --- interpretation -------------------------------------------------------------------------------------
 
 
@@ -262,6 +319,7 @@ class _Interpreter:
 def topology_from_recording(recording: dict[str, Any], source: str = "") -> Topology:
     """The topology a recording describes; a damaged recording is a TopoplanError naming what is wrong."""
     try:
+        check_shape(recording)
         reader = _Interpreter(recording)
         gpus = reader.gpus()
         nics = reader.nics()
