@@ -113,6 +113,31 @@ def test_json_p2p_statuses_attached():
     assert "p2p-not-ok" not in {w["code"] for w in data["warnings"]}
 
 
+# --- pictures of real machines -------------------------------------------------------------------
+def _dot(prefix: str) -> str:
+    result = runner.invoke(app, ["inspect", "--file", str(fixture(prefix)), "--format", "dot"])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_dot_nvswitch_box_draws_one_hub_and_nics_beside_their_gpus():
+    dot = _dot("00")  # DGX A100: NV12 between every pair, NICs in pairs on PCIe switches
+    assert '"NVL0" [label="NVLink all-to-all\\nNV12 240 GB/s per pair", shape=hexagon' in dot
+    assert sum(f'"GPU{i}" -- "NVL0" [color="#76b900", penwidth=7];' in dot for i in range(8)) == 8
+    assert '"GPU0" -- "GPU1"' not in dot  # no 28-edge clique
+    assert '"GPU0" -- "NIC0" [label="PXB 12 GB/s"' in dot and '"GPU0" -- "NIC2"' not in dot
+    assert 'subgraph cluster_numa3 {' in dot and 'label="NUMA node 3\\nCPUs 48-63,176-191"' in dot
+    assert dot.count(" -- ") == 8 + 8 * 2  # hub edges, each NIC0-7 to its two GPUs; NIC8/NIC9 are SYS to all
+    assert '"NIC8" [label="NIC8\\nmlx5_8\\nSYS to every GPU"' in dot
+
+
+def test_dot_bridged_pairs_are_plain_edges():
+    dot = _dot("17")  # H100 NVL: NV12 pairs; NODE inside a socket is not drawn once NVLink is there
+    assert [line.split(" [")[0].strip() for line in dot.splitlines() if '" -- "GPU' in line] == [
+        '"GPU0" -- "GPU1"', '"GPU2" -- "GPU3"', '"GPU4" -- "GPU5"', '"GPU6" -- "GPU7"']
+    assert "NVL0" not in dot
+
+
 # --- warnings on real machines --------------------------------------------------------------------
 def test_warning_single_nic_across_sys():
     warning = warnings_by_code(fixture("22"))["nic-across-sys"]
