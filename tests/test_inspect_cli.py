@@ -139,6 +139,19 @@ def test_dot_bridged_pairs_are_plain_edges():
 
 
 # --- warnings on real machines --------------------------------------------------------------------
+def test_warning_p2p_not_ok_from_a_p2p_file(tmp_path: Path):
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+                    "GPU0\t X \tPIX\tSYS\t0-7\t0\nGPU1\tPIX\t X \tSYS\t0-7\t0\nGPU2\tSYS\tSYS\t X \t8-15\t1\n")
+    p2p = tmp_path / "p2p.txt"
+    p2p.write_text("nvidia-smi topo -p2p r\n \tGPU0\tGPU1\tGPU2\n GPU0\tX\tOK\tCNS\n GPU1\tOK\tX\tOK\n"
+                   " GPU2\tCNS\tOK\tX\n")
+    data = inspect_json(topo, "--p2p", str(p2p))
+    assert [w["code"] for w in data["warnings"]] == ["p2p-not-ok"]
+    assert data["warnings"][0]["message"].endswith("GPU0-GPU2: read CNS (chipset not supported)")
+    assert data["warnings"][0]["devices"] == ["GPU0", "GPU2"]
+
+
 def test_warning_single_nic_across_sys():
     warning = warnings_by_code(fixture("22"))["nic-across-sys"]
     assert warning["devices"] == [f"GPU{i}" for i in range(8)]  # L40S: the one NIC is SYS to every GPU
