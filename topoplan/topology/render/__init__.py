@@ -24,11 +24,9 @@ def _text(topo: Topology, fmt: str) -> str:
     from topoplan.topology.diagnose import diagnose
 
     if fmt == "json":
-        import json
+        from topoplan.topology.export import dumps, topology_dict
 
-        from topoplan.topology.export import topology_dict
-
-        return json.dumps(topology_dict(topo, diagnose(topo)), indent=2) + "\n"
+        return dumps(topology_dict(topo, diagnose(topo)))
     if fmt == "dot":
         from topoplan.topology.render.dot import render_dot
 
