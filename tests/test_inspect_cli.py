@@ -193,6 +193,16 @@ def test_table_to_file_is_plain_text(tmp_path: Path):
     assert "\x1b[" not in text and "nvlink-split" in text and "0-63,128-191" in text  # CPU list as ranges
 
 
+def test_table_of_18_nics_fits_a_100_column_terminal():
+    result = runner.invoke(app, ["inspect", "--file", str(fixture("26"))], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "…" not in result.stdout  # nothing cropped
+    assert any("NIC5" in l and "mlx5_5" in l and "PXB: GPU0, GPU1  SYS: GPU2, GPU3, GPU4" in l for l in lines)
+    assert any("NIC13" in l and "SYS: GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7" in l for l in lines)
+
+
 def test_stdin_and_json_alias():
     result = runner.invoke(app, ["inspect", "--file", "-", "--format", "dot", "--json"],
                            input=fixture("11").read_text())
