@@ -128,7 +128,8 @@ def test_dot_nvswitch_box_draws_one_hub_and_nics_beside_their_gpus():
     assert '"NVL0" [label="NVLink all-to-all\\nNV12 240 GB/s per pair", shape=hexagon' in dot
     assert sum(f'"GPU{i}" -- "NVL0" [color="#76b900", penwidth=7];' in dot for i in range(8)) == 8
     assert '"GPU0" -- "GPU1"' not in dot  # no 28-edge clique
-    assert '"GPU0" -- "NIC0" [label="PXB 12 GB/s"' in dot and '"GPU0" -- "NIC2"' not in dot
+    # PCIe Gen4 (24 GB/s): the generation is inferred from the NV12 mesh (A100 SXM class)
+    assert '"GPU0" -- "NIC0" [label="PXB 24 GB/s"' in dot and '"GPU0" -- "NIC2"' not in dot
     assert 'subgraph cluster_numa3 {' in dot and 'label="NUMA node 3\\nCPUs 48-63,176-191"' in dot
     assert dot.count(" -- ") == 8 + 8 * 2  # hub edges, each NIC0-7 to its two GPUs; NIC8/NIC9 are SYS to all
     assert '"NIC8" [label="NIC8\\nmlx5_8\\nSYS to every GPU"' in dot
