@@ -162,10 +162,8 @@ class CostModel:
         return t
 
     def _handoff_ms(self, a: Sequence[Slot], b: Sequence[Slot], tokens: float) -> float:
-        """Activations of `tokens` tokens from one stage to the next, split over the TP partner pairs."""
-        share = tokens * self.model.hidden * self.work.bytes / len(a)
-        flows = sum(1 for x, y in zip(a, b) if x[0] != y[0])
-        return max(self.pricer.p2p_us(x, y, share, flows if x[0] != y[0] else 1) for x, y in zip(a, b)) / 1e3
+        """Activations of `tokens` tokens from one stage to the next."""
+        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
 
     def _pipeline_ms(self, rings: list[Sequence[Slot]], models: list[StageModel], batch: float,
                      context: float) -> tuple[float, list[float]]:
@@ -220,8 +218,7 @@ class CostModel:
                         for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{2 * self.model.layers} all-reduces/token cost {ar_ms:.2f} ms")
-            if hop.link_class == "nvlink" and all(
-                    self.pricer.topology.is_full_mesh([g for _, g in r]) for r in rings if len({n for n, _ in r}) == 1):
+            if all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
         if layout.pp > 1:
