@@ -6,7 +6,7 @@ Kept out of cli.py so the command stays options-and-render, and so tests can dri
 from __future__ import annotations
 
 from topoplan.errors import TopoplanError
-from topoplan.hardware import find_gpu, lookup_gpu
+from topoplan.hardware import find_gpu, infer_gpu_family, lookup_gpu
 from topoplan.models import DTYPE_BYTES, find_model
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import Workload
@@ -32,8 +32,9 @@ def device_for(topology: Topology, gpu: str | None, nic_gbps: float | None) -> t
     """The GPU spec (--gpu, else the name NVML reported) and the topology re-estimated for its generation."""
     spec = find_gpu(gpu) if gpu else (lookup_gpu(topology.gpu_name) if topology.gpu_name else None)
     if spec is None:
-        raise TopoplanError("which GPU is this? `topo -m` text names none: pass --gpu NAME (e.g. a100-80gb, h100)",
-                            source=topology.source or None)
+        guess = infer_gpu_family(topology)
+        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
+        raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
     if nic_gbps is not None and nic_gbps <= 0:
         raise TopoplanError(f"--nic-gbps must be above 0, got {nic_gbps}")
     if topology.arch != spec.arch:
