@@ -43,9 +43,17 @@ def test_json_contract_and_ranking():
     assert not any(e["fits"] for e in layouts if e["tp"] * e["pp"] == 1)  # 141 GB of weights on one GPU
 
 
-def test_price_one_layout_and_throughput_objective():
+def test_throughput_objective_ranks_by_tokens_per_gpu():
+    run = topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--batch", "32", "--json",
+                   "--top", "0", "--objective", "throughput")
+    fitting = [e for e in json.loads(run.stdout)["layouts"] if e["fits"]]
+    per_gpu = [e["tokens_per_s_per_gpu"] for e in fitting]
+    assert per_gpu == sorted(per_gpu, reverse=True) and len(per_gpu) > 5
+
+
+def test_price_one_layout():
     run = topoplan("plan", "-m", "8b", "--topo", DGX1, "--gpu", "v100-sxm2-16gb", "--tp", "4", "--pp", "1",
-                   "--dp", "2", "--json", "--dtype", "fp16", "--objective", "throughput")
+                   "--dp", "2", "--json", "--dtype", "fp16")
     assert run.returncode == 0, run.stderr
     (entry,) = json.loads(run.stdout)["layouts"]
     groups = [entry["placement"][i:i + 4] for i in (0, 4)]

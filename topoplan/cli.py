@@ -11,6 +11,7 @@ import sys
 import typer
 
 from topoplan.errors import TopoplanError
+from topoplan.models import ALIAS_HELP
 
 app = typer.Typer(
     name="topoplan",
@@ -42,8 +43,8 @@ def main() -> None:
 
 @app.command("plan")
 def plan_command(
-    model: str = typer.Option(..., "--model", "-m", help="Catalog name, alias (70b -> Llama-3.1-70B, 405b, 8b, "
-                              "mixtral, 72b, dsv3, tiny, ...) or a path to a HF config.json."),
+    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}) or a path to a HF "
+                              "config.json."),
     topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
                              "through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
