@@ -94,8 +94,11 @@ def test_json_dgx_a100():
     assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == ("SYS", "sys", 0, 10.0)
     assert len(data["links"]) == 28 + 8 * 10  # no NIC rows were published, so no NIC-NIC pairs
     assert data["warnings"] == []
-    assert data["arch"] is None
-    assert len(data["notes"]) >= 1  # the parser says what it recovered (the header lost its corner cell)
+    # a paste names no GPU: the generation is inferred from NV12 on every pair of 8 (A100 SXM), and said so
+    assert (data["arch"], data["gpu_name"]) == ("sm80", None)
+    assert any(n.startswith("GPU generation inferred from the link pattern (NV12, full-mesh, 8 GPUs)")
+               for n in data["notes"])
+    assert len(data["notes"]) >= 2  # the parser says what it recovered (the header lost its corner cell)
 
 
 def test_json_old_driver_soc_and_smt_cpu_list():
@@ -269,7 +272,7 @@ def _fake_nvidia_smi(tmp_path: Path, script: str) -> dict:
 
 def test_live_source_runs_nvidia_smi_topo_m(tmp_path: Path):
     env = _fake_nvidia_smi(tmp_path, f'[ "$*" = "topo -m" ] || exit 9\ncat "{fixture("30")}"\n')
-    result = run_cli("inspect", "--json", env=env)
+    result = run_cli("inspect", "--source", "smi", "--json", env=env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["source"] == "nvidia-smi topo -m"
@@ -279,11 +282,12 @@ def test_live_source_runs_nvidia_smi_topo_m(tmp_path: Path):
 def test_live_source_failing_or_missing_suggests_file(tmp_path: Path):
     env = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed because it couldn''t communicate with the NVIDIA "
                                      "driver.' >&2\nexit 9\n")
-    failed = run_cli("inspect", env=env)
+    failed = run_cli("inspect", "--source", "smi", env=env)
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1
     assert "`nvidia-smi topo -m` failed (exit 9): NVIDIA-SMI has failed" in failed.stderr
     assert "--file topo.txt" in failed.stderr
-    missing = run_cli("inspect", env={**os.environ, "PATH": _path_without("nvidia-smi", tmp_path=tmp_path / "x")})
+    missing = run_cli("inspect", "--source", "smi",
+                      env={**os.environ, "PATH": _path_without("nvidia-smi", tmp_path=tmp_path / "x")})
     assert missing.returncode == 2
     assert missing.stderr.startswith("topoplan: error: nvidia-smi is not installed") and "--file" in missing.stderr
 

@@ -150,9 +150,19 @@ def _memory_numa(topo: Topology) -> list[Warning]:
     )]
 
 
-CHECKS = (_nic_across_sys, _p2p_not_ok, _nvlink_shape, _no_cpu_affinity, _memory_numa)
+def _gpu_errors(topo: Topology) -> list[Warning]:
+    return [Warning(
+        "gpu-error",
+        f"{g.id}: {g.error}",
+        "check `nvidia-smi -q` and the kernel log (dmesg: Xid errors); a GPU that fell off the bus needs a reset "
+        "or a reboot; keep it out of CUDA_VISIBLE_DEVICES until then",
+        (g.id,),
+    ) for g in topo.gpus if g.error]
+
+
+CHECKS = (_gpu_errors, _nic_across_sys, _p2p_not_ok, _nvlink_shape, _no_cpu_affinity, _memory_numa)
 
 
 def diagnose(topo: Topology) -> list[Warning]:
-    """Every warning for this topology, in a fixed order (NICs, P2P, NVLink, CPU affinity, NUMA)."""
+    """Every warning for this topology, in a fixed order (broken GPUs, NICs, P2P, NVLink, CPU affinity, NUMA)."""
     return [warning for check in CHECKS for warning in check(topo)]

@@ -34,6 +34,10 @@ def topology_dict(topo: Topology, warnings: list[Warning] | None = None) -> dict
             "pci_bus_id": g.pci_bus_id,
             "uuid": g.uuid,
             "memory_bytes": g.memory_bytes,
+            "cuda_index_pci_bus": g.cuda_index_pci_bus,
+            "cuda_index_default": g.cuda_index_default,
+            "visible": g.visible,
+            "error": g.error,
             "nearest_nics": [n.id for n in topo.nearest_nics(g.id)],
             "nvlink_island": island_of.get(g.id),
         }

@@ -78,8 +78,15 @@ ARCH_LINKS: dict[str, ArchLinks] = {
         ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
         ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
         ArchLinks("sm100", 40.1, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
+        ArchLinks("sm120", 0.0, 48.0, "GB20x (RTX 5090, RTX PRO 6000 Blackwell) has no NVLink; PCIe Gen5"),
     )
 }
+# NVLink version as NVML reports it (nvmlDeviceGetNvLinkVersion, values of nvmlNvlinkVersion_t in nvidia-ml-py:
+# 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0) -> the generation whose figures apply. Used only
+# when the GPU's compute capability has no entry above (a newer part): the version is a weaker witness, some
+# drivers have been seen reporting 5.0 on Hopper.
+NVLINK_VERSION_ARCH = {1: "sm60", 2: "sm70", 3: "sm70", 4: "sm80", 5: "sm86", 6: "sm90", 7: "sm100"}
+
 # When the GPU generation is unknown (a `topo -m` paste without --gpu, and no family could be inferred):
 # NCCL's own defaults, PCI_BW = 12 (Gen3 x16) and 20 GB/s per NVLink.
 UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16); SM80_NVLINK_BW, its fallback")
