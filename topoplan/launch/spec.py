@@ -128,9 +128,12 @@ def _resolve_hosts(hosts: Sequence[str] | None, nodes: int) -> tuple[tuple[str |
     if hosts is None:
         return (None,) * nodes, ("127.0.0.1" if nodes == 1 else None)
     hosts = tuple(hosts)
-    if len(hosts) < nodes or any(not h for h in hosts):
+    for host in hosts:
+        if not host or any(ord(ch) < 32 or ord(ch) == 127 for ch in host):
+            raise TopoplanError(f"host name {host!r}: expected a non-empty name without control characters")
+    if len(hosts) < nodes:
         raise TopoplanError(f"host list {','.join(hosts)!r} names {len(hosts)} host(s), but the plan uses {nodes} "
-                            "node(s): give one non-empty host name per node")
+                            "node(s): give one host name per node")
     return hosts[:nodes], hosts[0]
 
 
