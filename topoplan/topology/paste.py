@@ -42,7 +42,10 @@ def clean_lines(text: str) -> list[Line]:
     """Split a paste into lines with escapes, BOMs and non-breaking spaces removed and tabs expanded."""
     lines = []
     # Split on line ends only (str.splitlines also splits on form feeds and the like, shifting numbers).
-    for number, raw in enumerate(_LINE_END.split(text.lstrip("\ufeff")), start=1):
+    pieces = _LINE_END.split(text.lstrip("\ufeff"))
+    if pieces[-1] == "":  # the line end of the last line starts no new line
+        pieces.pop()
+    for number, raw in enumerate(pieces, start=1):
         raw = _ANSI.sub("", raw).replace("\u00a0", " ")
         lead = len(raw) - len(raw.lstrip(" \t"))
         indent = len(raw[:lead].expandtabs(TAB))

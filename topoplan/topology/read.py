@@ -6,6 +6,7 @@ message instead of a confusing parse error. Format detection lives in `detect_fo
 
 from __future__ import annotations
 
+import json
 import sys
 
 from topoplan.errors import TopoplanError
@@ -33,7 +34,13 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
 
 def detect_format(text: str) -> str:
     """What kind of topology text this is: "smi-text" (`nvidia-smi topo -m`), or "JSON"."""
-    return "JSON" if text.lstrip().startswith(("{", "[")) else "smi-text"
+    if text.lstrip()[:1] in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
+        try:
+            json.loads(text)
+            return "JSON"
+        except ValueError:
+            pass
+    return "smi-text"
 
 
 def attach_p2p(topology: Topology, p2p: P2pMatrices) -> Topology:

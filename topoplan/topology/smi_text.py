@@ -16,6 +16,7 @@ naming the file, the line and what was expected.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
@@ -64,19 +65,14 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     notes = _Notes()
     header_at = _find_header(lines, source)
     header = _parse_header(lines[header_at], source)
-    rows = _read_rows(lines, header_at, header, source, notes)
-    after = max(line.number for line in rows.values())  # index of the first line after the matrix
-    _refuse_trailing_matrix(lines[after:], header, source)
-    if header.line.indent <= rows["GPU0"].indent:
-        notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
-                  f"starts where the row labels do); column names were matched to cells by order")
-
     ids = {label: (f"GPU{i}" if i < header.n_gpus else f"NIC{i - header.n_gpus}")
            for i, label in enumerate(header.devices)}
     codes: dict[tuple[str, str], str] = {}
     seen: dict[tuple[str, str], tuple[str, Line]] = {}
     gpus: list[Gpu] = []
-    for label, line in rows.items():
+    rows: dict[str, Line] = {}
+    for label, line in _read_rows(lines, header_at, header, source, notes):  # checked in line order
+        rows[label] = line
         cells, trailing = _split_row(line, header, label, source, notes)
         for column, cell in zip(header.devices, cells):
             _check_cell(label, column, cell, line, source)
@@ -98,6 +94,11 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
                                 f"({quote(' '.join(t for t in trailing if t))}); expected none in a NIC row",
                                 source=source, line=line.number)
 
+    after = max(line.number for line in rows.values())  # index of the first line after the matrix
+    _refuse_trailing_matrix(lines[after:], header, source)
+    if header.line.indent <= rows["GPU0"].indent:
+        notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
+                  f"starts where the row labels do); column names were matched to cells by order")
     nic_labels = header.devices[header.n_gpus:]
     if nic_labels and not any(label in rows for label in nic_labels):
         notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
@@ -166,9 +167,9 @@ _TRAILING_WORDS_INDEX = {name: i for i, (name, _) in enumerate(_TRAILING_WORDS)}
 
 
 # --- rows --------------------------------------------------------------------------------------------
-def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, notes: _Notes) -> dict[str, Line]:
-    """The matrix rows by label: every GPU row, then every NIC row or none (some pastes drop them)."""
-    rows: dict[str, Line] = {}
+def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str,
+               notes: _Notes) -> Iterator[tuple[str, Line]]:
+    """The matrix rows with their labels: every GPU row, then every NIC row or none (some pastes drop them)."""
     i = header_at + 1
     for k, label in enumerate(header.devices):
         j = i
@@ -176,9 +177,9 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, 
             j += 1
         found = lines[j] if j < len(lines) else None
         if found is not None and found.words[0] == label:
-            if j > i and rows:
+            if j > i and k > 0:
                 notes.add(f"line {lines[i].number}: blank line between matrix rows ignored")
-            rows[label] = found
+            yield label, found
             i = j + 1
             continue
         if k == header.n_gpus:  # the GPU rows are complete and no NIC rows follow
@@ -189,7 +190,6 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str, 
                                 f"the paste looks truncated", source=source, line=last)
         raise TopoplanError(f"expected row {label} (the header names {len(header.devices)} devices), "
                             f"found {quote(found.text)}", source=source, line=found.number)
-    return rows
 
 
 def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Notes) -> tuple[list[str], list[str]]:
