@@ -77,6 +77,7 @@ ARCH_LINKS: dict[str, ArchLinks] = {
         ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
         ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
         ArchLinks("sm100", 40.0, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
+        ArchLinks("sm120", 0.0, 48.0, "GB20x (RTX 5090, RTX PRO 6000 Blackwell) has no NVLink; PCIe Gen5"),
     )
 }
 # When the GPU generation is unknown (a `topo -m` paste without --gpu, and no family could be inferred):

@@ -1,0 +1,97 @@
+"""Alpha-beta prices of the collectives a layout runs, over the GPUs it actually placed them on.
+
+All-reduce (ring, as NCCL runs it for these sizes): 2(n-1) steps, each moving S/n bytes over every hop
+at once, so the slowest hop sets the bandwidth and the step latency grows with the ring:
+    t = base + 2(n-1) * alpha_step + 2(n-1)/n * S / bw_bottleneck
+Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
+A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
+rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from topoplan.plan.calibration import NET, Calibration
+from topoplan.topology.model import Topology
+
+Slot = tuple[int, str]  # (node, GPU id)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One link a collective crosses, as priced."""
+
+    code: str  # "NV12", "PIX", ..., "SYS", or "NET" between nodes
+    link_class: str  # calibration key: nvlink, pix, ..., sys, net
+    bandwidth_gbps: float  # effective bus bandwidth, GB/s
+    alpha_us: float
+
+    def describe(self) -> str:
+        return f"{self.code} {self.bandwidth_gbps:.0f} GB/s"
+
+
+class LinkPricer:
+    """Prices hops and collectives on one topology (all nodes identical) under one calibration."""
+
+    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float):
+        self.topology = topology
+        self.calibration = calibration
+        self.nic_gbps = nic_gbps
+        self._hops: dict[tuple[str, str], Hop] = {}
+
+    def _intra(self, a: str, b: str) -> Hop:
+        key = (a, b) if a <= b else (b, a)
+        hop = self._hops.get(key)
+        if hop is None:
+            link = self.topology.link(a, b)
+            cal = self.calibration.link(link.kind.value)
+            bw = cal.bandwidth_gbps or link.bandwidth_gbps * self.calibration.bus_efficiency
+            hop = self._hops[key] = Hop(link.code, link.kind.value, bw, cal.alpha_us)
+        return hop
+
+    def rails(self, gpus: Sequence[str]) -> int:
+        """NICs a group's GPUs on one node can use: distinct nearest NICs, or one per GPU if none are known."""
+        if not self.topology.nics:
+            return len(gpus)
+        return len({nic.id for g in gpus for nic in self.topology.nearest_nics(g)[:1]})
+
+    def net(self, rails: int) -> Hop:
+        cal = self.calibration.link(NET)
+        per_nic = cal.bandwidth_gbps or self.nic_gbps * self.calibration.bus_efficiency
+        return Hop("NET", NET, per_nic * max(rails, 1), cal.alpha_us)
+
+    def hop(self, a: Slot, b: Slot, rails: int = 1) -> Hop:
+        return self._intra(a[1], b[1]) if a[0] == b[0] else self.net(rails)
+
+    def ring_hops(self, ring: Sequence[Slot]) -> list[Hop]:
+        """The hops of the ring ring[0] -> ring[1] -> ... -> ring[0]."""
+        if len(ring) < 2:
+            return []
+        if len({slot[0] for slot in ring}) == 1:
+            return [self._intra(ring[i][1], ring[(i + 1) % len(ring)][1]) for i in range(len(ring))]
+        per_node: dict[int, list[str]] = {}
+        for node, gpu in ring:
+            per_node.setdefault(node, []).append(gpu)
+        rails = min(self.rails(gpus) for gpus in per_node.values())
+        return [self.hop(ring[i], ring[(i + 1) % len(ring)], rails) for i in range(len(ring))]
+
+    def allreduce_us(self, ring: Sequence[Slot], nbytes: float) -> float:
+        n = len(ring)
+        if n < 2:
+            return 0.0
+        hops = self.ring_hops(ring)
+        bottleneck = min(h.bandwidth_gbps for h in hops)
+        alpha = max(h.alpha_us for h in hops)
+        return (self.calibration.collective_base_us + 2 * (n - 1) * alpha
+                + 2 * (n - 1) / n * nbytes / (bottleneck * 1e3))
+
+    def p2p_us(self, src: Slot, dst: Slot, nbytes: float, flows: int = 1) -> float:
+        """Send `nbytes` from src to dst while `flows` such sends share the path (a NIC, say)."""
+        hop = self.hop(src, dst)
+        return self.calibration.collective_base_us + hop.alpha_us + nbytes * flows / (hop.bandwidth_gbps * 1e3)
+
+    def bottleneck(self, ring: Sequence[Slot]) -> Hop | None:
+        hops = self.ring_hops(ring)
+        return min(hops, key=lambda h: (h.bandwidth_gbps, h.code)) if hops else None

@@ -1,0 +1,252 @@
+"""The cost model: memory per GPU, prefill time (TTFT), decode time per token (TPOT), throughput.
+
+Each formula is in docs/planner.md with its source. Per pipeline stage:
+    memory  = weights/tp + batch x (prompt + generated) x KV bytes per token of its layers (per TP rank)
+    prefill = max(FLOPs / (peak x flop_eff), weight bytes / (HBM x mem_eff)) + layers x overhead
+              + 2 all-reduces per layer of batch x prompt x hidden x bytes
+    decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
+              + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
+A request crosses all stages in series plus p-1 hand-offs; with p stages, p micro-batches keep every
+stage busy, and DP replicas multiply throughput.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from topoplan.layout import Layout, RankCoords, rank_of
+from topoplan.models import DTYPE_BYTES, ModelSpec
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.collectives import LinkPricer, Slot
+from topoplan.plan.device import DeviceSpec
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is asked of the deployment: per-replica batch and sequence lengths."""
+
+    batch: int = 1
+    prompt_len: int = 512
+    gen_len: int = 128
+    dtype: str = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass
+class LayoutCost:
+    """The priced layout; times in ms, memory in bytes."""
+
+    layout: Layout
+    fits: bool
+    memory_per_gpu: float
+    usable_memory: float
+    max_batch: int
+    prefill_ms: float
+    decode_ms_per_token: float
+    tokens_per_s: float  # all replicas together, decode phase
+    gpus: int
+    request_ms: float  # one request end to end: prefill, then every generated token
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+
+def split_layers(layers: int, stages: int) -> list[int]:
+    """Layers per stage, as even as possible; the extra layers go to middle stages first, since the first
+    and last stages also hold the embedding and the LM head."""
+    counts = [layers // stages] * stages
+    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
+    for i in order[: layers % stages]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: its layer range and whether it holds the embedding / LM head."""
+
+    start: int
+    end: int
+    first: bool
+    last: bool
+
+    @property
+    def layers(self) -> int:
+        return self.end - self.start
+
+
+def stages_of(model: ModelSpec, pp: int) -> list[Stage]:
+    stages, start = [], 0
+    for i, count in enumerate(split_layers(model.layers, pp)):
+        stages.append(Stage(start, start + count, i == 0, i == pp - 1))
+        start += count
+    return stages
+
+
+class StageModel:
+    """Bytes and FLOPs of one stage on one TP rank."""
+
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int):
+        self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
+        dense_end = model.dense_layers if model.is_moe else model.layers
+        self.dense = max(0, min(stage.end, dense_end) - stage.start)
+        self.moe = stage.layers - self.dense
+        self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
+
+    def weight_bytes(self) -> float:
+        """Weights stored on one TP rank of this stage."""
+        m = self.m
+        params = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
+        params += (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
+        return params * self.b / self.tp
+
+    def _matmul_params(self, tokens: float) -> float:
+        """Weights the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
+        m = self.m
+        moe = m.moe_layer_active_params(m.experts_touched(tokens)) if self.moe else 0.0
+        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe + (m.head_params if self.s.last else 0)
+
+    def _active_params(self) -> float:
+        """Weights one token multiplies by (MoE: its k experts)."""
+        m = self.m
+        moe = m.moe_layer_active_params(m.experts_per_token) if self.moe else 0.0
+        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe
+
+    def kv_bytes_per_token(self) -> float:
+        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
+
+    def attention_flops(self, queries: float, context: float) -> float:
+        """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
+        return 2.0 * self.s.layers * self.m.heads * (self.m.qk_dim + self.m.v_dim) * queries * context
+
+    def prefill(self, batch: int, prompt: int) -> tuple[float, float]:
+        """(FLOPs, bytes) on one TP rank to prefill `batch` prompts (causal attention: s(s+1)/2 pairs)."""
+        tokens = batch * prompt
+        flops = 2.0 * self._active_params() * tokens + self.attention_flops(batch, prompt * (prompt + 1) / 2)
+        if self.s.last:
+            flops += 2.0 * self.m.head_params * batch  # logits for the last position only
+        return flops / self.tp, self._matmul_params(tokens) * self.b / self.tp
+
+    def decode(self, batch: int, context: float) -> tuple[float, float]:
+        """(FLOPs, bytes) on one TP rank for one decode step of `batch` sequences at `context` tokens."""
+        flops = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
+        flops += self.attention_flops(batch, context)
+        read = self._matmul_params(batch) * self.b / self.tp + batch * context * self.kv_bytes_per_token()
+        return flops / self.tp, read
+
+
+class CostModel:
+    """Prices layouts of one model on one device type under one calibration."""
+
+    def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
+                 pricer: LinkPricer):
+        self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
+        self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
+        self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
+
+    def _roofline_ms(self, flops: float, nbytes: float) -> tuple[float, bool]:
+        compute, memory = flops / self.peak_flops, nbytes / self.mem_bw
+        return max(compute, memory) * 1e3, compute >= memory
+
+    def _stage_ms(self, sm: StageModel, ring: Sequence[Slot], tokens: float, flops: float, nbytes: float) -> float:
+        t, _ = self._roofline_ms(flops, nbytes)
+        t += sm.s.layers * self.cal.layer_overhead_us / 1e3
+        t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * self.work.bytes) / 1e3
+        return t
+
+    def _handoff_ms(self, a: Sequence[Slot], b: Sequence[Slot], tokens: float) -> float:
+        """Activations of `tokens` tokens from one stage to the next, split over the TP partner pairs."""
+        share = tokens * self.model.hidden * self.work.bytes / len(a)
+        flows = sum(1 for x, y in zip(a, b) if x[0] != y[0])
+        return max(self.pricer.p2p_us(x, y, share, flows if x[0] != y[0] else 1) for x, y in zip(a, b)) / 1e3
+
+    def _pipeline_ms(self, rings: list[Sequence[Slot]], models: list[StageModel], batch: float,
+                     context: float) -> tuple[float, list[float]]:
+        """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
+        stage_ms = [self._stage_ms(sm, ring, batch, *sm.decode(max(batch, 1e-9), context))
+                    for sm, ring in zip(models, rings)]
+        handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
+        return sum(stage_ms) + handoffs, stage_ms
+
+    def price(self, layout: Layout, replicas: list[list[Sequence[Slot]]]) -> LayoutCost:
+        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
+        w, m = self.work, self.model
+        stages = stages_of(m, layout.pp)
+        models = [StageModel(m, s, layout.tp, w.bytes) for s in stages]
+        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
+        seq = w.prompt_len + w.gen_len
+        memory = max(sm.weight_bytes() + w.batch * seq * sm.kv_bytes_per_token() for sm in models)
+        max_batch = min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token()))
+                        for sm in models)
+        context = w.prompt_len + w.gen_len / 2
+        worst = None
+        for rings in replicas:
+            prefill = sum(self._stage_ms(sm, ring, w.batch * w.prompt_len, *sm.prefill(w.batch, w.prompt_len))
+                          for sm, ring in zip(models, rings))
+            prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+            decode, _ = self._pipeline_ms(rings, models, w.batch, context)
+            micro = min(layout.pp, w.batch)
+            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro, context)
+            step = max(through, micro * max(stage_ms))
+            if worst is None or decode > worst[1]:
+                worst = (prefill, decode, step, rings)
+        prefill, decode, step, rings = worst
+        cost = LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
+                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode)
+        cost.reasons = self.reasons(layout, cost, rings, models, context)
+        return cost
+
+    def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Sequence[Slot]], models: list[StageModel],
+                context: float) -> list[str]:
+        """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
+        gb = 1e9
+        out = []
+        if not cost.fits:
+            out.append(f"does not fit: needs {cost.memory_per_gpu / gb:.1f} GB/GPU, {cost.usable_memory / gb:.1f} "
+                       f"usable (max batch {cost.max_batch})")
+        if layout.tp > 1:
+            hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+            where = "spans nodes" if hop.link_class == "net" else (
+                "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
+            ar_ms = sum(2 * sm.s.layers * self.pricer.allreduce_us(r, self.work.batch * self.model.hidden
+                                                                    * self.work.bytes) / 1e3
+                        for sm, r in zip(models, rings))
+            out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
+                       f"{2 * self.model.layers} all-reduces/token cost {ar_ms:.2f} ms")
+            if hop.link_class == "nvlink" and all(
+                    self.pricer.topology.is_full_mesh([g for _, g in r]) for r in rings if len({n for n, _ in r}) == 1):
+                out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
+                           "cut the all-reduce latency priced here as an NCCL ring")
+        if layout.pp > 1:
+            boundary = min((self.pricer.hop(a[0], b[0]) for a, b in zip(rings, rings[1:])),
+                           key=lambda h: h.bandwidth_gbps)
+            split = "/".join(str(sm.s.layers) for sm in models)
+            out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
+        flops, nbytes = zip(*(sm.decode(self.work.batch, context) for sm in models))
+        _, compute_bound = self._roofline_ms(max(flops), max(nbytes))
+        out.append(f"decode is {'compute' if compute_bound else 'memory'}-bound: "
+                   f"{max(nbytes) / gb:.2f} GB read per GPU per step")
+        if layout.dp > 1:
+            out.append(f"DP{layout.dp} replicas multiply throughput")
+        return out
+
+
+def replica_rings(layout: Layout, order: Sequence[str], nodes: int) -> list[list[list[Slot]]]:
+    """TP group rings (stage by stage) of the distinct replicas: all nodes are identical, so only the
+    replicas that start on node 0 need pricing."""
+    k = len(order)
+    per_replica = layout.tp * layout.pp
+    count = max(1, min(layout.dp, k // per_replica))
+
+    def slot(rank: int) -> Slot:
+        return rank // k, order[rank % k]
+
+    return [[[slot(rank_of(layout, RankCoords(t, p, d))) for t in range(layout.tp)] for p in range(layout.pp)]
+            for d in range(count)]
