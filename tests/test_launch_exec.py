@@ -60,12 +60,12 @@ def make_spec(tmp_path: Path, layout: Layout, nodes: int = 1, hosts=None):
     spec = build_spec(topo, layout, block_placements(layout, [g.id for g in topo.gpus], nodes), nodes=nodes,
                       hosts=hosts, command=[sys.executable, str(WORKER), str(spec_file), str(out)],
                       master_port=free_port(), facts=FACTS)
-    spec_file.write_text(render(spec, "json", gpus_per_node=len(topo.gpus)))
+    spec_file.write_text(render(spec, "json"))
     return spec, out
 
 
 def check_results(spec, out: Path) -> None:
-    planned = json.loads(render(spec, "json", gpus_per_node=1))["ranks"]
+    planned = json.loads(render(spec, "json"))["ranks"]
     seen = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(spec.world)}
     for r, got in seen.items():
         assert got["failures"] == [], (r, got)
@@ -86,7 +86,7 @@ def run(script: str, tmp_path: Path, timeout: float = 240, **kw) -> subprocess.C
 @needs_numactl
 def test_shell_lines_start_and_pass_checks(tmp_path):
     spec, out = make_spec(tmp_path, Layout(tp=2))
-    done = run(render(spec, "shell", gpus_per_node=2), tmp_path)
+    done = run(render(spec, "shell"), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     check_results(spec, out)
     assert {json.loads((out / f"rank{r}.json").read_text())["launcher"] for r in range(2)} == {"torchrun"}
@@ -96,7 +96,7 @@ def test_shell_lines_start_and_pass_checks(tmp_path):
 def test_torchrun_two_loopback_nodes(tmp_path):
     spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=["127.0.0.1", "127.0.0.1"])
     # the emitted text is a comment line and a torchrun line per node: start both blocks side by side
-    blocks = render(spec, "torchrun", gpus_per_node=2).split("\n# node ")[1:]
+    blocks = render(spec, "torchrun").split("\n# node ")[1:]
     assert len(blocks) == 2 and all("\ntorchrun " in b for b in blocks)
     procs = [subprocess.Popen(["bash", "-c", "# node " + block], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for block in blocks]
@@ -112,7 +112,7 @@ def test_torchrun_two_loopback_nodes(tmp_path):
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI not installed (.ci/run installs openmpi-bin)")
 def test_mpirun_line_starts_and_passes_checks(tmp_path):
     spec, out = make_spec(tmp_path, Layout(tp=2))
-    text = render(spec, "mpirun", gpus_per_node=2)
+    text = render(spec, "mpirun")
     done = run(text, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     check_results(spec, out)

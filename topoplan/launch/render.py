@@ -15,10 +15,10 @@ from topoplan.launch.spec import LaunchSpec
 FORMATS = ("torchrun", "mpirun", "srun", "sbatch", "shell", "json")
 
 
-def render(spec: LaunchSpec, fmt: str, *, gpus_per_node: int) -> str:
-    renderers: dict[str, Callable[[LaunchSpec], str]] = {
+def render(spec: LaunchSpec, fmt: str) -> str:
+    renderers: dict[str, Callable[..., str]] = {
         "torchrun": render_torchrun, "mpirun": render_mpirun, "srun": render_srun, "shell": render_shell,
-        "json": render_json, "sbatch": lambda s: render_sbatch(s, gpus_per_node),
+        "json": render_json, "sbatch": render_sbatch,
     }
     if fmt not in renderers:
         raise TopoplanError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")

@@ -69,10 +69,10 @@ def render_srun(spec: LaunchSpec) -> str:
                       "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
 
 
-def render_sbatch(spec: LaunchSpec, gpus_per_node: int, job_name: str = "topoplan") -> str:
+def render_sbatch(spec: LaunchSpec, job_name: str = "topoplan") -> str:
     per_node = len(spec.nodes[0].ranks)
     header = [f"--job-name={job_name}", f"--nodes={len(spec.nodes)}", f"--ntasks-per-node={per_node}",
-              f"--gres=gpu:{gpus_per_node}", "--exclusive"]
+              f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
     if all(n.host for n in spec.nodes):
         header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header),

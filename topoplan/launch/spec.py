@@ -83,6 +83,7 @@ class LaunchSpec:
     command: tuple[str, ...]
     master_addr: str | None  # None: decided at run time (Slurm: the allocation's first node)
     master_port: int
+    gpus_per_node: int  # GPUs of the machine (a Slurm job asks for all of them)
     notes: tuple[str, ...]
 
     @property
@@ -216,7 +217,7 @@ def build_spec(
     if not any(v.name == "NCCL_IB_HCA" for r in ranks.values() for v in r.env):
         notes.append("NCCL_IB_HCA not set: the topology names no NICs near the GPUs")
     return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
-                      master_addr, master_port, tuple(notes))
+                      master_addr, master_port, len(topology.gpus), tuple(notes))
 
 
 def require_node_blocks(spec: LaunchSpec, launcher: str) -> int:
