@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from topoplan.launch.binding import CpuFacts
 from topoplan.layout import Layout, RankPlacement, coords_of
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "topo"
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "topo"
+FACTS = CpuFacts.read_sysfs()
 EXPECTED = sorted((FIXTURES / "expected").glob("*.json"))
 DGX_A100 = FIXTURES / "expected" / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.json"
 
@@ -31,3 +35,20 @@ def block_placements(layout: Layout, gpu_ids: list[str], nodes: int = 1) -> list
         c = coords_of(layout, rank)
         out.append(RankPlacement(rank, rank // per_node, gpu_ids[rank % per_node], c.tp_rank, c.pp_rank, c.dp_rank))
     return out
+
+
+def local_topology(gpus: int, nic_name: str = "mlx5_0"):
+    """`gpus` pretend GPUs whose CPU affinity is every CPU this process may use, on this machine's node."""
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    node = next((n for n, c in FACTS.node_cpus.items() if set(cpus) <= set(c)), None)
+    devices = [Gpu(f"GPU{i}", i, cpus=cpus, numa_node=node) for i in range(gpus)]
+    codes = {(a.id, b.id): "NV4" for a in devices for b in devices if a.index < b.index}
+    codes.update({(g.id, "NIC0"): "PIX" for g in devices})
+    return build_topology(devices, [Nic("NIC0", 0, name=nic_name)], codes, source="this machine")
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, everything here is local
+    env.pop("TOPOPLAN_NODE", None)
+    return env

@@ -8,7 +8,6 @@ topology is this machine's CPUs dressed up with fake GPUs (no GPU is touched), s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -17,16 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from launch_support import block_placements
-from topoplan.launch.binding import CpuFacts
+from launch_support import FACTS, ROOT, block_placements, child_env, local_topology
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
-from topoplan.topology.model import Gpu, Nic, build_topology
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "launch_worker.py"
-FACTS = CpuFacts.read_sysfs()
 needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed (.ci/run installs it)")
 
 
@@ -34,23 +29,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def local_topology(gpus: int, nic_name: str = "mlx5_0"):
-    """`gpus` pretend GPUs whose CPU affinity is every CPU this process may use, on this machine's node."""
-    cpus = tuple(sorted(os.sched_getaffinity(0)))
-    node = next((n for n, c in FACTS.node_cpus.items() if set(cpus) <= set(c)), None)
-    devices = [Gpu(f"GPU{i}", i, cpus=cpus, numa_node=node) for i in range(gpus)]
-    codes = {(a.id, b.id): "NV4" for a in devices for b in devices if a.index < b.index}
-    codes.update({(g.id, "NIC0"): "PIX" for g in devices})
-    return build_topology(devices, [Nic("NIC0", 0, name=nic_name)], codes, source="this machine")
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, everything here is local
-    env.pop("TOPOPLAN_NODE", None)
-    return env
 
 
 def make_spec(tmp_path: Path, layout: Layout, nodes: int = 1, hosts=None):
