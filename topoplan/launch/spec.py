@@ -169,7 +169,7 @@ def build_spec(
     notes: list[str] = []
     if facts is None:
         notes.append("SMT siblings assumed from Linux numbering (two equal CPU runs = cores, then their "
-                     "siblings); run on the machine itself to read /sys instead")
+                     "siblings); on the machine itself, pass --this-machine to read /sys instead")
 
     node_specs: list[NodeSpec] = []
     ranks: dict[int, RankSpec] = {}
