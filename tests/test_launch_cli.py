@@ -69,6 +69,8 @@ def small_affinity_paste(tmp_path):
     (["--topo", DGX], "choose a layout"),
     (["--topo", DGX, "--layout", "tp=2", "--format", "pbs"], "--format 'pbs': expected one of"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "torchrun"], "needs their host names"),
+    (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "shell"], "needs their host names"),
+    (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "mpirun"], "needs their host names"),
     (["--topo", DGX, "--layout", "tp=2", "--hosts", "a,,b"], "none empty"),
     (["--topo", DGX, "--layout", "tp=2", "--port", "70000"], "not a TCP port"),
     (["--topo", DGX, "--layout", "tq=2"], "expected tp=N,pp=N,dp=N"),

@@ -95,3 +95,18 @@ def test_mpirun_line_starts_and_passes_checks(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     check_results(spec, out)
     assert {json.loads((out / f"rank{r}.json").read_text())["launcher"] for r in range(2)} == {"openmpi"}
+
+
+@needs_numactl
+def test_shell_script_on_two_loopback_nodes(tmp_path):
+    spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=["127.0.0.1", "127.0.0.1"])
+    script = tmp_path / "launch.sh"
+    script.write_text(render(spec, "shell"))
+    # the same script on both "hosts", each told its node index
+    procs = [subprocess.Popen(["bash", str(script)], cwd=ROOT, env=dict(child_env(), TOPOPLAN_NODE=str(node)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(l[-3000:] for l in logs)
+    check_results(spec, out)
+    unset = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True)
+    assert unset.returncode != 0 and "TOPOPLAN_NODE" in unset.stderr

@@ -30,7 +30,8 @@ def spec_dict(spec: LaunchSpec) -> dict:
         } for r in spec.ranks],
         "nodes": [{"node": n.index, "host": n.host, "ranks": list(n.ranks),
                    "cuda_visible_devices": n.cuda_visible_devices} for n in spec.nodes],
-        "commands": [line for line in render_shell(spec).splitlines() if line and not line.startswith("#")],
+        "commands": ([line for line in render_shell(spec).splitlines() if line and not line.startswith("#")]
+                     if spec.master_addr is not None else []),  # several nodes without --hosts: no rendezvous yet
         "notes": list(spec.notes),
     }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from topoplan.launch.dispatch import env_words
-from topoplan.launch.spec import LaunchSpec
+from topoplan.launch.spec import LaunchSpec, require_master_addr
 
 WAIT_ALL = 'status=0; for pid in $(jobs -p); do wait "$pid" || status=1; done; exit "$status"'
 
@@ -20,12 +20,13 @@ def rank_line(spec: LaunchSpec, rank: int) -> str:
 
 
 def render_shell(spec: LaunchSpec) -> str:
+    require_master_addr(spec, "a shell launch")
     out = ["#!/usr/bin/env bash",
            f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)"]
     if len(spec.nodes) == 1:
         out += [rank_line(spec, r) for r in spec.nodes[0].ranks]
     else:
-        out.append(': "${TOPOPLAN_NODE:?set TOPOPLAN_NODE to this host\'s node index (0 for node 0)}"')
+        out.append(': "${TOPOPLAN_NODE:?set TOPOPLAN_NODE to the node index of this host, 0 for node 0}"')
         for node in spec.nodes:
             out.append(f"# node {node.index}: {shlex.quote(node.host or '(host not given)')}")
             out.append(f'if [ "$TOPOPLAN_NODE" = {node.index} ]; then')
