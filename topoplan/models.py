@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ class ModelSpec:
         return self.layers - self.dense_layers if self.is_moe else 0
 
     # --- parameter counts (exact for the weights, norms included) ---------------------------------
-    @property
+    @cached_property
     def attention_params(self) -> int:
         h = self.hidden
         if self.is_mla:
@@ -75,15 +76,15 @@ class ModelSpec:
     def mlp_params(self, width: int) -> int:
         return (3 if self.gated_mlp else 2) * self.hidden * width
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         return self.mlp_params(self.expert_intermediate)
 
-    @property
+    @cached_property
     def dense_layer_params(self) -> int:
         return self.attention_params + self.mlp_params(self.intermediate) + 2 * self.hidden
 
-    @property
+    @cached_property
     def moe_layer_params(self) -> int:
         """All experts, shared experts and the router of one MoE layer, plus its attention and norms."""
         return (self.attention_params + (self.experts + self.shared_experts) * self.expert_params
@@ -98,7 +99,7 @@ class ModelSpec:
         """The LM head; counted once more even when tied, because it is read in every decode step."""
         return self.vocab * self.hidden
 
-    @property
+    @cached_property
     def params(self) -> int:
         dense = self.layers - self.moe_layers
         body = dense * self.dense_layer_params + self.moe_layers * self.moe_layer_params

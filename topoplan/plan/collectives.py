@@ -40,6 +40,10 @@ class LinkPricer:
         self.calibration = calibration
         self.nic_gbps = nic_gbps
         self._hops: dict[tuple[str, str], Hop] = {}
+        self._rings: dict[tuple[Slot, ...], list[Hop]] = {}
+        self._meshes: dict[tuple[Slot, ...], bool] = {}
+        self._handoffs: dict[tuple[tuple[Slot, ...], tuple[Slot, ...]], tuple[float, float]] = {}
+        self._nearest_nic = {g.id: next((n.id for n in topology.nearest_nics(g.id)), None) for g in topology.gpus}
 
     def _intra(self, a: str, b: str) -> Hop:
         key = (a, b) if a <= b else (b, a)
@@ -55,7 +59,7 @@ class LinkPricer:
         """NICs a group's GPUs on one node can use: distinct nearest NICs, or one per GPU if none are known."""
         if not self.topology.nics:
             return len(gpus)
-        return len({nic.id for g in gpus for nic in self.topology.nearest_nics(g)[:1]})
+        return len({self._nearest_nic[g] for g in gpus} - {None}) or 1
 
     def net(self, rails: int) -> Hop:
         cal = self.calibration.link(NET)
@@ -66,7 +70,13 @@ class LinkPricer:
         return self._intra(a[1], b[1]) if a[0] == b[0] else self.net(rails)
 
     def ring_hops(self, ring: Sequence[Slot]) -> list[Hop]:
-        """The hops of the ring ring[0] -> ring[1] -> ... -> ring[0]."""
+        """The hops of the ring ring[0] -> ring[1] -> ... -> ring[0] (memoised: layouts share rings)."""
+        key = tuple(ring)
+        if key not in self._rings:
+            self._rings[key] = self._ring_hops(key)
+        return self._rings[key]
+
+    def _ring_hops(self, ring: tuple[Slot, ...]) -> list[Hop]:
         if len(ring) < 2:
             return []
         if len({slot[0] for slot in ring}) == 1:
@@ -87,10 +97,26 @@ class LinkPricer:
         return (self.calibration.collective_base_us + 2 * (n - 1) * alpha
                 + 2 * (n - 1) / n * nbytes / (bottleneck * 1e3))
 
-    def p2p_us(self, src: Slot, dst: Slot, nbytes: float, flows: int = 1) -> float:
-        """Send `nbytes` from src to dst while `flows` such sends share the path (a NIC, say)."""
-        hop = self.hop(src, dst)
-        return self.calibration.collective_base_us + hop.alpha_us + nbytes * flows / (hop.bandwidth_gbps * 1e3)
+    def handoff_us(self, src: Sequence[Slot], dst: Sequence[Slot], nbytes: float) -> float:
+        """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;
+        sends leaving a node share its NIC. The slowest pair sets the time."""
+        key = (tuple(src), tuple(dst))
+        terms = self._handoffs.get(key)
+        if terms is None:
+            leaving = sum(1 for a, b in zip(src, dst) if a[0] != b[0])
+            hops = [(self.hop(a, b), leaving if a[0] != b[0] else 1) for a, b in zip(src, dst)]
+            terms = self._handoffs[key] = (max(h.alpha_us for h, _ in hops),
+                                           max(flows / (h.bandwidth_gbps * 1e3) for h, flows in hops) / len(src))
+        alpha, us_per_byte = terms
+        return self.calibration.collective_base_us + alpha + nbytes * us_per_byte
+
+    def is_nvlink_mesh(self, ring: Sequence[Slot]) -> bool:
+        """All on one node with a direct NVLink between every pair (where one-shot all-reduce applies)."""
+        key = tuple(ring)
+        if key not in self._meshes:
+            self._meshes[key] = (len({n for n, _ in ring}) == 1
+                                 and self.topology.is_full_mesh([g for _, g in ring]))
+        return self._meshes[key]
 
     def bottleneck(self, ring: Sequence[Slot]) -> Hop | None:
         hops = self.ring_hops(ring)

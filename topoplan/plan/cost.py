@@ -90,6 +90,14 @@ def stages_of(model: ModelSpec, pp: int) -> list[Stage]:
     return stages
 
 
+@dataclass(frozen=True)
+class Work:
+    """One kind of kernel's work on one GPU: FLOPs and the bytes it must move through HBM."""
+
+    flops: float
+    nbytes: float
+
+
 class StageModel:
     """Bytes and FLOPs of one stage on one TP rank."""
 
@@ -126,20 +134,19 @@ class StageModel:
         """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
         return 2.0 * self.s.layers * self.m.heads * (self.m.qk_dim + self.m.v_dim) * queries * context
 
-    def prefill(self, batch: int, prompt: int) -> tuple[float, float]:
-        """(FLOPs, bytes) on one TP rank to prefill `batch` prompts (causal attention: s(s+1)/2 pairs)."""
+    def prefill(self, batch: int, prompt: int) -> list[Work]:
+        """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
         tokens = batch * prompt
-        flops = 2.0 * self._active_params() * tokens + self.attention_flops(batch, prompt * (prompt + 1) / 2)
-        if self.s.last:
-            flops += 2.0 * self.m.head_params * batch  # logits for the last position only
-        return flops / self.tp, self._matmul_params(tokens) * self.b / self.tp
+        gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
+        kv_write = tokens * self.kv_bytes_per_token()
+        return [Work(gemm / self.tp, self._matmul_params(tokens) * self.b / self.tp),
+                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
-    def decode(self, batch: int, context: float) -> tuple[float, float]:
-        """(FLOPs, bytes) on one TP rank for one decode step of `batch` sequences at `context` tokens."""
-        flops = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
-        flops += self.attention_flops(batch, context)
-        read = self._matmul_params(batch) * self.b / self.tp + batch * context * self.kv_bytes_per_token()
-        return flops / self.tp, read
+    def decode(self, batch: int, context: float) -> list[Work]:
+        """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
+        gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
+        return [Work(gemm / self.tp, self._matmul_params(batch) * self.b / self.tp),
+                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
 class CostModel:
@@ -151,26 +158,24 @@ class CostModel:
         self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
 
-    def _roofline_ms(self, flops: float, nbytes: float) -> tuple[float, bool]:
-        compute, memory = flops / self.peak_flops, nbytes / self.mem_bw
-        return max(compute, memory) * 1e3, compute >= memory
+    def _roofline_ms(self, work: list[Work]) -> float:
+        """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
+        return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Sequence[Slot], tokens: float, flops: float, nbytes: float) -> float:
-        t, _ = self._roofline_ms(flops, nbytes)
+    def _stage_ms(self, sm: StageModel, ring: Sequence[Slot], tokens: float, work: list[Work]) -> float:
+        t = self._roofline_ms(work)
         t += sm.s.layers * self.cal.layer_overhead_us / 1e3
         t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * self.work.bytes) / 1e3
         return t
 
     def _handoff_ms(self, a: Sequence[Slot], b: Sequence[Slot], tokens: float) -> float:
-        """Activations of `tokens` tokens from one stage to the next, split over the TP partner pairs."""
-        share = tokens * self.model.hidden * self.work.bytes / len(a)
-        flows = sum(1 for x, y in zip(a, b) if x[0] != y[0])
-        return max(self.pricer.p2p_us(x, y, share, flows if x[0] != y[0] else 1) for x, y in zip(a, b)) / 1e3
+        """Activations of `tokens` tokens from one stage to the next."""
+        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
 
     def _pipeline_ms(self, rings: list[Sequence[Slot]], models: list[StageModel], batch: float,
                      context: float) -> tuple[float, list[float]]:
         """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, batch, *sm.decode(max(batch, 1e-9), context))
+        stage_ms = [self._stage_ms(sm, ring, batch, sm.decode(batch, context))
                     for sm, ring in zip(models, rings)]
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs, stage_ms
@@ -188,7 +193,7 @@ class CostModel:
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings in replicas:
-            prefill = sum(self._stage_ms(sm, ring, w.batch * w.prompt_len, *sm.prefill(w.batch, w.prompt_len))
+            prefill = sum(self._stage_ms(sm, ring, w.batch * w.prompt_len, sm.prefill(w.batch, w.prompt_len))
                           for sm, ring in zip(models, rings))
             prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
             decode, _ = self._pipeline_ms(rings, models, w.batch, context)
@@ -220,8 +225,7 @@ class CostModel:
                         for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{2 * self.model.layers} all-reduces/token cost {ar_ms:.2f} ms")
-            if hop.link_class == "nvlink" and all(
-                    self.pricer.topology.is_full_mesh([g for _, g in r]) for r in rings if len({n for n, _ in r}) == 1):
+            if all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
         if layout.pp > 1:
@@ -229,10 +233,10 @@ class CostModel:
                            key=lambda h: h.bandwidth_gbps)
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
-        flops, nbytes = zip(*(sm.decode(self.work.batch, context) for sm in models))
-        _, compute_bound = self._roofline_ms(max(flops), max(nbytes))
-        out.append(f"decode is {'compute' if compute_bound else 'memory'}-bound: "
-                   f"{max(nbytes) / gb:.2f} GB read per GPU per step")
+        work = [w for sm in models for w in sm.decode(self.work.batch, context)]
+        compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
+        out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
+                   f"{sum(w.nbytes for w in work) / gb:.2f} GB read per GPU per step")
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
         return out

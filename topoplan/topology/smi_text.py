@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from topoplan.errors import TopoplanError
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
+from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
 from topoplan.topology.paste import Line, clean_lines, quote, refuse_markdown_table, tab_fields
 
 # Trailing columns, in the order every driver prints the ones it has.
 CPU, NUMA, GPU_NUMA = "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
+TRAILING = (CPU, NUMA, GPU_NUMA)
 _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GPU_NUMA, ("GPU", "NUMA", "ID"))]
 _GPU_LABEL = re.compile(r"^GPU(\d+)$")
 _NIC_LABEL = re.compile(r"^NIC(\d+)$")
@@ -33,7 +35,6 @@ _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _NUMBER = re.compile(r"[0-9]+")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 _LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
-P2P_STATUSES = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")
 _MAX_NUMBER = 65535  # beyond any Linux NR_CPUS or NUMA node count; a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 
@@ -65,12 +66,34 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     notes = _Notes()
     header_at = _find_header(lines, source)
     header = _parse_header(lines[header_at], source)
+    rows, codes, gpus = _read_matrix(lines, header_at, header, source, notes)
+    after = max(line.number for line in rows.values())  # index of the first line after the matrix
+    _refuse_trailing_matrix(lines[after:], header, source)
+    if header.line.indent <= rows["GPU0"].indent:
+        notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
+                  f"starts where the row labels do); column names were matched to cells by order")
+    nic_labels = header.devices[header.n_gpus:]
+    if nic_labels and not any(label in rows for label in nic_labels):
+        notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
+                  f"against a NIC row) and NIC-NIC links are unknown")
+    nics = _nics(nic_labels, lines[after:], notes)
+    if notes.off_grid:
+        first, last = notes.off_grid[0], notes.off_grid[-1]
+        span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
+        notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
+                  f"tabs lost); each row has one value per trailing column, so they were read in order")
+    return build_topology(gpus, nics, codes, source=source, notes=notes)
+
+
+def _read_matrix(lines: list[Line], header_at: int, header: _Header, source: str,
+                 notes: _Notes) -> tuple[dict[str, Line], dict[tuple[str, str], str], list[Gpu]]:
+    """Read and check every row: each cell a known code, X on the diagonal, each pair the same both ways."""
     ids = {label: (f"GPU{i}" if i < header.n_gpus else f"NIC{i - header.n_gpus}")
            for i, label in enumerate(header.devices)}
     codes: dict[tuple[str, str], str] = {}
     seen: dict[tuple[str, str], tuple[str, Line]] = {}
     gpus: list[Gpu] = []
-    rows: dict[str, Line] = {}
+    rows: dict[str, Line] = {}  # label -> line, in header order
     for label, line in _read_rows(lines, header_at, header, source, notes):  # checked in line order
         rows[label] = line
         cells, trailing = _split_row(line, header, label, source, notes)
@@ -94,22 +117,7 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
                                 f"({quote(' '.join(t for t in trailing if t))}); expected none in a NIC row",
                                 source=source, line=line.number)
 
-    after = max(line.number for line in rows.values())  # index of the first line after the matrix
-    _refuse_trailing_matrix(lines[after:], header, source)
-    if header.line.indent <= rows["GPU0"].indent:
-        notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
-                  f"starts where the row labels do); column names were matched to cells by order")
-    nic_labels = header.devices[header.n_gpus:]
-    if nic_labels and not any(label in rows for label in nic_labels):
-        notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
-                  f"against a NIC row) and NIC-NIC links are unknown")
-    nics = _nics(nic_labels, lines[after:], notes)
-    if notes.off_grid:
-        first, last = notes.off_grid[0], notes.off_grid[-1]
-        span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
-        notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
-                  f"tabs lost); each row has one value per trailing column, so they were read in order")
-    return build_topology(gpus, nics, codes, source=source, notes=notes)
+    return rows, codes, gpus
 
 
 # --- header ------------------------------------------------------------------------------------------
@@ -136,7 +144,7 @@ def _parse_header(line: Line, source: str) -> _Header:
     while i < len(words):
         for name, seq in _TRAILING_WORDS:
             if tuple(words[i:i + len(seq)]) == seq:
-                if name in trailing or any(_TRAILING_WORDS_INDEX[t] > _TRAILING_WORDS_INDEX[name] for t in trailing):
+                if trailing and TRAILING.index(name) <= TRAILING.index(trailing[-1]):
                     raise TopoplanError(f"header: column {name!r} repeated or out of order; expected "
                                         f"{CPU!r}, {NUMA!r}, {GPU_NUMA!r} in that order", source=source, line=line.number)
                 trailing.append(name)
@@ -162,8 +170,6 @@ def _parse_header(line: Line, source: str) -> _Header:
         raise TopoplanError("header: a device column is named twice", source=source, line=line.number)
     return _Header(line, devices, trailing, n_gpus)
 
-
-_TRAILING_WORDS_INDEX = {name: i for i, (name, _) in enumerate(_TRAILING_WORDS)}
 
 
 # --- rows --------------------------------------------------------------------------------------------
