@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 from topoplan.launch.binding import CpuFacts
@@ -52,3 +53,9 @@ def child_env() -> dict[str, str]:
                OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, everything here is local
     env.pop("TOPOPLAN_NODE", None)
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -103,3 +103,37 @@ def test_srun_refuses_nodes_bound_differently():
     shuffled = [RankPlacement(p.rank, 1 - p.node, p.gpu, p.tp_rank, p.pp_rank, p.dp_rank) for p in shuffled]
     with pytest.raises(TopoplanError, match="numbers ranks node by node"):
         render(build_spec(topo, layout, shuffled, command=["x"], hosts=["a", "b"]), "torchrun")
+
+
+def test_rank_launches_the_plans_row():
+    plan = CliRunner().invoke(app, ["plan", "--model", "70b", "--topo", DGX, "--gpu", "a100", "--json", "--top", "0"])
+    assert plan.exit_code == 0, plan.output
+    rows = json.loads(plan.stdout)["layouts"]
+    for n in (1, 2):
+        result = launch("--topo", DGX, "--model", "70b", "--gpu", "a100", "--rank", str(n), "--format", "json")
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        row = rows[n - 1]
+        assert data["layout"] == {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"]}
+        assert [r["gpu"] for r in data["ranks"]] == [p["gpu"] for p in row["placement"]]
+        assert data["nodes"][0]["cuda_visible_devices"] == row["cuda_visible_devices"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--topo", DGX, "--rank", "1"], "needs --model"),
+    (["--topo", DGX, "--rank", "999", "--model", "70b", "--gpu", "a100"], "--rank 999: the plan has"),
+    (["--topo", DGX, "--rank", "1", "--model", "70b"], "pass --gpu NAME"),
+    (["--p2p", str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"), "--layout", "tp=2"], "--p2p goes with --topo"),
+])
+def test_rank_and_p2p_bad_input(args, message):
+    result = launch(*args)
+    assert result.exit_code == 2 and message in result.stderr, result.output
+
+
+def test_p2p_matrix_is_read():
+    rtx = str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.txt")
+    result = launch("--topo", rtx, "--p2p", str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"), "--layout", "tp=2",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    ranks = json.loads(result.stdout)["ranks"]
+    assert [r["cpus"] for r in ranks] == [[4, 6, 9], [15, 17]] and "NCCL_P2P_LEVEL" not in ranks[0]["env"]

@@ -36,17 +36,21 @@ def _root() -> None:
 def launch(
     command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --); default: the "
                                         "bundled runner with the layout's options"),
-    topo: str = typer.Option(..., "--topo", help="`nvidia-smi topo -m` output of one node (- for stdin)"),
+    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` output of one node (- for stdin); "
+                             "default: this machine through NVML"),
     p2p: str = typer.Option(None, "--p2p", help="`nvidia-smi topo -p2p` output of the same node"),
-    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N"),
-    rank: int = typer.Option(None, "--rank", help="the N-th layout of `topoplan plan` (1 = best)"),
-    model: str = typer.Option(None, "--model", help="model for the default runner command"),
+    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N (placed by the planner's placement)"),
+    rank: int = typer.Option(None, "--rank", help="launch the N-th layout of `topoplan plan` (1 = best) for the "
+                             "same --model/--topo/--gpu/--nodes/--objective"),
+    model: str = typer.Option(None, "--model", help="model for the plan (--rank) and the default runner command"),
+    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text)"),
+    objective: str = typer.Option("latency", "--objective", help="plan objective for --rank: latency | throughput"),
     nodes: int = typer.Option(1, "--nodes", help="identical nodes to spread the layout over"),
     hosts: str = typer.Option(None, "--hosts", help="host names, one per node, node 0 first: a,b"),
     port: int = typer.Option(29500, "--port", help="rendezvous TCP port on node 0"),
     fmt: str = typer.Option("shell", "--format", help="torchrun | mpirun | srun | sbatch | shell | json"),
     explain: bool = typer.Option(False, "--explain", help="also print every variable's reason (on stderr)"),
-    this_machine: bool = typer.Option(False, "--this-machine", help="the topology is of this machine: read SMT "
+    this_machine: bool = typer.Option(False, "--this-machine", help="the --topo file is of this machine: read SMT "
                                       "siblings and NUMA nodes from /sys instead of assuming Linux numbering"),
     output: str = typer.Option(None, "--output", "-o", help="write to this file (atomically) instead of stdout"),
 ) -> None:
@@ -55,21 +59,21 @@ def launch(
 
     from rich.console import Console
 
-    from topoplan.launch.command import choose_layout, launch_spec, parse_hosts, runner_command, write_output
+    from topoplan.launch.command import launch_spec, parse_hosts, write_output
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.render import render
 
     try:
-        chosen = choose_layout(layout, rank)
-        spec = launch_spec(topo=topo, p2p=p2p, layout=chosen, nodes=nodes, hosts=parse_hosts(hosts), port=port,
-                           command=command or runner_command(chosen, model), this_machine=this_machine)
+        spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
+                           nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
+                           this_machine=this_machine)
         text = render(spec, fmt)
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
         explain_spec(spec, Console(stderr=True, width=160))
     if output:
-        write_output(Path(output), text, executable=fmt in ("shell", "sbatch", "srun", "torchrun", "mpirun"))
+        write_output(Path(output), text, executable=fmt != "json")
     else:
         sys.stdout.write(text)
 
