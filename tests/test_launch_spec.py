@@ -17,7 +17,7 @@ from topoplan.launch.binding import CpuFacts, assumed_cores, parse_cpu_list, spl
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement, coords_of, tp_groups
 from topoplan.topology.links import LinkKind
-from topoplan.topology.model import Gpu, Nic, build_topology
+from topoplan.topology.model import Gpu, build_topology
 from topoplan.topology.read import read_topology
 
 CMD = ["python", "-m", "topoplan.runner"]
@@ -208,3 +208,14 @@ def test_expected_and_parsed_topologies_give_the_same_spec():
     b = build_spec(expected_topology(DGX_A100), layout, block_placements(layout, [g.id for g in parsed.gpus]),
                    command=CMD)
     assert [(r.cpus, r.mem_node, r.env) for r in a.ranks] == [(r.cpus, r.mem_node, r.env) for r in b.ranks]
+
+
+def test_rendezvous_is_where_rank_0_runs_and_no_node_is_empty():
+    topo = expected_topology(DGX_A100)
+    layout = Layout(tp=2, dp=2)
+    flipped = [RankPlacement(p.rank, 1 - p.node, p.gpu, p.tp_rank, p.pp_rank, p.dp_rank)
+               for p in block_placements(layout, ["GPU0", "GPU1"], nodes=2)]
+    spec = build_spec(topo, layout, flipped, command=CMD, hosts=["a", "b"])
+    assert spec.master_addr == "b" and spec.ranks[3].env_dict()["MASTER_ADDR"] == "b"
+    with pytest.raises(TopoplanError, match="node 2 runs no rank"):
+        build_spec(topo, layout, flipped, command=CMD, nodes=3, hosts=["a", "b", "c"])

@@ -33,11 +33,6 @@ def dispatch_argv(key_var: str, cases: Mapping[int, Sequence[str]]) -> list[str]
     return ["bash", "-c", "\n".join(lines), WRAPPER_NAME]
 
 
-def joined(words: Sequence[str]) -> str:
-    """One shell line, every word quoted."""
-    return shlex.join(words)
-
-
 def continued(groups: Sequence[Sequence[str]]) -> str:
     """Several groups of words on continuation lines (` \\`), every word quoted."""
     return " \\\n    ".join(shlex.join(g) for g in groups if g)

@@ -125,7 +125,9 @@ def _check_placements(topology: Topology, layout: Layout, placements: Sequence[R
     return by_rank
 
 
-def _resolve_hosts(hosts: Sequence[str] | None, nodes: int) -> tuple[tuple[str | None, ...], str | None]:
+def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> tuple[tuple[str | None, ...],
+                                                                                       str | None]:
+    """Host per node, and the rendezvous address: the host of rank 0, which serves the store."""
     if hosts is None:
         return (None,) * nodes, ("127.0.0.1" if nodes == 1 else None)
     hosts = tuple(hosts)
@@ -135,7 +137,7 @@ def _resolve_hosts(hosts: Sequence[str] | None, nodes: int) -> tuple[tuple[str |
     if len(hosts) < nodes:
         raise TopoplanError(f"host list {','.join(hosts)!r} names {len(hosts)} host(s), but the plan uses {nodes} "
                             "node(s): give one host name per node")
-    return hosts[:nodes], hosts[0]
+    return hosts[:nodes], hosts[rank0_node]
 
 
 def build_spec(
@@ -163,7 +165,7 @@ def build_spec(
     if not command:
         raise TopoplanError("no command to launch")
     by_rank = _check_placements(topology, layout, placements, nodes)
-    host_names, master_addr = _resolve_hosts(hosts, nodes)
+    host_names, master_addr = _resolve_hosts(hosts, nodes, by_rank[0].node)
     source = topology.source or None
     memory_only = {g.gpu_numa_id for g in topology.gpus if g.gpu_numa_id is not None}
     notes: list[str] = []
@@ -175,6 +177,8 @@ def build_spec(
     ranks: dict[int, RankSpec] = {}
     for node in range(nodes):
         mine = [p for p in by_rank if p.node == node]
+        if not mine:
+            raise TopoplanError(f"node {node} runs no rank of {layout}: use --nodes {nodes - 1} or a bigger layout")
         gpus = [topology.gpu(p.gpu) for p in mine]
         cvd = ",".join(str(g.index) for g in gpus)
         node_specs.append(NodeSpec(node, host_names[node], tuple(p.rank for p in mine), cvd))
@@ -192,7 +196,8 @@ def build_spec(
                 EnvVar("LOCAL_WORLD_SIZE", str(len(mine)), f"ranks on node {node}"),
             ]
             if master_addr is not None:
-                env.append(EnvVar("MASTER_ADDR", master_addr, "rendezvous host: node 0, which runs rank 0"))
+                env.append(EnvVar("MASTER_ADDR", master_addr, f"rendezvous host: node {by_rank[0].node}, which runs rank 0 "
+                                  "and serves the store"))
             env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
             env.append(EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); "
                               "CUDA's default order is fastest-first"))
