@@ -28,7 +28,7 @@ def render_shell(spec: LaunchSpec) -> str:
     else:
         out.append(': "${TOPOPLAN_NODE:?set TOPOPLAN_NODE to the node index of this host, 0 for node 0}"')
         for node in spec.nodes:
-            out.append(f"# node {node.index}: {shlex.quote(node.host or '(host not given)')}")
+            out.append(f"# node {node.index}" + (f": {shlex.quote(node.host)}" if node.host else ""))
             out.append(f'if [ "$TOPOPLAN_NODE" = {node.index} ]; then')
             out += ["  " + rank_line(spec, r) for r in node.ranks]
             out.append("fi")

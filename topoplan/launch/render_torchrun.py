@@ -26,7 +26,7 @@ def render_torchrun(spec: LaunchSpec) -> str:
                                      for r in spec.ranks})
     out = [f"# topoplan launch: {spec.layout}, {spec.world} rank(s), {per_node} per node on {len(spec.nodes)} node(s)"]
     for node in spec.nodes:
-        out.append(f"# node {node.index}: run on {shlex.quote(node.host or '(host not given)')}")
+        out.append(f"# node {node.index}" + (f": run on {shlex.quote(node.host)}" if node.host else ""))
         out.append(shlex.join([
             "torchrun", f"--nnodes={len(spec.nodes)}", f"--node-rank={node.index}", f"--nproc-per-node={per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={master}:{spec.master_port}", f"--rdzv-id={RDZV_ID}",
