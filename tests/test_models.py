@@ -78,3 +78,12 @@ def test_config_not_json_gives_the_line(tmp_path):
     path.write_text('{\n "hidden_size": 4096,\n oops\n}')
     with pytest.raises(TopoplanError, match=r"config.json:3: not valid JSON"):
         load_config(path)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_builtin_models_match_the_runner(name):
+    """The planner prices the runner's built-in models with the runner's own figures."""
+    builtin = pytest.importorskip("topoplan.runner.builtin", reason="runner branch not merged into this checkout")
+    runner = builtin.BUILTIN[name]
+    assert {k: runner[k] for k in CATALOG[name] if k != "model_type"} == {
+        k: v for k, v in CATALOG[name].items() if k != "model_type"}

@@ -14,7 +14,7 @@ from topoplan.hardware import find_gpu
 from topoplan.layout import Layout
 from topoplan.models import spec_from_config
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.placement import NodePlacer
@@ -44,7 +44,7 @@ def _price(entry: dict, tp: int, work: Workload) -> LayoutCost:
     model = spec_from_config(entry["model"], entry["source"])
     device, cal = DeviceSpec.from_gpu(gpu), Calibration()
     layout = Layout(tp=tp)
-    rings = replica_rings(layout, NodePlacer(topo).local_order(layout), 1)
+    rings = replica_rings(layout, NodePlacer(topo).local_order(layout))
     return CostModel(model, device, work, cal, LinkPricer(topo, cal, device.nic_gbps)).price(layout, rings)
 
 
@@ -80,7 +80,7 @@ def allreduce_rows() -> list[Row]:
     pricer = LinkPricer(topo, Calibration(), 25.0)
     rows = []
     for ranks, times in entry["time_us"].items():
-        ring = [(0, f"GPU{i}") for i in range(int(ranks))]
+        ring = Ring.of([(0, f"GPU{i}") for i in range(int(ranks))])
         for size, published in zip(entry["sizes_bytes"], times):
             rows.append(Row(f"all-reduce DGX-A100 {ranks} ranks", f"{size // 1024} KiB us",
                             pricer.allreduce_us(ring, size), published))
@@ -92,7 +92,7 @@ def _pair_busbw(code: str, gpu_key: str, n: int = 2) -> float:
     arch = find_gpu(gpu_key).arch
     gpus = [Gpu(f"GPU{i}", i) for i in range(n)]
     topo = build_topology(gpus, [], {(a.id, b.id): code for a in gpus for b in gpus if a.index < b.index}, arch=arch)
-    return LinkPricer(topo, Calibration(), 25.0).bottleneck([(0, g.id) for g in gpus]).bandwidth_gbps
+    return LinkPricer(topo, Calibration(), 25.0).bottleneck(Ring.of([(0, g.id) for g in gpus])).bandwidth_gbps
 
 
 # (system, the topology the model is given) for each nccl-tests report
