@@ -28,7 +28,8 @@ from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
-from topoplan.runner.tiny import BUILTIN, builtin_folder, decode_bytes, encode_bytes
+from topoplan.runner.builtin import BUILTIN, decode_bytes, encode_bytes
+from topoplan.runner.tiny import builtin_folder
 from topoplan.runner.weights import load_stage_weights
 
 
