@@ -123,9 +123,8 @@ def test_rank_launches_the_plans_row():
     (["--topo", DGX, "--rank", "1"], "needs --model"),
     (["--topo", DGX, "--rank", "999", "--model", "70b", "--gpu", "a100"], "--rank 999: the plan has"),
     (["--topo", DGX, "--rank", "1", "--model", "70b"], "pass --gpu NAME"),
-    (["--p2p", str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"), "--layout", "tp=2"], "--p2p goes with --topo"),
 ])
-def test_rank_and_p2p_bad_input(args, message):
+def test_rank_bad_input(args, message):
     result = launch(*args)
     assert result.exit_code == 2 and message in result.stderr, result.output
 

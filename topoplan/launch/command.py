@@ -44,16 +44,10 @@ def check_choice(layout: str | None, rank: int | None) -> None:
 
 
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
-    """The `topo -m` file (with its `-p2p` statuses), or this machine through the planner's NVML path."""
-    if topo is None:
-        if p2p is not None:
-            raise TopoplanError("--p2p goes with --topo (a p2p matrix of the same machine)")
-        from topoplan.plan.frontend import load_topology
+    """The `topo -m` paste or NVML recording (with `-p2p` statuses), or this machine (NVML, then nvidia-smi)."""
+    from topoplan.topology.sources import load_topology
 
-        return load_topology(None)
-    from topoplan.topology.read import read_topology
-
-    return read_topology(topo, p2p)
+    return load_topology(topo, p2p)
 
 
 def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, nodes: int, objective: str,
