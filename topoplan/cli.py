@@ -7,10 +7,12 @@ starts as fast as typer and rich allow.
 from __future__ import annotations
 
 import sys
+from enum import Enum
 
 import typer
 
 from topoplan.errors import TopoplanError
+from topoplan.models import ALIAS_HELP
 
 app = typer.Typer(
     name="topoplan",
@@ -30,6 +32,141 @@ def fail(error: TopoplanError) -> "typer.Exit":
 @app.callback()
 def _root() -> None:
     """topoplan: inspect, plan, launch, run, bench."""
+
+
+class InspectFormat(str, Enum):
+    table = "table"
+    json = "json"
+    dot = "dot"
+    mermaid = "mermaid"
+    svg = "svg"
+    png = "png"
+
+
+class InspectSource(str, Enum):
+    auto = "auto"
+    nvml = "nvml"
+    smi = "smi"
+    file = "file"
+
+
+@app.command()
+def inspect(
+    file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
+                             help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin). "
+                                  "Default: read this machine."),
+    source: InspectSource = typer.Option(InspectSource.auto, "--source",
+                                         help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
+    save: str | None = typer.Option(None, "--save", metavar="FILE",
+                                    help="Also write NVML's raw answers to FILE (JSON), to replay with --file."),
+    gpu: str | None = typer.Option(None, "--gpu", metavar="NAME",
+                                   help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
+    p2p: str | None = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
+    fmt: InspectFormat = typer.Option(InspectFormat.table, "--format", help="Output format; svg/png need -o."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
+) -> None:
+    """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
+    from topoplan.topology.render import emit
+    from topoplan.topology.sources import load_topology
+
+    try:
+        emit(load_topology(file, p2p, source.value, save, gpu), "json" if as_json else fmt.value, output)
+    except TopoplanError as error:
+        raise fail(error) from None
+
+
+@app.command("plan")
+def plan_command(
+    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}) or a path to a HF "
+                              "config.json."),
+    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
+                             "through NVML."),
+    gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
+                            "which names no GPU."),
+    nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
+    batch: int = typer.Option(1, "--batch", help="Sequences per DP replica."),
+    prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
+    gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8 or fp32 (weights and KV cache)."),
+    objective: str = typer.Option("latency", "--objective", help="latency (request time) or throughput "
+                                  "(tokens/s per GPU)."),
+    top: int = typer.Option(10, "--top", help="Show the best N layouts (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    max_tp: int = typer.Option(None, "--max-tp", help="Largest TP degree to consider."),
+    tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
+    pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
+    dp: int = typer.Option(None, "--dp", help="Fix the DP degree (all three: price one layout)."),
+    nic_gbps: float = typer.Option(None, "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); "
+                                   "default by GPU generation (A100: 25, H100: 50)."),
+    calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
+                                    "the cost model's constants."),
+) -> None:
+    """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
+    import json
+
+    from rich.console import Console
+
+    from topoplan.plan.frontend import plan_from_options
+    from topoplan.plan.rank import plan_json
+    from topoplan.plan.render import plan_table
+
+    try:
+        result = plan_from_options(model=model, topo=topo, gpu=gpu, nodes=nodes, batch=batch, prompt_len=prompt_len,
+                                   gen_len=gen_len, dtype=dtype, objective=objective, max_tp=max_tp, tp=tp, pp=pp,
+                                   dp=dp, nic_gbps=nic_gbps, calibration=calibration)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(plan_json(result, top or None), indent=1))
+    else:
+        Console().print(plan_table(result, top or None))
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def launch(
+    command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --); default: the "
+                                        "bundled runner with the layout's options"),
+    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` output of one node (- for stdin); "
+                             "default: this machine through NVML"),
+    p2p: str = typer.Option(None, "--p2p", help="`nvidia-smi topo -p2p` output of the same node"),
+    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N (placed by the planner's placement)"),
+    rank: int = typer.Option(None, "--rank", help="launch the N-th layout of `topoplan plan` (1 = best) for the "
+                             "same --model/--topo/--gpu/--nodes/--objective"),
+    model: str = typer.Option(None, "--model", help="model for the plan (--rank) and the default runner command"),
+    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text)"),
+    objective: str = typer.Option("latency", "--objective", help="plan objective for --rank: latency | throughput"),
+    nodes: int = typer.Option(1, "--nodes", help="identical nodes to spread the layout over"),
+    hosts: str = typer.Option(None, "--hosts", help="host names, one per node, node 0 first: a,b"),
+    port: int = typer.Option(29500, "--port", help="rendezvous TCP port on node 0"),
+    fmt: str = typer.Option("shell", "--format", help="torchrun | mpirun | srun | sbatch | shell | json"),
+    explain: bool = typer.Option(False, "--explain", help="also print every variable's reason (on stderr)"),
+    this_machine: bool = typer.Option(False, "--this-machine", help="the --topo file is of this machine: read SMT "
+                                      "siblings and NUMA nodes from /sys instead of assuming Linux numbering"),
+    output: str = typer.Option(None, "--output", "-o", help="write to this file (atomically) instead of stdout"),
+) -> None:
+    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from topoplan.launch.command import launch_spec, parse_hosts, write_output
+    from topoplan.launch.explain import explain as explain_spec
+    from topoplan.launch.render import render
+
+    try:
+        spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
+                           nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
+                           this_machine=this_machine)
+        text = render(spec, fmt)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if explain:
+        explain_spec(spec, Console(stderr=True, width=160))
+    if output:
+        write_output(Path(output), text, executable=fmt != "json")
+    else:
+        sys.stdout.write(text)
 
 
 @app.command()
@@ -72,9 +209,32 @@ def run(
         raise typer.Exit(code)
 
 
+def _usage_error_base() -> type[Exception]:
+    """The base class of typer's usage errors: typer >= 0.2x vendors click and exposes it as TyperException."""
+    base = getattr(typer, "TyperException", None)
+    if base is None:
+        import click
+
+        base = click.ClickException
+    return base
+
+
 def main() -> None:
-    """Console-script entry point: user errors become one line and exit code 2, never a traceback."""
+    """Console-script entry point: user errors (ours and typer's usage errors) become one line on stderr
+    and exit code 2, never a traceback or a boxed panel."""
     try:
-        app()
+        code = app(standalone_mode=False)
     except TopoplanError as error:
-        raise SystemExit(fail(error).exit_code) from None
+        code = fail(error).exit_code
+    except typer.Abort:
+        print("topoplan: aborted", file=sys.stderr)
+        code = 1
+    except _usage_error_base() as error:
+        ctx = getattr(error, "ctx", None)
+        if type(error).__name__ == "NoArgsIsHelpError":
+            error.show()  # `topoplan` alone: the help text, on stderr
+        else:
+            where = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+            print(f"topoplan: error: {error.format_message()}{where}", file=sys.stderr)
+        code = getattr(error, "exit_code", 2)
+    raise SystemExit(code or 0)

@@ -1,6 +1,8 @@
 """The GPU hardware catalog (data, one entry per product, each with its source) and lookups.
 
-docs/hardware.md lists every figure with its source. Figures are dense (no sparsity) peak numbers.
+docs/hardware.md lists every figure with its source. Figures are dense (no sparsity) peak numbers; for
+GeForce cards the BF16/FP8 figure is the one with FP32 accumulation (what PyTorch matmuls use), which
+NVIDIA's Ada/Blackwell whitepapers list at half the FP16-accumulate rate.
 """
 
 from __future__ import annotations
@@ -8,8 +10,12 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from topoplan.errors import TopoplanError
+
+if TYPE_CHECKING:
+    from topoplan.topology.model import Topology
 
 
 @dataclass(frozen=True)
@@ -22,18 +28,99 @@ class GpuSpec:
     arch: str  # "sm80": selects the NVLink/PCIe figures in topology.links
     memory_gb: float  # GB (10^9 bytes) as the vendor states it
     memory_bandwidth_gbps: float  # HBM/GDDR GB/s
-    bf16_tflops: float  # dense BF16/FP16 tensor-core TFLOP/s
+    bf16_tflops: float  # dense BF16/FP16 tensor-core TFLOP/s (V100: FP16, it has no BF16)
     fp8_tflops: float | None  # dense FP8; None where the GPU has no FP8 tensor cores
-    nvlink_links: int  # NVLinks per GPU (0: none)
+    nvlink_links: int  # NVLinks per GPU (0: none); bridged PCIe cards: links across the bridge(s)
     pcie_gen: int
     source: str
+    nvlink_gen: int = 0  # NVLink generation (0: none); NVML's nvmlDeviceGetNvLinkVersion says the same
+    memory_type: str = ""  # "HBM3", "GDDR6X", ...
 
+
+_HOPPER = "NVIDIA H100/H200 datasheets, dense column (half the 'with sparsity' figures)"
 
 GPUS: tuple[GpuSpec, ...] = (
+    # --- Volta (sm70): NVLink 2, 25 GB/s per link per direction; no BF16, no FP8 -------------------------
+    GpuSpec("v100-sxm2-16gb", ("v100-16gb", "v100-sxm2"), ("Tesla V100-SXM2-16GB",), "sm70", 16, 900, 125, None,
+            6, 3, "NVIDIA V100 datasheet (2020): SXM2 column, 125 TFLOPS FP16 tensor; 6 NVLinks = 300 GB/s",
+            nvlink_gen=2, memory_type="HBM2"),
+    GpuSpec("v100-sxm2-32gb", ("v100-32gb", "v100"), ("Tesla V100-SXM2-32GB",), "sm70", 32, 900, 125, None,
+            6, 3, "NVIDIA V100 datasheet (2020): SXM2 column", nvlink_gen=2, memory_type="HBM2"),
+    GpuSpec("v100-pcie-16gb", ("v100-pcie",), ("Tesla V100-PCIE-16GB",), "sm70", 16, 900, 112, None,
+            0, 3, "NVIDIA V100 datasheet (2020): PCIe column, 112 TFLOPS FP16 tensor, no NVLink",
+            memory_type="HBM2"),
+    GpuSpec("v100-pcie-32gb", (), ("Tesla V100-PCIE-32GB",), "sm70", 32, 900, 112, None,
+            0, 3, "NVIDIA V100 datasheet (2020): PCIe column", memory_type="HBM2"),
+    # --- Ampere datacenter (sm80): NVLink 3, 25 GB/s per link per direction -------------------------------
+    GpuSpec("a100-sxm4-40gb", ("a100-40gb",), ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"), "sm80", 40, 1555, 312,
+            None, 12, 4, "NVIDIA A100 datasheet (2021): 40GB SXM column; 12 NVLinks = 600 GB/s",
+            nvlink_gen=3, memory_type="HBM2"),
     GpuSpec("a100-sxm4-80gb", ("a100-80gb", "a100"), ("NVIDIA A100-SXM4-80GB",), "sm80", 80, 2039, 312, None, 12, 4,
-            "NVIDIA A100 datasheet (2021): 80GB SXM column"),
+            "NVIDIA A100 datasheet (2021): 80GB SXM column", nvlink_gen=3, memory_type="HBM2e"),
+    GpuSpec("a100-pcie-40gb", ("a100-pcie",), ("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"), "sm80", 40, 1555, 312,
+            None, 12, 4, "NVIDIA A100 datasheet (2021): 40GB PCIe column; NVLink bridge for 2 GPUs, 600 GB/s",
+            nvlink_gen=3, memory_type="HBM2"),
+    GpuSpec("a100-pcie-80gb", ("a100-80gb-pcie",), ("NVIDIA A100 80GB PCIe",), "sm80", 80, 1935, 312, None, 12, 4,
+            "NVIDIA A100 datasheet (2021): 80GB PCIe column; NVLink bridge 600 GB/s", nvlink_gen=3,
+            memory_type="HBM2e"),
+    GpuSpec("a30", (), ("NVIDIA A30",), "sm80", 24, 933, 165, None, 4, 4,
+            "NVIDIA A30 datasheet: 165 TFLOPS BF16 (330 sparse); NVLink bridge 200 GB/s = 4 links", nvlink_gen=3,
+            memory_type="HBM2"),
+    # --- Ampere GA10x (sm86) -------------------------------------------------------------------------------
+    GpuSpec("a10", (), ("NVIDIA A10",), "sm86", 24, 600, 125, None, 0, 4,
+            "NVIDIA A10 datasheet: 125 TFLOPS BF16 (250 sparse), PCIe Gen4, no NVLink", memory_type="GDDR6"),
+    GpuSpec("a40", (), ("NVIDIA A40",), "sm86", 48, 696, 149.7, None, 4, 4,
+            "NVIDIA A40 datasheet: 149.7 TFLOPS BF16 (299.4 sparse); NVLink bridge 112.5 GB/s bidirectional",
+            nvlink_gen=3, memory_type="GDDR6"),
+    GpuSpec("rtx-3090", ("3090",), ("NVIDIA GeForce RTX 3090", "GeForce RTX 3090"), "sm86", 24, 936, 71, None,
+            4, 4, "NVIDIA Ampere GA102 whitepaper: RTX 3090 FP16 tensor with FP32 accumulate 71 TFLOPS dense "
+            "(142 with FP16 accumulate); NVLink bridge 112.5 GB/s (4 x4 links)", nvlink_gen=3, memory_type="GDDR6X"),
+    # --- Ada (sm89): no NVLink -----------------------------------------------------------------------------
+    GpuSpec("l4", (), ("NVIDIA L4",), "sm89", 24, 300, 121, 242.5, 0, 4,
+            "NVIDIA L4 datasheet: 242 TFLOPS BF16 / 485 FP8 with sparsity, halved for dense", memory_type="GDDR6"),
+    GpuSpec("l40s", (), ("NVIDIA L40S",), "sm89", 48, 864, 362.05, 733, 0, 4,
+            "NVIDIA L40S datasheet: BF16 362.05 (733 sparse), FP8 733 (1466 sparse), PCIe Gen4 x16",
+            memory_type="GDDR6"),
+    GpuSpec("rtx-4090", ("4090",), ("NVIDIA GeForce RTX 4090",), "sm89", 24, 1008, 165.2, 330.3, 0, 4,
+            "NVIDIA Ada Lovelace whitepaper: RTX 4090 FP16/BF16 tensor with FP32 accumulate 165.2 dense, FP8 with "
+            "FP32 accumulate 330.3 dense (twice that with FP16 accumulate)", memory_type="GDDR6X"),
+    GpuSpec("rtx-6000-ada", ("rtx6000-ada", "6000-ada"), ("NVIDIA RTX 6000 Ada Generation",), "sm89", 48, 960,
+            364.2, 728.5, 0, 4, "NVIDIA RTX 6000 Ada datasheet: 1457 TFLOPS FP8 with sparsity -> 728.5 dense FP8, "
+            "364.2 dense BF16", memory_type="GDDR6"),
+    # --- Hopper (sm90): NVLink 4, 25 GB/s per link per direction -------------------------------------------
     GpuSpec("h100-sxm", ("h100", "h100-80gb"), ("NVIDIA H100 80GB HBM3",), "sm90", 80, 3350, 989, 1979, 18, 5,
-            "NVIDIA H100 datasheet: SXM column, dense figures (half the sparsity figures)"),
+            "NVIDIA H100 datasheet: SXM column, dense figures (half the sparsity figures)", nvlink_gen=4,
+            memory_type="HBM3"),
+    GpuSpec("h100-pcie", (), ("NVIDIA H100 PCIe",), "sm90", 80, 2000, 756, 1513, 12, 5,
+            f"{_HOPPER}: H100 PCIe column (1513 BF16 / 3026 FP8 sparse); NVLink bridge 600 GB/s",
+            nvlink_gen=4, memory_type="HBM2e"),
+    GpuSpec("h100-nvl", (), ("NVIDIA H100 NVL",), "sm90", 94, 3900, 835, 1671, 12, 5,
+            f"{_HOPPER}: H100 NVL column (1671 BF16 / 3341 FP8 sparse); NVLink bridge 600 GB/s",
+            nvlink_gen=4, memory_type="HBM3"),
+    GpuSpec("h20", (), ("NVIDIA H20",), "sm90", 96, 4000, 148, 296, 18, 5,
+            "NVIDIA H20 (China export part) as quoted publicly: 96 GB HBM3, 4.0 TB/s, 148 TFLOPS BF16, "
+            "296 FP8, NVLink 900 GB/s", nvlink_gen=4, memory_type="HBM3"),
+    GpuSpec("h200", ("h200-sxm",), ("NVIDIA H200",), "sm90", 141, 4800, 989, 1979, 18, 5,
+            f"{_HOPPER}: H200 SXM column (1979 BF16 / 3958 FP8 sparse); NVLink 900 GB/s", nvlink_gen=4,
+            memory_type="HBM3e"),
+    GpuSpec("gh200", ("gh200-480gb", "grace-hopper"), ("NVIDIA GH200 480GB",), "sm90", 96, 4000, 989, 1979, 18, 5,
+            "NVIDIA GH200 Grace Hopper datasheet: 96 GB HBM3 variant, 4 TB/s, same Hopper GPU figures as H100 SXM; "
+            "NVLink-C2C 900 GB/s to Grace", nvlink_gen=4, memory_type="HBM3"),
+    GpuSpec("gh200-144gb", (), ("NVIDIA GH200 144G HBM3e",), "sm90", 144, 4900, 989, 1979, 18, 5,
+            "NVIDIA GH200 Grace Hopper datasheet: 144 GB HBM3e variant, 4.9 TB/s", nvlink_gen=4, memory_type="HBM3e"),
+    # --- Blackwell datacenter (sm100): NVLink 5, 50 GB/s per link per direction ----------------------------
+    GpuSpec("b200", ("b200-sxm",), ("NVIDIA B200",), "sm100", 180, 7700, 2250, 4500, 18, 5,
+            "NVIDIA HGX B200 spec table: 180 GB HBM3e, 7.7 TB/s, FP16/BF16 4.5 PF and FP8 9 PF with sparsity "
+            "(halved: dense); NVLink 5 1.8 TB/s", nvlink_gen=5, memory_type="HBM3e"),
+    # --- Blackwell GB20x (sm120): no NVLink ----------------------------------------------------------------
+    GpuSpec("rtx-5090", ("5090",), ("NVIDIA GeForce RTX 5090",), "sm120", 32, 1792, 209.5, 419, 0, 5,
+            "NVIDIA RTX Blackwell whitepaper: RTX 5090 838 TFLOPS FP16 / 1676 FP8 sparse with FP16 accumulate; "
+            "dense with FP32 accumulate is a quarter: 209.5 BF16, 419 FP8", memory_type="GDDR7"),
+    GpuSpec("rtx-pro-6000-blackwell", ("rtx-pro-6000", "rtx-6000-pro"),
+            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+             "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"), "sm120", 96, 1792, 503.8, 1007.6, 0, 5,
+            "NVIDIA RTX PRO 6000 Blackwell datasheet: 4000 AI TOPS (FP4 sparse); full-rate FP32 accumulate: "
+            "503.8 BF16, 1007.6 FP8 dense (Workstation/Server; Max-Q is 300 W and lower)", memory_type="GDDR7"),
 )
 
 
@@ -41,13 +128,117 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def _names(spec: GpuSpec) -> set[str]:
+    return {_norm(n) for n in (spec.key, *spec.aliases, *spec.nvml_names)}
+
+
+def lookup_gpu(name: str) -> GpuSpec | None:
+    """A catalog entry by key, alias or NVML name (case and punctuation ignored), or None."""
+    wanted = _norm(name)
+    return next((spec for spec in GPUS if wanted in _names(spec)), None)
+
+
 def find_gpu(name: str) -> GpuSpec:
     """A catalog entry by key, alias or NVML name (case and punctuation ignored); lists close names if none."""
+    spec = lookup_gpu(name)
+    if spec is not None:
+        return spec
     wanted = _norm(name)
-    for spec in GPUS:
-        if wanted in {_norm(n) for n in (spec.key, *spec.aliases, *spec.nvml_names)}:
-            return spec
     names = [spec.key for spec in GPUS] + [a for spec in GPUS for a in spec.aliases]
     close = difflib.get_close_matches(wanted, names, n=4, cutoff=0.4)
     hint = f"; close: {', '.join(close)}" if close else f"; known: {', '.join(s.key for s in GPUS)}"
     raise TopoplanError(f"unknown GPU {name!r}{hint}")
+
+
+# --- inferring a GPU family from a `topo -m` link pattern ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkPattern:
+    """A GPU-to-GPU NVLink pattern that points at one GPU family.
+
+    `shape`: "full-mesh" (3+ GPUs, NVLink between every pair), "pairs" (every NVLink island is two GPUs),
+    "mesh" (any other NVLink layout). `gpu_counts` empty: any number of GPUs.
+    """
+
+    nvlink_counts: frozenset[int]  # the NV# values seen between GPU pairs
+    shape: str
+    gpu_counts: frozenset[int]
+    arch: str
+    family: str  # what it most likely is, and what else shows the same pattern
+    seen_on: str  # a machine that shows it (fixtures/topo where we have one)
+
+
+def _pattern(counts, shape, gpus, arch, family, seen_on) -> LinkPattern:
+    return LinkPattern(frozenset(counts), shape, frozenset(gpus), arch, family, seen_on)
+
+
+# First match wins; where two families share a pattern the older/slower arch is listed, so estimates err low.
+LINK_PATTERNS: tuple[LinkPattern, ...] = (
+    _pattern({18}, "full-mesh", (), "sm90", "H100/H200 SXM class behind NVSwitch (B200/B300 boards also show NV18)",
+             "fixtures/topo/01 (B300, NV18 on every pair)"),
+    _pattern({18}, "pairs", (2,), "sm90", "H100/H200 SXM class (two GPUs of an NVSwitch board, e.g. a VM's share)",
+             "as the NV18 row above, cut to two GPUs"),
+    _pattern({12}, "full-mesh", (), "sm80", "A100 SXM4 class behind NVSwitch (DGX/HGX A100, or a share of one)",
+             "fixtures/topo/00, 04, 26"),
+    _pattern({4}, "full-mesh", (), "sm80", "A100 SXM4 class, HGX A100 4-GPU (direct NV4 between every pair)",
+             "fixtures/topo/30"),
+    _pattern({6}, "full-mesh", (), "sm70", "V100 SXM3 class behind NVSwitch (DGX-2/HGX-2)",
+             "DGX-2 system architecture whitepaper (6 NVLinks per V100 to 6 NVSwitches)"),
+    _pattern({12}, "pairs", (), "sm80", "A100 PCIe class with NVLink bridges (H100 NVL pairs look the same)",
+             "fixtures/topo/18 (A100 80GB PCIe), 17 (H100 NVL)"),
+    _pattern({4}, "pairs", (), "sm86", "RTX 3090 / A40 / RTX A6000 class with an NVLink bridge",
+             "fixtures/topo/14 (2x RTX 3090, NV4)"),
+    _pattern({1, 2}, "mesh", (8,), "sm70", "V100 SXM2 class, DGX-1 hybrid cube-mesh (P100 DGX-1 is NV1-only)",
+             "fixtures/topo/07 (DGX-1 V100)"),
+    _pattern({2}, "pairs", (), "sm60", "P100 SXM2 class in NVLink pairs (RTX 2080 Ti bridges also show NV2)",
+             "fixtures/topo/20 (POWER8 Minsky, P100)"),
+)
+
+
+def _nvlink_shape(topology: "Topology") -> str:
+    n = len(topology.gpus)
+    nv = topology.nvlink_graph()
+    islands = topology.nvlink_islands()
+    if n >= 3 and nv.number_of_edges() == n * (n - 1) // 2:
+        return "full-mesh"
+    if islands and all(len(island) == 2 for island in islands):
+        return "pairs"
+    return "mesh"
+
+
+def infer_gpu_family(topology: "Topology") -> tuple[str, str] | None:
+    """(arch, reason) guessed from the NVLink pattern between GPUs, or None when it says nothing.
+
+    `topo -m` text carries no GPU names; the link pattern narrows the family, which is enough to pick
+    per-link bandwidths. The reason says it was inferred and from what, for the user's warning.
+    """
+    counts = frozenset(nvlinks for _, _, nvlinks in topology.nvlink_graph().edges(data="nvlinks"))
+    if not counts:
+        return None
+    shape = _nvlink_shape(topology)
+    n = len(topology.gpus)
+    for p in LINK_PATTERNS:
+        if p.nvlink_counts == counts and p.shape == shape and (not p.gpu_counts or n in p.gpu_counts):
+            codes = "/".join(f"NV{c}" for c in sorted(counts))
+            return p.arch, (f"GPU generation inferred from the link pattern ({codes}, {shape}, {n} GPUs): "
+                            f"{p.family}; pass --gpu NAME to set it")
+    return None
+
+
+def apply_gpu(topology: "Topology", name: str | None = None) -> "Topology":
+    """The topology priced for GPU `name` (`--gpu`, any catalog name or alias); without one, when the source
+    did not say the generation (`topo -m` text), for the family its NVLink pattern suggests, with a note
+    saying it was inferred."""
+    notes: tuple[str, ...] = ()
+    if name is not None:
+        spec = find_gpu(name)
+        if topology.gpu_name not in (None, spec.key):
+            notes = (f"--gpu {name} ({spec.key}) overrides the {topology.gpu_name} the source named",)
+        arch, gpu_name = spec.arch, spec.key
+    elif topology.arch is None and (inferred := infer_gpu_family(topology)) is not None:
+        (arch, reason), gpu_name = inferred, None
+        notes = (reason,)
+    else:
+        return topology
+    return topology.with_arch(arch, gpu_name).with_notes(*notes)

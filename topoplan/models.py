@@ -1,0 +1,274 @@
+"""The model catalog and HF `config.json` -> `ModelSpec`: the sizes the planner prices.
+
+Catalog entries are the exact keys of each model's published `config.json` (Hugging Face hub), so a
+catalog model and `--model path/config.json` go through the same reader. docs/planner.md lists sources.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from topoplan.errors import TopoplanError
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Global (unsharded) sizes of a decoder-only transformer: dense/GQA, MLA attention, dense or MoE MLP."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # dense MLP width (the dense layers of an MoE model)
+    vocab: int
+    tied_embeddings: bool = False
+    gated_mlp: bool = True  # SwiGLU: 3 matrices; GPT-style GeLU MLP: 2
+    attention_bias: bool = False  # Qwen2: bias on q, k, v
+    # MoE: `experts` routed experts of width `expert_intermediate`, `experts_per_token` chosen per token
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    # MLA (DeepSeek-V2/V3): low-rank compressed KV; the cache holds kv_lora_rank + qk_rope_head_dim per token
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    # --- parameter counts (exact for the weights, norms included) ---------------------------------
+    @cached_property
+    def attention_params(self) -> int:
+        h = self.hidden
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.heads * qk
+                 if self.q_lora_rank else h * self.heads * qk)
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + self.heads * self.v_head_dim * h
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        bias = q + 2 * kv if self.attention_bias else 0
+        return h * q + 2 * h * kv + q * h + bias
+
+    def mlp_params(self, width: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden * width
+
+    @cached_property
+    def expert_params(self) -> int:
+        return self.mlp_params(self.expert_intermediate)
+
+    @cached_property
+    def dense_layer_params(self) -> int:
+        return self.attention_params + self.mlp_params(self.intermediate) + 2 * self.hidden
+
+    @cached_property
+    def moe_layer_params(self) -> int:
+        """All experts, shared experts and the router of one MoE layer, plus its attention and norms."""
+        return (self.attention_params + (self.experts + self.shared_experts) * self.expert_params
+                + self.hidden * self.experts + 2 * self.hidden)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def head_params(self) -> int:
+        """The LM head; counted once more even when tied, because it is read in every decode step."""
+        return self.vocab * self.hidden
+
+    @cached_property
+    def params(self) -> int:
+        dense = self.layers - self.moe_layers
+        body = dense * self.dense_layer_params + self.moe_layers * self.moe_layer_params
+        head = 0 if self.tied_embeddings else self.head_params
+        return self.embedding_params + body + head + self.hidden
+
+    def moe_layer_active_params(self, experts_touched: float) -> float:
+        """Weights one MoE layer reads when `experts_touched` distinct routed experts are in use."""
+        return (self.attention_params + (experts_touched + self.shared_experts) * self.expert_params
+                + self.hidden * self.experts + 2 * self.hidden)
+
+    def experts_touched(self, tokens: float) -> float:
+        """Expected distinct routed experts used by `tokens` tokens (uniform routing): E(1-(1-k/E)^tokens)."""
+        if not self.is_moe:
+            return 0.0
+        return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
+
+    # --- attention sizes ----------------------------------------------------------------------------
+    @property
+    def qk_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    def kv_elements_per_token_layer(self, tp: int) -> int:
+        """KV-cache elements one TP rank stores per token per layer.
+
+        GQA: K and V for ceil(kv_heads/tp) heads (heads are replicated once tp exceeds kv_heads).
+        MLA: the compressed latent plus the shared RoPE key, replicated on every TP rank.
+        """
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * -(-self.kv_heads // tp) * self.head_dim
+
+    def kv_bytes_per_token(self, dtype: str, tp: int = 1) -> int:
+        """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
+        return self.kv_elements_per_token_layer(tp) * self.layers * DTYPE_BYTES[dtype]
+
+    def flops_per_token(self, context: int) -> float:
+        """Forward FLOPs for one token attending to `context` earlier tokens: 2 x active weights + attention."""
+        dense = self.layers - self.moe_layers
+        matmul = (dense * (self.dense_layer_params - 2 * self.hidden)
+                  + self.moe_layers * self.moe_layer_active_params(self.experts_per_token) + self.head_params)
+        return 2.0 * matmul + 2.0 * self.layers * self.heads * (self.qk_dim + self.v_dim) * context
+
+    def weight_bytes(self, dtype: str) -> int:
+        return self.params * DTYPE_BYTES[dtype]
+
+
+# Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).
+_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False}
+_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False}
+CATALOG: dict[str, dict[str, Any]] = {
+    "Llama-2-7B": {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 32},
+    "Llama-2-13B": {**_LLAMA2, "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+                    "num_attention_heads": 40, "num_key_value_heads": 40},
+    "Llama-2-70B": {**_LLAMA2, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                    "num_attention_heads": 64, "num_key_value_heads": 8},
+    "Llama-3-8B": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 8},
+    "Llama-3-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                    "num_attention_heads": 64, "num_key_value_heads": 8},
+    "Llama-3.1-8B": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8},
+    "Llama-3.1-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                      "num_attention_heads": 64, "num_key_value_heads": 8},
+    "Llama-3.1-405B": {**_LLAMA3, "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
+                       "num_attention_heads": 128, "num_key_value_heads": 8},
+    "Mixtral-8x7B": {"model_type": "mixtral", "vocab_size": 32000, "tie_word_embeddings": False,
+                     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+                     "num_experts_per_tok": 2},
+    "Qwen2.5-72B": {"model_type": "qwen2", "vocab_size": 152064, "tie_word_embeddings": False,
+                    "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+                    "num_attention_heads": 64, "num_key_value_heads": 8},
+    "DeepSeek-V3": {"model_type": "deepseek_v3", "vocab_size": 129280, "tie_word_embeddings": False,
+                    "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+                    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                    "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    # The runner's built-in random models (topoplan/runner/builtin.py BUILTIN): byte vocabulary of 264.
+    "tiny": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 128,
+             "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4},
+    "small": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 1024,
+              "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
+              "num_key_value_heads": 8},
+}
+
+ALIASES: dict[str, str] = {
+    "7b": "Llama-2-7B", "13b": "Llama-2-13B", "8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B",
+    "405b": "Llama-3.1-405B", "mixtral": "Mixtral-8x7B", "8x7b": "Mixtral-8x7B", "qwen-72b": "Qwen2.5-72B",
+    "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
+}
+ALIAS_HELP = ", ".join(f"{k} -> {v}" for k, v in ALIASES.items())
+
+
+def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
+    """Read a HF config dict (Llama/Mistral/Qwen2, Mixtral, DeepSeek-V2/V3 spellings) into a ModelSpec."""
+
+    def need(key: str) -> Any:
+        if key not in raw:
+            raise TopoplanError(f"missing key {key!r} (expected a Llama-family or MoE HF config)", source=source)
+        value = raw[key]
+        if not isinstance(value, int) or value < 1:
+            raise TopoplanError(f"key {key!r} must be a positive integer, got {value!r}", source=source)
+        return value
+
+    hidden, heads = need("hidden_size"), need("num_attention_heads")
+    kv_lora = raw.get("kv_lora_rank") or 0
+    experts = raw.get("num_local_experts") or raw.get("n_routed_experts") or 0
+    if hidden % heads and not raw.get("head_dim") and not kv_lora:
+        raise TopoplanError(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}", source=source)
+    spec = ModelSpec(
+        name=name,
+        hidden=hidden,
+        layers=need("num_hidden_layers"),
+        heads=heads,
+        kv_heads=raw.get("num_key_value_heads") or heads,
+        head_dim=raw.get("head_dim") or hidden // heads,
+        intermediate=need("intermediate_size"),
+        vocab=need("vocab_size"),
+        tied_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        gated_mlp=raw.get("hidden_act", "silu") in ("silu", "swiglu"),
+        attention_bias=raw.get("model_type") == "qwen2" or bool(raw.get("attention_bias")),
+        experts=experts,
+        experts_per_token=need("num_experts_per_tok") if experts else 0,
+        expert_intermediate=(raw.get("moe_intermediate_size") or raw["intermediate_size"]) if experts else 0,
+        shared_experts=raw.get("n_shared_experts") or 0,
+        dense_layers=(raw.get("first_k_dense_replace") or 0) if experts else 0,
+        kv_lora_rank=kv_lora,
+        q_lora_rank=raw.get("q_lora_rank") or 0,
+        qk_nope_head_dim=need("qk_nope_head_dim") if kv_lora else 0,
+        qk_rope_head_dim=need("qk_rope_head_dim") if kv_lora else 0,
+        v_head_dim=need("v_head_dim") if kv_lora else 0,
+    )
+    if spec.heads % spec.kv_heads:
+        raise TopoplanError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                            f"{spec.kv_heads}", source=source)
+    return spec
+
+
+def find_model(name: str) -> ModelSpec:
+    """A catalog model by name or alias (case-insensitive), or a path to a HF config.json."""
+    path = Path(name)
+    if name.endswith(".json") or path.is_file():
+        return load_config(path)
+    by_lower = {k.lower(): k for k in CATALOG} | {k.lower(): v for k, v in ALIASES.items()}
+    key = by_lower.get(name.lower())
+    if key is None:
+        close = difflib.get_close_matches(name.lower(), list(by_lower), n=4, cutoff=0.4)
+        names = dict.fromkeys(by_lower[c] for c in close)
+        hint = f"; close: {', '.join(names)}" if names else f"; known: {', '.join(CATALOG)}"
+        raise TopoplanError(f"unknown model {name!r}{hint} (or pass a path to a config.json)")
+    return spec_from_config(CATALOG[key], key, source=f"catalog:{key}")
+
+
+def load_config(path: Path) -> ModelSpec:
+    """A HF config.json file; the error names the file when it is missing or not a config."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TopoplanError("no such file (expected a HF config.json)", source=path) from None
+    except json.JSONDecodeError as error:
+        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
+    if not isinstance(raw, dict):
+        raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
+    name = raw.get("_name_or_path") or path.parent.name or path.stem
+    return spec_from_config(raw, str(name), source=path)

@@ -1,0 +1,133 @@
+"""Every constant of the cost model, with its default, and the JSON file that overrides them.
+
+`topoplan calibrate` writes this file from measurements; `topoplan plan --calibration FILE` reads it.
+Schema (all keys optional; docs/planner.md explains each):
+
+    {"version": 1,
+     "links": {"nvlink": {"alpha_us": 2.0, "bandwidth_gbps": 190.0}, "pix": {...}, "pxb": {...},
+               "phb": {...}, "node": {...}, "sys": {...}, "net": {...}},
+     "collective_base_us": 25.0, "bus_efficiency": 0.8,
+     "memory_bandwidth_efficiency": 0.8, "flop_efficiency": 0.7,
+     "layer_overhead_us": 30.0, "runtime_reserve": 0.1}
+
+A link class's `bandwidth_gbps` (a measured bus bandwidth) replaces the topology's estimate for every
+link of that class; without it the estimate times `bus_efficiency` is used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from topoplan.errors import TopoplanError
+from topoplan.topology.links import LinkKind
+
+NET = "net"  # the inter-node link class (a NIC hop); the others are LinkKind values
+LINK_CLASSES = tuple(k.value for k in LinkKind) + (NET,)
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LinkCalibration:
+    alpha_us: float  # latency of one ring step over a link of this class
+    bandwidth_gbps: float | None = None  # measured bus bandwidth; None: topology estimate x bus_efficiency
+
+
+# Per-step latencies. NVLink's 3 us is fitted to the FasterTransformer TP1-8 decode residuals
+# (docs/planner.md); the PCIe figure keeps NCCL's NVLink:PCI hop-latency ratio 0.6:1.0
+# (src/graph/tuning.cc hwLat), so 5 us; a socket crossing and a network hop are estimates, ordered as
+# NCCL orders them (NVLINK < PCI < NET).
+DEFAULT_LINKS: dict[str, LinkCalibration] = {
+    LinkKind.NVLINK.value: LinkCalibration(3.0),
+    LinkKind.PIX.value: LinkCalibration(5.0),
+    LinkKind.PXB.value: LinkCalibration(5.0),
+    LinkKind.PHB.value: LinkCalibration(5.0),
+    LinkKind.NODE.value: LinkCalibration(5.0),
+    LinkKind.SYS.value: LinkCalibration(6.0),
+    NET: LinkCalibration(8.0),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The cost model's constants (defaults documented in docs/planner.md)."""
+
+    links: dict[str, LinkCalibration] = field(default_factory=lambda: dict(DEFAULT_LINKS))
+    collective_base_us: float = 25.0  # fixed cost of one collective call: launch, enqueue, rank skew
+    bus_efficiency: float = 0.8  # achieved/nominal link bandwidth in ring collectives
+    memory_bandwidth_efficiency: float = 0.8  # achieved/peak HBM bandwidth streaming weights and KV
+    flop_efficiency: float = 0.7  # achieved/peak tensor FLOP/s in large GEMMs
+    layer_overhead_us: float = 30.0  # per-layer fixed time: small kernels, launches, tails
+    runtime_reserve: float = 0.10  # share of GPU memory kept for the runtime (CUDA context, workspaces)
+    source: str = "defaults"
+
+    def link(self, link_class: str) -> LinkCalibration:
+        return self.links[link_class]
+
+
+_FRACTIONS = ("bus_efficiency", "memory_bandwidth_efficiency", "flop_efficiency", "runtime_reserve")
+_TIMES = ("collective_base_us", "layer_overhead_us")
+
+
+def _number(value: Any, where: str, path: Path, *, fraction: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise TopoplanError(f"{where}: expected a non-negative number, got {value!r}", source=path)
+    if fraction and not (0 < value <= 1):
+        raise TopoplanError(f"{where}: expected a fraction in (0, 1], got {value!r}", source=path)
+    return float(value)
+
+
+def parse_calibration(raw: Any, path: Path) -> Calibration:
+    """Validate a calibration dict; every problem names the key."""
+    if not isinstance(raw, dict):
+        raise TopoplanError("expected a JSON object (a topoplan calibration file)", source=path)
+    if raw.get("version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise TopoplanError(f"version {raw.get('version')!r}: this topoplan reads version {SCHEMA_VERSION}",
+                            source=path)
+    known = {f.name for f in fields(Calibration)} - {"source"} | {"version"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise TopoplanError(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}", source=path)
+    links = dict(DEFAULT_LINKS)
+    for name, entry in (raw.get("links") or {}).items():
+        if name not in LINK_CLASSES:
+            raise TopoplanError(f"links.{name}: unknown link class; expected one of {', '.join(LINK_CLASSES)}",
+                                source=path)
+        if not isinstance(entry, dict) or set(entry) - {"alpha_us", "bandwidth_gbps"}:
+            raise TopoplanError(f"links.{name}: expected {{\"alpha_us\": .., \"bandwidth_gbps\": ..}}", source=path)
+        alpha = _number(entry.get("alpha_us", links[name].alpha_us), f"links.{name}.alpha_us", path)
+        bw = entry.get("bandwidth_gbps")
+        if bw is not None:
+            bw = _number(bw, f"links.{name}.bandwidth_gbps", path)
+            if bw == 0:
+                raise TopoplanError(f"links.{name}.bandwidth_gbps: must be above 0", source=path)
+        links[name] = LinkCalibration(alpha, bw)
+    values: dict[str, Any] = {k: _number(raw[k], k, path, fraction=True) for k in _FRACTIONS if k in raw}
+    values |= {k: _number(raw[k], k, path) for k in _TIMES if k in raw}
+    if values.get("runtime_reserve") == 1.0:
+        raise TopoplanError("runtime_reserve: 1.0 leaves no memory for the model", source=path)
+    return replace(Calibration(), links=links, source=str(path), **values)
+
+
+def load_calibration(path: str | Path | None) -> Calibration:
+    """The calibration in `path`, or the defaults when None."""
+    if path is None:
+        return Calibration()
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TopoplanError("no such calibration file", source=path) from None
+    except json.JSONDecodeError as error:
+        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
+    return parse_calibration(raw, path)
+
+
+def to_json(calibration: Calibration) -> dict[str, Any]:
+    """The file form of a calibration (what `topoplan calibrate` writes)."""
+    links = {name: {"alpha_us": c.alpha_us, **({"bandwidth_gbps": c.bandwidth_gbps} if c.bandwidth_gbps else {})}
+             for name, c in calibration.links.items()}
+    return {"version": SCHEMA_VERSION, "links": links,
+            **{k: getattr(calibration, k) for k in (*_TIMES, *_FRACTIONS)}}

@@ -1,0 +1,274 @@
+"""The cost model: memory per GPU, prefill time (TTFT), decode time per token (TPOT), throughput.
+
+Each formula is in docs/planner.md with its source. Per pipeline stage:
+    memory  = weights/tp + batch x (prompt + generated) x KV bytes per token of its layers (per TP rank)
+    prefill = max(FLOPs / (peak x flop_eff), weight bytes / (HBM x mem_eff)) + layers x overhead
+              + 2 all-reduces per layer of batch x prompt x hidden x bytes
+    decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
+              + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
+A request crosses all stages in series plus p-1 hand-offs; with p stages, p micro-batches keep every
+stage busy, and DP replicas multiply throughput.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from topoplan.layout import Layout
+from topoplan.models import DTYPE_BYTES, ModelSpec
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.collectives import LinkPricer, Ring
+from topoplan.plan.device import DeviceSpec
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is asked of the deployment: per-replica batch and sequence lengths."""
+
+    batch: int = 1
+    prompt_len: int = 512
+    gen_len: int = 128
+    dtype: str = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass
+class LayoutCost:
+    """The priced layout; times in ms, memory in bytes."""
+
+    layout: Layout
+    fits: bool
+    memory_per_gpu: float
+    usable_memory: float
+    max_batch: int
+    prefill_ms: float
+    decode_ms_per_token: float
+    tokens_per_s: float  # all replicas together, decode phase
+    gpus: int
+    request_ms: float  # one request end to end: prefill, then every generated token
+    explain: Callable[["LayoutCost"], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
+
+    @cached_property
+    def reasons(self) -> list[str]:
+        """Why this layout scores as it does (worked out on first use: only shown layouts need it)."""
+        return self.explain(self)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+
+def split_layers(layers: int, stages: int) -> list[int]:
+    """Layers per stage, as even as possible; the extra layers go to middle stages first, since the first
+    and last stages also hold the embedding and the LM head."""
+    counts = [layers // stages] * stages
+    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
+    for i in order[: layers % stages]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: its layer range and whether it holds the embedding / LM head."""
+
+    start: int
+    end: int
+    first: bool
+    last: bool
+
+    @property
+    def layers(self) -> int:
+        return self.end - self.start
+
+
+def stages_of(model: ModelSpec, pp: int) -> list[Stage]:
+    stages, start = [], 0
+    for i, count in enumerate(split_layers(model.layers, pp)):
+        stages.append(Stage(start, start + count, i == 0, i == pp - 1))
+        start += count
+    return stages
+
+
+@dataclass(frozen=True)
+class Work:
+    """One kind of kernel's work on one GPU: FLOPs and the bytes it must move through HBM."""
+
+    flops: float
+    nbytes: float
+
+
+class StageModel:
+    """Bytes and FLOPs of one stage on one TP rank."""
+
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int):
+        self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
+        dense_end = model.dense_layers if model.is_moe else model.layers
+        self.dense = max(0, min(stage.end, dense_end) - stage.start)
+        self.moe = stage.layers - self.dense
+        self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
+        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp)
+
+    def weight_bytes(self) -> float:
+        """Weights stored on one TP rank of this stage."""
+        m = self.m
+        params = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
+        params += (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
+        return params * self.b / self.tp
+
+    def _matmul_params(self, tokens: float) -> float:
+        """Weights the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
+        m = self.m
+        moe = m.moe_layer_active_params(m.experts_touched(tokens)) if self.moe else 0.0
+        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe + (m.head_params if self.s.last else 0)
+
+    def _active_params(self) -> float:
+        """Weights one token multiplies by (MoE: its k experts)."""
+        m = self.m
+        moe = m.moe_layer_active_params(m.experts_per_token) if self.moe else 0.0
+        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe
+
+    def kv_bytes_per_token(self) -> float:
+        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
+
+    def attention_flops(self, queries: float, context: float) -> float:
+        """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
+        return 2.0 * self.s.layers * self.m.heads * (self.m.qk_dim + self.m.v_dim) * queries * context
+
+    def prefill(self, batch: int, prompt: int) -> list[Work]:
+        """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
+        tokens = batch * prompt
+        gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
+        kv_write = tokens * self.kv_bytes_per_token()
+        return [Work(gemm / self.tp, self._matmul_params(tokens) * self.b / self.tp),
+                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
+
+    def decode(self, batch: int, context: float) -> list[Work]:
+        """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
+        gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
+        return [Work(gemm / self.tp, self._matmul_params(batch) * self.b / self.tp),
+                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
+
+
+class CostModel:
+    """Prices layouts of one model on one device type under one calibration."""
+
+    def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
+                 pricer: LinkPricer):
+        self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
+        self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
+        self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
+        self._stage_cache: dict[tuple, float] = {}
+
+    def _roofline_ms(self, work: list[Work]) -> float:
+        """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
+        return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
+
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences.
+
+        Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
+        w = self.work
+        key = (sm.signature, ring.shape, phase, batch)
+        if key not in self._stage_cache:
+            if phase == "prefill":
+                work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
+            else:
+                work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
+            t = self._roofline_ms(work) + sm.s.layers * self.cal.layer_overhead_us / 1e3
+            t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * w.bytes) / 1e3
+            self._stage_cache[key] = t
+        return self._stage_cache[key]
+
+    def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
+        """Activations of `tokens` tokens from one stage to the next."""
+        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
+
+    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
+                     batch: float) -> tuple[float, list[float]]:
+        """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch) for sm, ring in zip(models, rings)]
+        handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
+        return sum(stage_ms) + handoffs, stage_ms
+
+    def price(self, layout: Layout, replicas: list[list[Ring]]) -> LayoutCost:
+        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
+        w, m = self.work, self.model
+        stages = stages_of(m, layout.pp)
+        models = [StageModel(m, s, layout.tp, w.bytes) for s in stages]
+        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
+        seq = w.prompt_len + w.gen_len
+        memory = max(sm.weight_bytes() + w.batch * seq * sm.kv_bytes_per_token() for sm in models)
+        max_batch = min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token()))
+                        for sm in models)
+        context = w.prompt_len + w.gen_len / 2
+        worst = None
+        for rings in replicas:
+            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch) for sm, ring in zip(models, rings))
+            prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+            decode, _ = self._pipeline_ms(rings, models, w.batch)
+            micro = min(layout.pp, w.batch)
+            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro)
+            step = max(through, micro * max(stage_ms))
+            if worst is None or decode > worst[1]:
+                worst = (prefill, decode, step, rings)
+        prefill, decode, step, rings = worst
+        return LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
+                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
+                          lambda cost: self.reasons(layout, cost, rings, models, context))
+
+    def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
+                context: float) -> list[str]:
+        """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
+        gb = 1e9
+        out = []
+        if not cost.fits:
+            out.append(f"does not fit: needs {cost.memory_per_gpu / gb:.1f} GB/GPU, {cost.usable_memory / gb:.1f} "
+                       f"usable (max batch {cost.max_batch})")
+        if layout.tp > 1:
+            hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+            where = "spans nodes" if hop.link_class == "net" else (
+                "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
+            ar_ms = sum(2 * sm.s.layers * self.pricer.allreduce_us(r, self.work.batch * self.model.hidden
+                                                                    * self.work.bytes) / 1e3
+                        for sm, r in zip(models, rings))
+            out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
+                       f"{2 * self.model.layers} all-reduces/token cost {ar_ms:.2f} ms")
+            if all(self.pricer.is_nvlink_mesh(r) for r in rings):
+                out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
+                           "cut the all-reduce latency priced here as an NCCL ring")
+        if layout.pp > 1:
+            boundary = min((self.pricer.boundary(a, b) for a, b in zip(rings, rings[1:])),
+                           key=lambda h: h.bandwidth_gbps)
+            split = "/".join(str(sm.s.layers) for sm in models)
+            out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
+        work = [w for sm in models for w in sm.decode(self.work.batch, context)]
+        compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
+        out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
+                   f"{sum(w.nbytes for w in work) / gb:.2f} GB read per GPU per step")
+        if layout.dp > 1:
+            out.append(f"DP{layout.dp} replicas multiply throughput")
+        return out
+
+
+def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:
+    """TP group rings (stage by stage) of the distinct replicas. All nodes are identical, so only the
+    replicas that start on node 0 need pricing, and a ring's shape is its first rank's place on its node."""
+    k, tp = len(order), layout.tp
+    count = max(1, min(layout.dp, k // (tp * layout.pp)))
+    shapes: dict[int, tuple] = {}
+
+    def ring(first: int) -> Ring:
+        offset = first % k
+        if offset not in shapes:
+            shapes[offset] = tuple(((offset + t) // k, order[(offset + t) % k]) for t in range(tp))
+        return Ring(first // k, shapes[offset], (order, offset, tp))
+
+    # rank = (dp_rank * pp + pp_rank) * tp + tp_rank, as layout.rank_of defines it
+    return [[ring((d * layout.pp + p) * tp) for p in range(layout.pp)] for d in range(count)]

@@ -1,0 +1,41 @@
+"""Command-line values -> a Plan: find the model, the topology, the GPU and the calibration, then plan.
+
+Kept out of cli.py so the command stays options-and-render, and so tests can drive the same path.
+"""
+
+from __future__ import annotations
+
+from topoplan.errors import TopoplanError
+from topoplan.hardware import infer_gpu_family, lookup_gpu
+from topoplan.models import DTYPE_BYTES, find_model
+from topoplan.plan.calibration import load_calibration
+from topoplan.plan.cost import Workload
+from topoplan.plan.device import DeviceSpec
+from topoplan.plan.rank import Plan, plan
+from topoplan.topology.model import Topology
+from topoplan.topology.sources import load_topology
+
+
+def device_for(topology: Topology, nic_gbps: float | None) -> DeviceSpec:
+    """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu)."""
+    spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
+    if spec is None:
+        guess = infer_gpu_family(topology)
+        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
+        raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
+    if nic_gbps is not None and nic_gbps <= 0:
+        raise TopoplanError(f"--nic-gbps must be above 0, got {nic_gbps}")
+    return DeviceSpec.from_gpu(spec, nic_gbps)
+
+
+def plan_from_options(*, model: str, topo: str | None, gpu: str | None, nodes: int, batch: int, prompt_len: int,
+                      gen_len: int, dtype: str, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
+                      dp: int | None, nic_gbps: float | None, calibration: str | None) -> Plan:
+    if dtype not in DTYPE_BYTES:
+        raise TopoplanError(f"unknown --dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    spec = find_model(model)
+    cal = load_calibration(calibration)
+    topology = load_topology(topo, None, "auto", None, gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    device = device_for(topology, nic_gbps)
+    return plan(topology, spec, device, Workload(batch, prompt_len, gen_len, dtype), calibration=cal, nodes=nodes,
+                objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)

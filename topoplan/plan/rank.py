@@ -1,0 +1,102 @@
+"""`plan`: enumerate layouts, place and price each, rank them by the objective; the JSON contract.
+
+Layouts that fit come first; among them latency ranks by one request's end-to-end time (TTFT plus every
+output token), throughput by decode tokens/s per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from topoplan.errors import TopoplanError
+from topoplan.models import ModelSpec
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
+from topoplan.plan.device import DeviceSpec
+from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
+from topoplan.topology.model import Topology
+
+OBJECTIVES = ("latency", "throughput")
+
+
+@dataclass
+class RankedLayout:
+    cost: LayoutCost
+    order: tuple[str, ...]  # the per-node GPU order (every node the same)
+
+
+@dataclass
+class Plan:
+    model: ModelSpec
+    device: DeviceSpec
+    topology: Topology
+    nodes: int
+    workload: Workload
+    objective: str
+    calibration: Calibration
+    layouts: list[RankedLayout]  # best first
+
+
+def _key(objective: str, cost: LayoutCost) -> tuple:
+    score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
+    return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
+
+
+def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
+         calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
+         max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None) -> Plan:
+    """Every candidate layout placed on the topology and priced, ranked best first."""
+    if objective not in OBJECTIVES:
+        raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
+    for name, value in (("batch", workload.batch), ("prompt-len", workload.prompt_len),
+                        ("gen-len", workload.gen_len), ("nodes", nodes)):
+        if value < 1:
+            raise TopoplanError(f"--{name} must be at least 1, got {value}")
+    calibration = calibration or Calibration()
+    placer = NodePlacer(topology)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps)
+    costs = CostModel(model, device, workload, calibration, pricer)
+    ranked = []
+    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):
+        order = placer.local_order(layout, nodes)
+        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
+    ranked.sort(key=lambda r: _key(objective, r.cost))
+    return Plan(model, device, topology, nodes, workload, objective, calibration, ranked)
+
+
+def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
+    c, layout = entry.cost, entry.cost.layout
+    placements = expand(layout, nodes, entry.order)
+    return {
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "fits": c.fits,
+        "memory_per_gpu_gb": round(c.memory_per_gpu / 1e9, 3), "max_batch": c.max_batch,
+        "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
+        "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
+        "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
+        "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
+                       "dp_rank": p.dp_rank} for p in placements],
+        "cuda_visible_devices": cuda_visible_devices(placements, 0),
+        "reasons": c.reasons,
+    }
+
+
+def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
+    """The `--json` contract: model, topology, layouts ranked best first (top N)."""
+    m, t = result.model, result.topology
+    layouts = result.layouts[:top] if top else result.layouts
+    return {
+        "model": {"name": m.name, "params": m.params, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
+                  "kv_heads": m.kv_heads, "dtype": result.workload.dtype,
+                  "weight_gb": round(m.weight_bytes(result.workload.dtype) / 1e9, 3),
+                  "kv_bytes_per_token": m.kv_bytes_per_token(result.workload.dtype)},
+        "topology": {"source": t.source, "gpus": [g.id for g in t.gpus], "nodes": result.nodes,
+                     "gpu": result.device.name, "memory_gb": result.device.memory_bytes / 1e9,
+                     "nic_gbps": result.device.nic_gbps, "notes": list(t.notes)},
+        "workload": asdict(result.workload),
+        "objective": result.objective,
+        "calibration": result.calibration.source,
+        "layouts": [layout_json(entry, result.nodes) for entry in layouts],
+    }

@@ -1,0 +1,93 @@
+"""Read a topology from a file (or stdin): the one entry point for `topoplan inspect --file` and the planner.
+
+Bytes are checked before parsing, so an empty file, binary junk or a wrong encoding gets its own clear
+message instead of a confusing parse error. Format detection lives in `detect_format` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from topoplan.errors import TopoplanError
+from topoplan.topology.model import Topology, build_topology
+from topoplan.topology.p2p_text import P2pMatrices, parse_p2p_text
+from topoplan.topology.smi_text import parse_topo_text
+
+STDIN = "-"
+RECORDING_FORMAT = "topoplan-nvml-recording"  # the "format" of an NVML recording (topology/recording.py)
+_EXPECTED = "expected the text output of `nvidia-smi topo -m`"
+_CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
+
+
+def read_topology(path: str, p2p_path: str | None = None) -> Topology:
+    """Parse the topology in `path` (`-` for stdin), with `nvidia-smi topo -p2p` statuses from `p2p_path`."""
+    source = _display(path)
+    text = read_text(path)
+    fmt = detect_format(text)
+    if fmt == "recording":
+        from topoplan.topology.recording import parse_recording, topology_from_recording
+
+        if p2p_path is not None:
+            raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
+                                source=_display(p2p_path))
+        return topology_from_recording(parse_recording(text, source), source)
+    if fmt != "smi-text":
+        raise TopoplanError(f"this looks like {fmt}, which topoplan cannot read yet; {_EXPECTED}", source=source, line=1)
+    topology = parse_topo_text(text, source=source)
+    if p2p_path is None:
+        return topology
+    return attach_p2p(topology, parse_p2p_text(read_text(p2p_path), source=_display(p2p_path)))
+
+
+def detect_format(text: str) -> str:
+    """What kind of topology file this is: "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan NVML
+    recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
+    should get the JSON error), or "JSON" (other JSON)."""
+    start = text.lstrip()[:1]
+    if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return "recording" if start == "{" else "smi-text"
+        return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "JSON"
+    return "smi-text"
+
+
+def attach_p2p(topology: Topology, p2p: P2pMatrices) -> Topology:
+    """The same topology with P2P statuses on its GPU pairs (the p2p file must describe the same GPUs)."""
+    if p2p.n_gpus != len(topology.gpus):
+        raise TopoplanError(f"the P2P matrix has {p2p.n_gpus} GPUs but the topology ({topology.source}) has "
+                            f"{len(topology.gpus)}; expected both from the same machine", source=p2p.source)
+    codes = {(link.a, link.b): link.code for link in topology.links()}
+    return build_topology(topology.gpus, topology.nics, codes, arch=topology.arch, gpu_name=topology.gpu_name,
+                          p2p=p2p.statuses, source=topology.source,
+                          notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)))
+
+
+def read_text(path: str) -> str:
+    """The file's text, refusing what cannot be a paste: nothing, binary data, an unknown encoding."""
+    source = _display(path)
+    try:
+        data = sys.stdin.buffer.read() if path == STDIN else open(path, "rb").read()
+    except OSError as error:
+        raise TopoplanError(f"cannot read it: {error.strerror or error}", source=source) from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16, as PowerShell's `>` writes it
+        text = data.decode("utf-16", errors="replace")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise TopoplanError(f"not UTF-8 text (byte 0x{data[error.start]:02x}); {_EXPECTED}",
+                                source=source, line=data.count(b"\n", 0, error.start) + 1) from None
+    if not text.strip():
+        raise TopoplanError(f"the file is empty; {_EXPECTED}", source=source, line=1)
+    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in _CONTROL_OK or ch == "\x7f"), None)
+    if bad is not None:
+        raise TopoplanError(f"binary data (control byte 0x{ord(text[bad]):02x}), not text; {_EXPECTED}",
+                            source=source, line=text.count("\n", 0, bad) + 1)
+    return text
+
+
+def _display(path: str) -> str:
+    return "<stdin>" if path == STDIN else path
