@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, coords_of
-from topoplan.rank_env import RankEnv
+from topoplan.rank_env import RankEnv, local_cuda_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -115,7 +115,8 @@ class Dist:
 def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
     """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
     backend = choose_backend(backend)
-    device = torch.device("cuda", env.local_rank) if backend == "nccl" else torch.device("cpu")
+    device = (torch.device("cuda", local_cuda_device(env.local_rank, torch.cuda.device_count()))
+              if backend == "nccl" else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,
