@@ -76,7 +76,7 @@ def test_table_output_names_groups_and_reasons():
     (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--dtype", "int3"), "unknown --dtype 'int3'"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--calibration", "nope.json"),
-     "nope.json: no such calibration file"),
+     "nope.json: no such file; expected a topoplan calibration file"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     run = topoplan("plan", *args)

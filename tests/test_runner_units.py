@@ -82,7 +82,7 @@ def test_unsupported_configs_are_refused_with_the_file(tmp_path, change, message
 
 def test_broken_config_json_names_the_line(tmp_path):
     (tmp_path / "config.json").write_text('{\n"model_type": "llama",\n oops\n}')
-    with pytest.raises(TopoplanError, match=r"config.json:3: invalid JSON"):
+    with pytest.raises(TopoplanError, match=r"config.json:3: not valid JSON"):
         load_hf_config(tmp_path)
 
 

@@ -7,13 +7,13 @@ catalog model and `--model path/config.json` go through the same reader. docs/pl
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -262,12 +262,7 @@ def find_model(name: str) -> ModelSpec:
 
 def load_config(path: Path) -> ModelSpec:
     """A HF config.json file; the error names the file when it is missing or not a config."""
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TopoplanError("no such file (expected a HF config.json)", source=path) from None
-    except json.JSONDecodeError as error:
-        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
+    raw = read_json(path, "a HF config.json")
     if not isinstance(raw, dict):
         raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
     name = raw.get("_name_or_path") or path.parent.name or path.stem

@@ -16,12 +16,12 @@ link of that class; without it the estimate times `bus_efficiency` is used.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 from topoplan.topology.links import LinkKind
 
 NET = "net"  # the inter-node link class (a NIC hop); the others are LinkKind values
@@ -116,13 +116,7 @@ def load_calibration(path: str | Path | None) -> Calibration:
     if path is None:
         return Calibration()
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TopoplanError("no such calibration file", source=path) from None
-    except json.JSONDecodeError as error:
-        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
-    return parse_calibration(raw, path)
+    return parse_calibration(read_json(path, "a topoplan calibration file"), path)
 
 
 def to_json(calibration: Calibration) -> dict[str, Any]:

@@ -8,12 +8,12 @@ rather than run with silently different numerics.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -103,22 +103,14 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
     )
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TopoplanError("not found (expected an HF checkpoint folder with config.json)", source=path) from None
-    except json.JSONDecodeError as error:
-        raise TopoplanError(f"invalid JSON: {error.msg}", source=path, line=error.lineno) from None
-
-
 def load_hf_config(folder: str | Path) -> ModelConfig:
     """Parse `folder/config.json`; EOS ids from generation_config.json win when it has them, as in HF generate."""
     path = Path(folder) / "config.json"
-    raw = _read_json(path)
+    raw = read_json(path, "an HF checkpoint folder with config.json")
     generation = Path(folder) / "generation_config.json"
-    if generation.exists() and _read_json(generation).get("eos_token_id") is not None:
-        raw = {**raw, "eos_token_id": _read_json(generation)["eos_token_id"]}
+    eos = read_json(generation, "an HF generation_config.json").get("eos_token_id") if generation.exists() else None
+    if eos is not None:
+        raw = {**raw, "eos_token_id": eos}
     return parse_hf_config(raw, source=path)
 
 

@@ -9,7 +9,6 @@ memory-mapped file. `LoadReport.bytes_read` counts the bytes of those slices in 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from safetensors import safe_open
 from torch import nn
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 from topoplan.runner.layers import Source, sources
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -39,9 +39,7 @@ def checkpoint_index(folder: str | Path) -> dict[str, str]:
     index_path = folder / INDEX_NAME
     if index_path.exists():
         try:
-            weight_map = json.loads(index_path.read_text())["weight_map"]
-        except json.JSONDecodeError as error:
-            raise TopoplanError(f"invalid JSON: {error.msg}", source=index_path, line=error.lineno) from None
+            weight_map = read_json(index_path, "a safetensors index with a 'weight_map'")["weight_map"]
         except KeyError:
             raise TopoplanError("missing key 'weight_map'", source=index_path) from None
         return dict(weight_map)

@@ -22,6 +22,7 @@ from typing import Any
 
 from topoplan.errors import TopoplanError
 from topoplan.hardware import lookup_gpu
+from topoplan.jsonfile import parse_json
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
 from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
@@ -54,11 +55,7 @@ def new_recording(nvml: dict[str, Any], sysfs: dict[str, Any], environ: dict[str
 
 def parse_recording(text: str, source: str) -> dict[str, Any]:
     """A recording from its JSON text, its format and schema version checked."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TopoplanError(f"not valid JSON ({error.msg}); expected a topoplan recording",
-                            source=source, line=error.lineno) from None
+    data = parse_json(text, source, "a topoplan recording")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TopoplanError(f"not a topoplan recording: expected \"format\": \"{FORMAT}\"", source=source)
     if data.get("schema_version") != SCHEMA_VERSION:
