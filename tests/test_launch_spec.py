@@ -13,7 +13,8 @@ import pytest
 
 from launch_support import DGX_A100, EXPECTED, FIXTURES, block_placements, expected_topology
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts, assumed_cores, parse_cpu_list, split_cpus
+from topoplan.launch.binding import CpuFacts, assumed_cores, split_cpus
+from topoplan.topology.smi_text import parse_cpu_list
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement, coords_of, tp_groups
 from topoplan.topology.links import LinkKind
@@ -186,6 +187,14 @@ def test_sysfs_siblings_decide_whole_cores(tmp_path):
     spec = build_spec(build_topology(gpus, [], {}), Layout(), block_placements(Layout(), ["GPU0"]), command=CMD,
                       facts=facts)
     assert spec.ranks[0].mem_node == 0
+
+
+def test_damaged_sysfs_cpulist_names_the_file(tmp_path):
+    node = tmp_path / "node" / "node0"
+    node.mkdir(parents=True)
+    (node / "cpulist").write_text("0-3,x\n")
+    with pytest.raises(TopoplanError, match=r"node0/cpulist: expected a CPU list such as 0-3,8, got 'x'"):
+        CpuFacts.read_sysfs(tmp_path)
 
 
 def test_more_ranks_than_cores_splits_threads_then_fails():

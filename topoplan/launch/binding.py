@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topoplan.errors import TopoplanError
+from topoplan.topology.smi_text import parse_cpu_list
 
 Core = tuple[int, ...]  # the logical CPUs (SMT threads) of one physical core, sorted
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """`"0-3,8,10-11"` -> (0, 1, 2, 3, 8, 10, 11), the Linux cpulist format."""
-    cpus: set[int] = set()
-    for part in filter(None, (p.strip() for p in text.strip().split(","))):
-        first, _, last = part.partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
-            raise TopoplanError(f"CPU list {text!r}: expected numbers and ranges like 0-3,8, got {part!r}")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return tuple(sorted(cpus))
+def read_cpu_list(path: Path) -> tuple[int, ...]:
+    """A sysfs cpulist file (`0-3,8,10-11`) -> (0, 1, 2, 3, 8, 10, 11); blank (a memory-only node) -> ()."""
+    text = path.read_text()
+    try:
+        return parse_cpu_list(text)
+    except ValueError as error:
+        raise TopoplanError(f"expected a CPU list such as 0-3,8, got {str(error)!r} in {text.strip()!r}",
+                            source=path) from None
 
 
 def format_cpu_list(cpus: Sequence[int]) -> str:
@@ -57,8 +57,8 @@ class CpuFacts:
         siblings: dict[int, Core] = {}
         for path in sorted((root / "cpu").glob("cpu[0-9]*/topology/thread_siblings_list")):
             cpu = int(path.parent.parent.name[3:])
-            siblings[cpu] = parse_cpu_list(path.read_text())
-        node_cpus = {int(p.parent.name[4:]): parse_cpu_list(p.read_text())
+            siblings[cpu] = read_cpu_list(path)
+        node_cpus = {int(p.parent.name[4:]): read_cpu_list(p)
                      for p in sorted((root / "node").glob("node[0-9]*/cpulist"))}
         return cls(siblings, node_cpus)
 

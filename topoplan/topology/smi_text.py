@@ -287,10 +287,12 @@ def _gpu(index: int, trailing: list[str], header: _Header, line: Line, source: s
                numa_node=number(NUMA), gpu_numa_id=number(GPU_NUMA))
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...] | None:
-    """`0-63,128-191` / `4,6,9` / `0-0,8-8` -> sorted CPU numbers; empty or N/A -> None. ValueError if bad."""
-    if text in ("", "N/A"):
-        return None
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """The Linux cpulist format (nvidia-smi's affinity column, sysfs `cpulist` files): `0-63,128-191` /
+    `4,6,9` / `0-0,8-8` -> sorted CPU numbers; blank -> (). ValueError if bad."""
+    text = text.strip()
+    if not text:
+        return ()
     cpus: set[int] = set()
     for part in text.split(","):
         low, dash, high = part.partition("-")
@@ -304,6 +306,8 @@ def parse_cpu_list(text: str) -> tuple[int, ...] | None:
 
 
 def _cpus(text: str, index: int, line: Line, source: str) -> tuple[int, ...] | None:
+    if text in ("", "N/A"):
+        return None
     try:
         return parse_cpu_list(text)
     except ValueError:
