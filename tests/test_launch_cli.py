@@ -54,6 +54,10 @@ def test_output_file_is_written_executable(tmp_path):
                     "-o", str(out))
     assert result.exit_code == 0, result.output
     assert out.read_text().startswith("#!/bin/bash\n#SBATCH") and out.stat().st_mode & 0o111
+    data = tmp_path / "launch.json"
+    assert launch("--topo", DGX, "--layout", "tp=8", "--format", "json", "-o", str(data)).exit_code == 0
+    assert json.loads(data.read_text())["ranks"] and not data.stat().st_mode & 0o111
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sbatch", "launch.json"]  # no temporary left
 
 
 def small_affinity_paste(tmp_path):

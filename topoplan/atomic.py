@@ -19,8 +19,11 @@ def _umask() -> int:
 
 
 @contextmanager
-def atomic_path(output: str | Path) -> Iterator[str]:
-    """A temporary path to write to; it becomes `output` when the block ends without an exception."""
+def atomic_path(output: str | Path, *, executable: bool = False) -> Iterator[str]:
+    """A temporary path to write to; it becomes `output` when the block ends without an exception.
+
+    `output` gets the mode a plain open() would give it (less the umask), executable by all if asked.
+    """
     target = Path(output)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -29,7 +32,7 @@ def atomic_path(output: str | Path) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it the mode a plain open() would
+        os.chmod(tmp, (0o777 if executable else 0o666) & ~_umask())  # mkstemp makes it private
         os.replace(tmp, target)
     except OSError as error:
         raise TopoplanError(f"cannot write {output}: {error.strerror}") from None
@@ -38,7 +41,7 @@ def atomic_path(output: str | Path) -> Iterator[str]:
             os.unlink(tmp)
 
 
-def write_atomic(output: str | Path, data: str | bytes) -> None:
+def write_atomic(output: str | Path, data: str | bytes, *, executable: bool = False) -> None:
     """Write text (UTF-8) or bytes to `output` all-or-nothing."""
-    with atomic_path(output) as tmp:
+    with atomic_path(output, executable=executable) as tmp:
         Path(tmp).write_bytes(data.encode() if isinstance(data, str) else data)

@@ -146,11 +146,10 @@ def launch(
     output: str = typer.Option(None, "--output", "-o", help="write to this file (atomically) instead of stdout"),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
-    from pathlib import Path
-
     from rich.console import Console
 
-    from topoplan.launch.command import launch_spec, parse_hosts, write_output
+    from topoplan.atomic import write_atomic
+    from topoplan.launch.command import launch_spec, parse_hosts
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.render import render
 
@@ -164,7 +163,7 @@ def launch(
     if explain:
         explain_spec(spec, Console(stderr=True, width=160))
     if output:
-        write_output(Path(output), text, executable=fmt != "json")
+        write_atomic(output, text, executable=fmt != "json")
     else:
         sys.stdout.write(text)
 

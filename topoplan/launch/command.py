@@ -5,10 +5,7 @@ Kept out of cli.py so the CLI only parses options, and so tests and other tools 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import CpuFacts
@@ -101,15 +98,3 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
                       hosts=hosts, master_port=port, facts=facts)
 
 
-def write_output(path: Path, text: str, *, executable: bool) -> None:
-    """Write atomically: a crash or a bad option never leaves a half-written launch script behind."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o755 if executable else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -12,13 +12,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.rank_env import discover_rank_env
@@ -183,9 +183,8 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
         "files_read_per_rank": [rec["files"] for rec in records],
     }
     if opts.dump_logits:
-        tmp = f"{opts.dump_logits}.tmp{os.getpid()}"
-        torch.save(logits, tmp)
-        os.replace(tmp, opts.dump_logits)
+        with atomic_path(opts.dump_logits) as tmp:
+            torch.save(logits, tmp)
     return result
 
 

@@ -14,12 +14,11 @@ Schema (docs/nvml.md has the full description):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from topoplan.atomic import write_atomic
 from topoplan.errors import TopoplanError
 from topoplan.hardware import lookup_gpu
 from topoplan.jsonfile import parse_json
@@ -69,19 +68,7 @@ def parse_recording(text: str, source: str) -> dict[str, Any]:
 
 def save_recording(recording: dict[str, Any], path: str | Path) -> None:
     """Write a recording as JSON, all or nothing (a temporary file renamed over the target)."""
-    target = Path(path)
-    text = json.dumps(recording, indent=1) + "\n"
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(tmp, target)
-    except OSError as error:
-        raise TopoplanError(f"cannot write {path}: {error.strerror}") from None
-    finally:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, json.dumps(recording, indent=1) + "\n")
 
 
 # --- shape check: what the interpreter may then take for granted ---------------------------------------
