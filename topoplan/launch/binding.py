@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topoplan.errors import TopoplanError
+from topoplan.topology.render.cpuset import format_cpu_list
 from topoplan.topology.smi_text import parse_cpu_list
 
 Core = tuple[int, ...]  # the logical CPUs (SMT threads) of one physical core, sorted
@@ -32,17 +33,6 @@ def read_cpu_list(path: Path) -> tuple[int, ...]:
     except ValueError as error:
         raise TopoplanError(f"expected a CPU list such as 0-3,8, got {str(error)!r} in {text.strip()!r}",
                             source=path) from None
-
-
-def format_cpu_list(cpus: Sequence[int]) -> str:
-    """(0, 1, 2, 3, 8) -> "0-3,8": the compact form numactl and taskset accept."""
-    runs: list[list[int]] = []
-    for cpu in sorted(cpus):
-        if runs and cpu == runs[-1][1] + 1:
-            runs[-1][1] = cpu
-        else:
-            runs.append([cpu, cpu])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from topoplan.launch.binding import format_cpu_list
+from topoplan.topology.render.cpuset import format_cpu_list
 from topoplan.launch.spec import LaunchSpec
 
 

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts, format_cpu_list, memory_node, split_cpus
+from topoplan.launch.binding import CpuFacts, memory_node, split_cpus
 from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
 from topoplan.layout import Layout, RankPlacement, coords_of
 from topoplan.topology.model import Topology
+from topoplan.topology.render.cpuset import format_cpu_list
 
 DEFAULT_PORT = 29500
 # Variables every launcher sets by itself (torchrun, Open MPI, Slurm under their own names): renderers for
