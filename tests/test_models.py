@@ -82,8 +82,20 @@ def test_config_not_json_gives_the_line(tmp_path):
 
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_builtin_models_match_the_runner(name):
-    """The planner prices the runner's built-in models with the runner's own figures."""
-    builtin = pytest.importorskip("topoplan.runner.builtin", reason="runner branch not merged into this checkout")
-    runner = builtin.BUILTIN[name]
+    """The planner prices the runner's built-in models with the runner's own figures (BUILTIN reads CATALOG)."""
+    from topoplan.runner.builtin import BUILTIN
+
+    runner = BUILTIN[name]
     assert {k: runner[k] for k in CATALOG[name] if k != "model_type"} == {
         k: v for k, v in CATALOG[name].items() if k != "model_type"}
+
+
+def test_planner_counts_the_weights_the_runner_writes():
+    """ModelSpec.params against the tensors of the built-in tiny model, counted one by one."""
+    from topoplan.runner.builtin import BUILTIN
+    from topoplan.runner.tiny import random_weights
+
+    tensors = random_weights(BUILTIN["tiny"])
+    layer = 3 * 128 * 128 + 3 * 128 * 384 + 2 * 128  # q, k+v (4 of 8 heads), o; SwiGLU; two norms
+    by_hand = 2 * 264 * 128 + 4 * layer + 128  # embedding and untied head; 4 layers; final norm
+    assert find_model("tiny").params == sum(t.numel() for t in tensors.values()) == by_hand == 855_168

@@ -184,7 +184,8 @@ CATALOG: dict[str, dict[str, Any]] = {
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
-    # The runner's built-in random models (topoplan/runner/builtin.py BUILTIN): byte vocabulary of 264.
+    # The runner's built-in random models (topoplan/runner/builtin.py BUILTIN reads these): a byte vocabulary,
+    # 256 bytes + specials rounded up to 264 so that TP degrees 1-4, 6, 8, 12 divide it.
     "tiny": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 128,
              "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4},
     "small": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 1024,

@@ -12,22 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.models import CATALOG
 
 BOS, EOS, PAD = 256, 257, 258
-BYTE_VOCAB = 264  # 256 bytes + specials, rounded up so that TP degrees 1-4, 6, 8, 12 divide it
 
-_COMMON: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "vocab_size": BYTE_VOCAB,
-    "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "tie_word_embeddings": False, "torch_dtype": "float32", "topoplan_byte_tokenizer": True,
+# The sizes (vocabulary included) are the planner's catalog entries, so `plan -m tiny` prices what runs;
+# these are the keys only the runner reads.
+_RUNTIME: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "bos_token_id": BOS, "eos_token_id": EOS,
+    "pad_token_id": PAD, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "float32",
+    "topoplan_byte_tokenizer": True, "max_position_embeddings": 4096,
 }
-BUILTIN: dict[str, dict[str, Any]] = {
-    "tiny": {**_COMMON, "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 8,
-             "num_key_value_heads": 4, "intermediate_size": 384, "max_position_embeddings": 4096},
-    "small": {**_COMMON, "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
-              "num_key_value_heads": 8, "intermediate_size": 2816, "max_position_embeddings": 4096},
-}
-
+BUILTIN: dict[str, dict[str, Any]] = {name: {**_RUNTIME, **CATALOG[name]} for name in ("tiny", "small")}
 
 
 def builtin_cache_folder(name: str) -> Path:
