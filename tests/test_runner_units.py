@@ -12,6 +12,7 @@ import torch
 from runner_models import hf_generate, hf_model, save_byte_model, save_hf
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, dp_groups, pp_groups, tp_groups
+from topoplan.models import spec_from_config
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
 from topoplan.runner.dist import group_ranks
 from topoplan.runner.generate import Sampling, attention_mask, generate, pick_tokens
@@ -80,6 +81,15 @@ def test_unsupported_configs_are_refused_with_the_file(tmp_path, change, message
     assert str(tmp_path / "config.json") in str(info.value)
 
 
+def test_sizes_are_read_like_the_planner_reads_them():
+    """One reader for the sizes: the runner's ModelConfig and the planner's ModelSpec agree, and refuse alike."""
+    cfg, spec = parse_hf_config(LLAMA31), spec_from_config(LLAMA31, "Llama-3.1-8B")
+    assert (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.intermediate_size) == (
+        spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.intermediate)
+    with pytest.raises(TopoplanError, match="key 'hidden_size' must be a positive integer, got '4096'"):
+        parse_hf_config({**LLAMA31, "hidden_size": "4096"})
+
+
 def test_broken_config_json_names_the_line(tmp_path):
     (tmp_path / "config.json").write_text('{\n"model_type": "llama",\n oops\n}')
     with pytest.raises(TopoplanError, match=r"config.json:3: not valid JSON"):
@@ -93,7 +103,8 @@ def test_check_tp():
     with pytest.raises(TopoplanError, match="num_attention_heads=32 is not divisible by tp=3"):
         check_tp(cfg, 3)
     with pytest.raises(TopoplanError, match="num_key_value_heads=8 neither divides"):
-        check_tp(parse_hf_config({**LLAMA31, "num_attention_heads": 24, "vocab_size": 128256 - 128256 % 12}), 12)
+        check_tp(parse_hf_config({**LLAMA31, "num_attention_heads": 24, "head_dim": 128,
+                                  "vocab_size": 128256 - 128256 % 12}), 12)
 
 
 def test_kv_heads_replicated_beyond_their_count():

@@ -14,6 +14,7 @@ from typing import Any
 
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
+from topoplan.models import spec_from_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -52,14 +53,13 @@ def _ids(value: Any) -> tuple[int, ...]:
 
 
 def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> ModelConfig:
-    """Read the keys the runner needs from an HF config dict; refuse what it cannot run exactly."""
+    """Read the keys the runner needs from an HF config dict; refuse what it cannot run exactly.
 
-    def need(key: str) -> Any:
-        if key not in raw:
-            raise TopoplanError(f"missing key {key!r} (expected a Llama-family HF config)", source=source)
-        return raw[key]
-
-    model_type = need("model_type")
+    The sizes come from the planner's reader (topoplan.models.spec_from_config), so both read a config alike.
+    """
+    if "model_type" not in raw:
+        raise TopoplanError("missing key 'model_type' (expected a Llama-family HF config)", source=source)
+    model_type = raw["model_type"]
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise TopoplanError(f"model_type {model_type!r} is not supported; expected one of "
                             f"{', '.join(SUPPORTED_MODEL_TYPES)}", source=source)
@@ -71,8 +71,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
     if model_type == "qwen2" and raw.get("use_sliding_window"):
         raise TopoplanError("qwen2 use_sliding_window=true is not supported", source=source)
 
-    dim, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
-    head_dim = raw.get("head_dim") or dim // n_heads
+    spec = spec_from_config(raw, name=str(source), source=source)  # the sizes: one reader, shared with the planner
     rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
     theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -80,22 +79,21 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         raise TopoplanError(f"rope type {rope_type!r} is not supported; expected default, linear or llama3",
                             source=source)
     rope = {} if rope_type == "default" else {**rope, "rope_type": rope_type}
-    attention_bias = bool(raw.get("attention_bias", False))
     window = raw.get("sliding_window") if model_type == "mistral" else None
     return ModelConfig(
-        vocab_size=int(need("vocab_size")),
-        dim=dim,
-        n_layers=int(need("num_hidden_layers")),
-        n_heads=n_heads,
-        n_kv_heads=int(raw.get("num_key_value_heads") or n_heads),
-        head_dim=int(head_dim),
-        intermediate_size=int(need("intermediate_size")),
+        vocab_size=spec.vocab,
+        dim=spec.hidden,
+        n_layers=spec.layers,
+        n_heads=spec.heads,
+        n_kv_heads=spec.kv_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=spec.intermediate,
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
-        qkv_bias=model_type == "qwen2" or attention_bias,
-        o_bias=model_type != "qwen2" and attention_bias,
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
+        o_bias=model_type != "qwen2" and bool(raw.get("attention_bias", False)),
+        tie_word_embeddings=spec.tied_embeddings,
         sliding_window=int(window) if window else None,
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=_ids(raw.get("eos_token_id")),
