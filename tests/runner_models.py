@@ -1,0 +1,77 @@
+"""Small random checkpoints for the runner tests: HF transformers models saved with save_pretrained, and
+configs for the built-in random-weight writer. Weights are rescaled so logits are well separated (random
+HF init at std 0.02 gives near-ties that rounding could flip), which keeps greedy comparisons exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from topoplan.runner.tiny import BUILTIN, save_checkpoint
+
+HF_COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=8,
+                 num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16}
+
+
+def hf_model(kind: str):
+    """A random transformers model: llama (Llama 3.1 RoPE, GQA), mistral (sliding window 5), qwen2 (q/k/v
+    bias, tied embeddings), llama-mha (MHA, linear RoPE scaling, attention bias on q/k/v/o)."""
+    import transformers as tf
+
+    torch.manual_seed({"llama": 1, "mistral": 2, "qwen2": 3, "llama-mha": 4}[kind])
+    if kind == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**HF_COMMON, rope_scaling=LLAMA31_ROPE, rope_theta=500000.0))
+    elif kind == "mistral":
+        model = tf.MistralForCausalLM(tf.MistralConfig(**HF_COMMON, sliding_window=5))
+    elif kind == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**HF_COMMON, tie_word_embeddings=True))
+    elif kind == "llama-mha":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**{**HF_COMMON, "num_key_value_heads": 8}, attention_bias=True,
+                                                   rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    else:
+        raise ValueError(kind)
+    tied = model.config.tie_word_embeddings
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1 + 0.1 * torch.randn_like(param))
+            elif param.dim() == 2:
+                std = (0.5 if tied else 1.0) if "embed" in name else param.shape[1] ** -0.5
+                param.copy_(torch.randn_like(param) * std)
+            else:
+                param.copy_(0.1 * torch.randn_like(param))
+    return model.eval()
+
+
+def save_hf(kind: str, folder: Path, max_shard_size: str | None = None) -> Path:
+    model = hf_model(kind)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(folder, **kwargs)
+    return folder
+
+
+def hf_generate(model, prompts: list[list[int]], max_new_tokens: int, eos: int | None = None):
+    """Greedy HF generate on a left-padded batch: (new tokens per prompt, per-prompt logits [steps, V])."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                         output_logits=True, return_dict_in_generate=True, eos_token_id=eos, pad_token_id=0)
+    logits = torch.stack(out.logits, dim=1)  # [B, steps, V]
+    tokens = out.sequences[:, width:].tolist()
+    if eos is not None:  # HF pads finished rows; keep up to and including the EOS like the runner
+        tokens = [seq[:seq.index(eos) + 1] if eos in seq else seq for seq in tokens]
+    return tokens, logits
+
+
+def byte_config(**overrides) -> dict:
+    """A built-in-style (byte vocabulary) Llama config for the layout grid."""
+    return {**BUILTIN["tiny"], "hidden_size": 96, "num_hidden_layers": 5, "num_attention_heads": 12,
+            "num_key_value_heads": 2, "intermediate_size": 192, "head_dim": 8, **overrides}
+
+
+def save_byte_model(folder: Path, seed: int = 0, **overrides) -> Path:
+    return save_checkpoint(folder, byte_config(**overrides), seed=seed)

@@ -1,0 +1,206 @@
+"""Runner pieces in one process: rank-order groups, config parsing, RoPE, masks, sampling, loading, and the
+unsharded model against HF transformers (token for token, logits close) in fp32."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from runner_models import hf_generate, hf_model, save_byte_model, save_hf
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout, dp_groups, pp_groups, tp_groups
+from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
+from topoplan.runner.dist import group_ranks
+from topoplan.runner.generate import Sampling, attention_mask, generate, pick_tokens
+from topoplan.runner.model import Shard, build_stage, kv_heads_of, rope_inv_freq
+from topoplan.runner.options import RunOptions, parse_argv, parse_ids
+from topoplan.runner.tiny import save_checkpoint
+from topoplan.runner.weights import load_stage_weights
+
+FP32_LOGIT_TOL = 1e-4  # absolute, on logits of order 1-10: fp32 summation-order noise is ~1e-6
+
+
+@pytest.mark.parametrize("tp,pp,dp", [l for l in itertools.product(range(1, 5), repeat=3) if l[0] * l[1] * l[2] <= 24])
+def test_torch_grid_groups_agree_with_layout(tp, pp, dp):
+    layout = Layout(tp, pp, dp)
+    groups = group_ranks(layout)
+    assert groups["tp"] == tp_groups(layout)
+    assert groups["pp"] == pp_groups(layout)
+    assert groups["dp"] == dp_groups(layout)
+
+
+def test_grid_groups_by_hand():
+    groups = group_ranks(Layout(tp=2, pp=2, dp=2))
+    assert groups["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups["pp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert groups["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_split_layers_uneven_first_stages_take_the_rest():
+    assert split_layers(5, 2) == [range(0, 3), range(3, 5)]
+    assert split_layers(5, 4) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5)]
+    with pytest.raises(TopoplanError, match="pp=6 is more stages"):
+        split_layers(5, 6)
+
+
+LLAMA31 = {  # the shape of meta-llama/Llama-3.1-8B's config.json (transformers v4 spelling)
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 131072,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "vocab_size": 128256}
+
+
+def test_parse_llama31_config():
+    cfg = parse_hf_config(LLAMA31)
+    assert (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (128256, 4096, 32, 32, 8, 128)
+    assert cfg.rope_theta == 500000.0 and cfg.rope_scaling_dict["rope_type"] == "llama3"
+    assert cfg.eos_token_ids == (128001, 128008, 128009) and not cfg.qkv_bias and not cfg.tie_word_embeddings
+
+
+def test_parse_v5_rope_parameters_and_qwen2_bias():
+    cfg = parse_hf_config({**LLAMA31, "model_type": "qwen2", "rope_scaling": None, "rope_theta": None,
+                           "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
+    assert cfg.rope_theta == 1e6 and cfg.rope_scaling == () and cfg.qkv_bias and not cfg.o_bias
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
+    ({"hidden_act": "gelu"}, "SwiGLU"),
+])
+def test_unsupported_configs_are_refused_with_the_file(tmp_path, change, message):
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA31, **change}))
+    with pytest.raises(TopoplanError, match=message) as info:
+        load_hf_config(tmp_path)
+    assert str(tmp_path / "config.json") in str(info.value)
+
+
+def test_broken_config_json_names_the_line(tmp_path):
+    (tmp_path / "config.json").write_text('{\n"model_type": "llama",\n oops\n}')
+    with pytest.raises(TopoplanError, match=r"config.json:3: invalid JSON"):
+        load_hf_config(tmp_path)
+
+
+def test_check_tp():
+    cfg = parse_hf_config(LLAMA31)
+    check_tp(cfg, 8)
+    check_tp(cfg, 16)  # 16 > 8 KV heads: each KV head replicated on 2 ranks
+    with pytest.raises(TopoplanError, match="num_attention_heads=32 is not divisible by tp=3"):
+        check_tp(cfg, 3)
+    with pytest.raises(TopoplanError, match="num_key_value_heads=8 neither divides"):
+        check_tp(parse_hf_config({**LLAMA31, "num_attention_heads": 24, "vocab_size": 128256 - 128256 % 12}), 12)
+
+
+def test_kv_heads_replicated_beyond_their_count():
+    cfg = parse_hf_config({**LLAMA31, "num_key_value_heads": 2})
+    assert [kv_heads_of(cfg, r, 4) for r in range(4)] == [range(0, 1), range(0, 1), range(1, 2), range(1, 2)]
+    assert [kv_heads_of(cfg, r, 2) for r in range(2)] == [range(0, 1), range(1, 2)]
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 8192}, {"rope_type": "linear", "factor": 4.0}])
+def test_rope_frequencies_match_transformers(rope):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf_cfg = LlamaConfig(hidden_size=4096, num_attention_heads=32, rope_scaling=rope, rope_theta=500000.0)
+    expected, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](hf_cfg, "cpu")
+    ours = rope_inv_freq(parse_hf_config({**LLAMA31, "rope_scaling": rope}))
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+def test_attention_mask_hides_padding_and_future():
+    # batch of two: the second is left-padded by 2; prefill of 4 slots, then one decode slot
+    mask = attention_mask(torch.tensor([0, 2]), slot=0, n_new=4, window=None)[:, 0].int().tolist()
+    assert mask[0] == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+    assert mask[1] == [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]  # padding sees only itself
+    decode = attention_mask(torch.tensor([0, 2]), slot=4, n_new=1, window=3)[:, 0].int().tolist()
+    assert decode == [[[0, 0, 1, 1, 1]], [[0, 0, 1, 1, 1]]]  # sliding window of 3
+
+
+def test_pick_tokens_greedy_and_nucleus():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    assert pick_tokens(logits, Sampling(), None).tolist() == [1, 0]
+    gen = torch.Generator().manual_seed(0)
+    nucleus = Sampling(temperature=1.0, top_p=0.5)  # the top token alone holds more than half the mass
+    assert all(pick_tokens(logits, nucleus, gen).tolist() == [1, 0] for _ in range(50))
+    wide = [pick_tokens(logits, Sampling(temperature=5.0), gen)[0].item() for _ in range(200)]
+    assert set(wide) == {0, 1, 2}
+
+
+def test_options_round_trip_through_argv():
+    opts = RunOptions(model="/x y", tp=2, pp=3, dp=1, prompt=["a b", "c"], prompt_ids=["1,2"], max_new_tokens=5,
+                      backend="gloo", temperature=0.7, top_p=0.9, seed=3, ignore_eos=True, json=True)
+    assert parse_argv(opts.to_argv()) == opts
+    assert parse_argv([]) == RunOptions()
+    assert parse_ids("256, 1,2") == [256, 1, 2]
+    with pytest.raises(TopoplanError, match="expected comma-separated token ids"):
+        parse_ids("1,x")
+
+
+def _load_unsharded(folder):
+    cfg = load_hf_config(folder)
+    model = build_stage(cfg, Shard(), torch.device("cpu"), torch.float32)
+    report = load_stage_weights(model, folder, cfg.tie_word_embeddings)
+    return cfg, model, report
+
+
+PROMPTS = [[1, 5, 6, 7, 8, 9, 10, 11, 12], [1, 20, 21], [1, 30, 31, 32, 33, 34]]
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "llama-mha"])
+def test_unsharded_matches_transformers(tmp_path, kind):
+    hf = hf_model(kind)
+    hf.save_pretrained(tmp_path)
+    cfg, model, report = _load_unsharded(tmp_path)
+    tied_copy = cfg.vocab_size * cfg.dim * 4 if cfg.tie_word_embeddings else 0  # state_dict lists it twice
+    assert report.bytes_read == sum(p.numel() * 4 for p in hf.state_dict().values()) - tied_copy
+    expected, hf_logits = hf_generate(hf, PROMPTS, 10)
+    ours = generate(model, PROMPTS, 10, keep_logits=True)
+    assert ours.tokens == expected
+    got = torch.stack(ours.logits, dim=1)  # [B, steps, V]
+    torch.testing.assert_close(got, hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
+
+
+def test_unsharded_stops_at_eos_per_sequence(tmp_path):
+    hf = hf_model("llama")
+    hf.save_pretrained(tmp_path)
+    _, model, _ = _load_unsharded(tmp_path)
+    free, _ = hf_generate(hf, PROMPTS, 10)
+    eos = free[1][3]  # make the second prompt's 4th token the EOS
+    expected, _ = hf_generate(hf, PROMPTS, 10, eos=eos)
+    ours = generate(model, PROMPTS, 10, eos_ids=(eos,))
+    assert ours.tokens == expected and len(ours.tokens[1]) <= 4 and ours.tokens[1][-1] == eos
+
+
+def test_builtin_folder_is_a_transformers_checkpoint(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = save_byte_model(tmp_path / "m")
+    hf = AutoModelForCausalLM.from_pretrained(folder).eval()
+    _, model, _ = _load_unsharded(folder)
+    prompts = [[256, *b"hello"], [256, *b"hi"]]
+    expected, hf_logits = hf_generate(hf, prompts, 8)
+    ours = generate(model, prompts, 8, keep_logits=True)
+    assert ours.tokens == expected
+    torch.testing.assert_close(torch.stack(ours.logits, dim=1), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
+
+
+def test_save_refuses_a_non_empty_folder(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(TopoplanError, match="already exists and is not empty"):
+        save_checkpoint(tmp_path, {})
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_loader_refuses_a_mismatched_checkpoint(tmp_path):
+    folder = save_byte_model(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    with pytest.raises(TopoplanError, match=r"mlp.gate_proj.weight' has shape \[192, 96\], expected \[96, 96\]"):
+        _load_unsharded(folder)

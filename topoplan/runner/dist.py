@@ -1,0 +1,168 @@
+"""torch.distributed start-up for the runner: backend, dtype check, process groups in the standard rank order.
+
+Rank order is TP fastest, then PP, then DP (see topoplan.layout). Here it is written as
+`torch.arange(world).view(dp, pp, tp)`: a TP group is a row of that grid, a pipeline the column across
+PP, a DP group the ranks at the same (pp, tp) in every replica. tests/test_runner_dist.py checks that this
+agrees with the pure-Python topoplan.layout functions the planner and launcher use.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout, RankCoords, coords_of
+from topoplan.rank_env import RankEnv
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def rank_grid(layout: Layout) -> torch.Tensor:
+    """grid[dp_rank, pp_rank, tp_rank] = global rank."""
+    return torch.arange(layout.world).view(layout.dp, layout.pp, layout.tp)
+
+
+def group_ranks(layout: Layout) -> dict[str, list[list[int]]]:
+    """Every TP, PP and DP group as lists of global ranks, read off the grid."""
+    grid = rank_grid(layout)
+    return {
+        "tp": grid.reshape(-1, layout.tp).tolist(),
+        "pp": grid.permute(0, 2, 1).reshape(-1, layout.pp).tolist(),
+        "dp": grid.permute(1, 2, 0).reshape(-1, layout.dp).tolist(),
+    }
+
+
+def choose_backend(requested: str | None) -> str:
+    """NCCL when CUDA is usable, gloo otherwise; `--backend` forces one."""
+    if requested is None:
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested not in ("nccl", "gloo"):
+        raise TopoplanError(f"--backend {requested!r}: expected nccl or gloo")
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise TopoplanError("--backend nccl needs CUDA, and torch sees no GPU here")
+    return requested
+
+
+@dataclass
+class CommTimer:
+    """Wall time spent inside communication calls on this rank (including waiting for peers to arrive)."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+@dataclass
+class Dist:
+    """This rank's place in the layout and its process groups (None where the group has one member)."""
+
+    layout: Layout
+    rank: int
+    coords: RankCoords
+    device: torch.device
+    backend: str
+    tp_group: dist.ProcessGroup | None
+    pp_group: dist.ProcessGroup | None
+    pp_ranks: list[int]
+    timer: CommTimer = field(default_factory=CommTimer)
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.coords.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.coords.pp_rank == self.layout.pp - 1
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over the TP group, in place (the one collective of a row-parallel layer)."""
+        if self.tp_group is not None:
+            with self.timer.timed():
+                dist.all_reduce(tensor, group=self.tp_group)
+        return tensor
+
+    def all_gather_last_dim(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate the TP ranks' shards along the last dimension (vocab-parallel logits)."""
+        if self.tp_group is None:
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.layout.tp)]
+        with self.timer.timed():
+            dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
+        return torch.cat(parts, dim=-1)
+
+    def broadcast_from_last_stage(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Give every stage of this pipeline the last stage's tensor (the next tokens), in place."""
+        if self.pp_group is not None:
+            with self.timer.timed():
+                dist.broadcast(tensor, src=self.pp_ranks[-1], group=self.pp_group)
+        return tensor
+
+
+def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
+    """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
+    backend = choose_backend(backend)
+    device = torch.device("cuda", env.local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,
+                            world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    return backend, device
+
+
+def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float) -> Dist:
+    """This rank's groups for `layout` in the joined world; every rank creates every group, in the same order."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != layout.world:
+        raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
+    mine: dict[str, tuple[dist.ProcessGroup | None, list[int]]] = {}
+    for kind, groups in group_ranks(layout).items():
+        for ranks in groups:
+            # new_group is collective over the world even for groups this rank is not in.
+            group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s)) if len(ranks) > 1 else None
+            if rank in ranks:
+                mine[kind] = (group, ranks)
+    return Dist(layout, rank, coords_of(layout, rank), device, backend, mine["tp"][0], mine["pp"][0], mine["pp"][1])
+
+
+def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:
+    """Join the job and build this rank's groups."""
+    if env.world_size != layout.world:
+        raise TopoplanError(f"the launcher started {env.world_size} ranks but {layout} needs {layout.world}")
+    backend, device = join_world(env, backend, timeout_s)
+    return build_dist(layout, backend, device, timeout_s)
+
+
+def usable_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The requested dtype if the backend can reduce it, else float32 with a warning (gloo bf16 on old torch).
+
+    Checked by doing it: one small all-reduce over the world; every rank reaches the same verdict.
+    """
+    if name not in DTYPES:
+        raise TopoplanError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    dtype = DTYPES[name]
+    if dtype is torch.float32:
+        return dtype
+    try:
+        dist.all_reduce(torch.ones(2, dtype=dtype, device=device))
+    except (RuntimeError, ValueError) as error:
+        if dist.get_rank() == 0:
+            print(f"topoplan: warning: backend {dist.get_backend()} cannot all-reduce {name} "
+                  f"({str(error).splitlines()[0]}); running in float32", file=sys.stderr)
+        return torch.float32
+    return dtype

@@ -1,0 +1,208 @@
+"""A Llama-family decoder (Llama 2/3/3.1, Mistral, Qwen2) that reads as a single-device model.
+
+Parallelism enters only through `Shard`: which layers this pipeline stage holds and which heads, MLP
+columns and vocabulary rows this TP rank holds. With `Shard()` (TP 1, all layers) this is the plain
+model. Module and parameter names follow HF (`layers.<global id>.self_attn.q_proj.weight`), so the
+loader maps names one to one. Shapes in comments: B batch, L new tokens, S cached length, D hidden,
+H/Hkv local query/KV heads, Dh head size, F local MLP width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from topoplan.runner.config import ModelConfig
+from topoplan.runner.layers import (ColumnParallelLinear, NoComm, RowParallelLinear, TpComm,
+                                    VocabParallelEmbedding, block, scaled)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What this rank holds: TP position, its pipeline stage's global layer ids, and the TP collectives."""
+
+    tp_rank: int = 0
+    tp_size: int = 1
+    layers: range | None = None  # None: all layers (a single stage)
+    first: bool = True  # embeds tokens
+    last: bool = True  # runs the final norm and LM head
+    comm: TpComm = field(default_factory=NoComm)
+
+
+def kv_heads_of(config: ModelConfig, tp_rank: int, tp_size: int) -> range:
+    """KV heads for a TP rank: split when there are enough, else each rank keeps one, replicated."""
+    if config.n_kv_heads >= tp_size:
+        return block(config.n_kv_heads, tp_rank, tp_size)
+    head = tp_rank // (tp_size // config.n_kv_heads)
+    return range(head, head + 1)
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """RoPE inverse frequencies (fp32, as HF computes them), with linear or llama3 scaling applied."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
+    scaling = config.rope_scaling_dict
+    kind = scaling.get("rope_type")
+    if kind == "linear":
+        return inv_freq / float(scaling["factor"])
+    if kind == "llama3":  # Llama 3.1: slow down low frequencies, keep high ones, blend in between
+        factor, low, high = float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        original = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        scaled_freq = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+        smooth = (original / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled_freq / factor + smooth * scaled_freq
+        medium = (wavelen >= original / high) & (wavelen <= original / low)
+        return torch.where(medium, blended, scaled_freq)
+    return inv_freq
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class KVCache(nn.Module):
+    """Static cache of this rank's KV heads: [B, Hkv, max_len, Dh], written at slot positions."""
+
+    def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device):
+        super().__init__()
+        shape = (batch, n_kv_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = slot + k.shape[2]
+        self.k[:, :, slot:end] = k
+        self.v[:, :, slot:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, shard: Shard):
+        super().__init__()
+        heads = block(config.n_heads, shard.tp_rank, shard.tp_size)
+        kv_heads = kv_heads_of(config, shard.tp_rank, shard.tp_size)
+        self.n_local_heads, self.n_local_kv_heads, self.head_dim = len(heads), len(kv_heads), config.head_dim
+        dh = config.head_dim
+        q_size, kv_size = config.n_heads * dh, config.n_kv_heads * dh
+        self.q_proj = ColumnParallelLinear(config.dim, q_size, scaled(heads, dh), config.qkv_bias)
+        self.k_proj = ColumnParallelLinear(config.dim, kv_size, scaled(kv_heads, dh), config.qkv_bias)
+        self.v_proj = ColumnParallelLinear(config.dim, kv_size, scaled(kv_heads, dh), config.qkv_bias)
+        self.o_proj = RowParallelLinear(q_size, scaled(heads, dh), config.dim, config.o_bias, shard.comm)
+        self.cache: KVCache | None = None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                slot: int) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
+        k = self.k_proj(x).view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, Dh]
+        v = self.v_proj(x).view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        assert self.cache is not None, "call Transformer.setup_cache first"
+        k, v = self.cache.update(slot, k, v)  # [B, Hkv, S, Dh]
+        # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
+        group = self.n_local_heads // self.n_local_kv_heads
+        q = q.reshape(b, self.n_local_kv_heads, group * n, self.head_dim)  # [B, Hkv, group*L, Dh]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(1, 1, group, 1) if group > 1 else mask)
+        y = y.view(b, self.n_local_heads, n, self.head_dim)  # [B, H, L, Dh]
+        return self.o_proj(y.transpose(1, 2).reshape(b, n, self.n_local_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate/up column-parallel, down row-parallel."""
+
+    def __init__(self, config: ModelConfig, shard: Shard):
+        super().__init__()
+        width = config.intermediate_size
+        cols = block(width, shard.tp_rank, shard.tp_size)
+        self.gate_proj = ColumnParallelLinear(config.dim, width, cols, bias=False)
+        self.up_proj = ColumnParallelLinear(config.dim, width, cols, bias=False)
+        self.down_proj = RowParallelLinear(width, cols, config.dim, bias=False, comm=shard.comm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [B, L, F] -> [B, L, D]
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, shard: Shard):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.dim, config.rms_norm_eps)
+        self.self_attn = Attention(config, shard)
+        self.post_attention_layernorm = RMSNorm(config.dim, config.rms_norm_eps)
+        self.mlp = MLP(config, shard)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                slot: int) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slot)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """One pipeline stage: [embed] -> its decoder layers -> [norm -> LM head -> full logits of the last token]."""
+
+    def __init__(self, config: ModelConfig, shard: Shard = Shard()):
+        super().__init__()
+        self.config, self.shard = config, shard
+        vocab_rows = block(config.vocab_size, shard.tp_rank, shard.tp_size)
+        if shard.first:
+            self.embed_tokens = VocabParallelEmbedding(config.vocab_size, vocab_rows, config.dim, shard.comm)
+        layer_ids = shard.layers if shard.layers is not None else range(config.n_layers)
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(config, shard) for i in layer_ids})
+        if shard.last:
+            self.norm = RMSNorm(config.dim, config.rms_norm_eps)
+            self.lm_head = ColumnParallelLinear(config.dim, config.vocab_size, vocab_rows, bias=False)  # vocab-parallel
+        self.inv_freq = rope_inv_freq(config)  # a plain CPU tensor (explicit device: not meta-built)
+
+    def tie_weights(self) -> None:
+        """Tied embeddings on a stage that both embeds and predicts: one tensor, loaded once."""
+        if self.config.tie_word_embeddings and self.shard.first and self.shard.last:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def setup_cache(self, batch: int, max_len: int) -> None:
+        weight = next(self.parameters())
+        for layer in self.layers.values():
+            attn = layer.self_attn
+            attn.cache = KVCache(batch, attn.n_local_kv_heads, max_len, attn.head_dim, weight.dtype, weight.device)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, slot: int) -> torch.Tensor:
+        """x: token ids [B, L] on the first stage, else hidden states [B, L, D]. positions: [B, L] RoPE
+        positions; mask: [B, 1, L, slot+L] True where a query may attend. Returns hidden states [B, L, D],
+        or on the last stage the full-vocabulary logits of the last position, [B, V]."""
+        if self.shard.first:
+            x = self.embed_tokens(x)
+        freqs = positions.unsqueeze(-1).float() * self.inv_freq.to(x.device)  # [B, L, Dh/2], fp32 as HF
+        angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, L, Dh]
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for layer in self.layers.values():
+            x = layer(x, cos, sin, mask, slot)
+        if not self.shard.last:
+            return x
+        local_logits = self.lm_head(self.norm(x[:, -1]))  # [B, V / tp]
+        return self.shard.comm.all_gather_last_dim(local_logits)  # [B, V]
+
+
+def build_stage(config: ModelConfig, shard: Shard, device: torch.device, dtype: torch.dtype) -> Transformer:
+    """An uninitialised stage (weights are loaded next): built on the meta device, so no random init cost."""
+    with torch.device("meta"):
+        model = Transformer(config, shard)
+    model = model.to_empty(device=device).to(dtype)
+    model.tie_weights()
+    return model.eval()

@@ -1,0 +1,74 @@
+"""The runner's options: one dataclass, parsed from argv by rank processes and turned back into argv by
+`topoplan run` (and benchmarks), so both sides always agree. Imports no torch: the CLI uses it cheaply."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+
+from topoplan.errors import TopoplanError
+
+
+def parse_ids(text: str) -> list[int]:
+    """`1,2,3` -> [1, 2, 3]."""
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise TopoplanError(f"--prompt-ids {text!r}: expected comma-separated token ids like 1,2,3") from None
+    if not ids or min(ids) < 0:
+        raise TopoplanError(f"--prompt-ids {text!r}: expected at least one non-negative token id")
+    return ids
+
+
+@dataclass
+class RunOptions:
+    model: str = "tiny"  # a built-in model name or an HF checkpoint folder
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    prompt: list[str] = field(default_factory=list)  # text prompts (need tokenizer.json or a byte model)
+    prompt_ids: list[str] = field(default_factory=list)  # "1,2,3" per prompt
+    max_new_tokens: int = 32
+    dtype: str = "float32"
+    backend: str | None = None  # nccl | gloo; default: nccl when CUDA is available
+    timeout: float = 300.0  # seconds, for rendezvous and every collective
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+    json: bool = False
+    dump_logits: str | None = None  # rank 0 writes each step's logits here (torch.save), for checking
+
+    def to_argv(self) -> list[str]:
+        """The argv that `parse_argv` turns back into these options."""
+        argv: list[str] = []
+        for f in fields(self):
+            value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                argv += [flag] if value else []
+            elif isinstance(value, list):
+                for item in value:
+                    argv += [flag, str(item)]
+            elif value is not None:
+                argv += [flag, str(value)]
+        return argv
+
+    @property
+    def prompt_token_ids(self) -> list[list[int]]:
+        return [parse_ids(text) for text in self.prompt_ids]
+
+
+def parse_argv(argv: list[str] | None = None) -> RunOptions:
+    parser = argparse.ArgumentParser(prog="python -m topoplan.runner",
+                                     description="One rank of the topoplan sharded inference runner.")
+    defaults = RunOptions()
+    for f in fields(RunOptions):
+        flag, value = "--" + f.name.replace("_", "-"), getattr(defaults, f.name)
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true")
+        elif isinstance(value, list):
+            parser.add_argument(flag, action="append", default=[])
+        else:
+            kind = type(value) if value is not None else str
+            parser.add_argument(flag, type=kind, default=value)
+    return RunOptions(**vars(parser.parse_args(argv)))

@@ -1,0 +1,145 @@
+"""Start N local rank processes, stream rank 0's output, and make one failure end them all.
+
+General on purpose (`topoplan run` and `topoplan bench` both use it): any argv, any per-rank extra
+environment. Like torchrun on one node, it gives each process RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, picks a free rendezvous port and retries with another
+if that port was taken before rank 0 could bind it. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO
+
+from topoplan.errors import TopoplanError
+
+PORT_TAKEN = ("address already in use", "eaddrinuse")
+POLL_S = 0.05
+
+
+def free_port() -> int:
+    """A port the kernel says is free now (another process may still take it before rank 0 binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SpawnResult:
+    returncode: int  # 0 when every rank succeeded, else the first failing rank's code (124: timed out)
+    failed_rank: int | None = None
+    stdout: str = ""  # rank 0's standard output when captured
+    stderr: list[str] = field(default_factory=list)  # every rank's standard error lines, "[rank N] ..."
+    port: int = 0
+
+
+def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], raw: bool) -> None:
+    """Copy one process's output to `sink` as it comes; keep its lines in `lines`.
+
+    raw=True copies chunks unchanged (rank 0's progress bar redraws lines in place); otherwise each line
+    is prefixed with the rank."""
+    pending = b""
+    while chunk := stream.read1(65536):
+        if raw and sink is not None:
+            sink.write(chunk.decode(errors="replace"))
+            sink.flush()
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            text = line.decode(errors="replace")
+            lines.append(f"[rank {rank}] {text}")
+            if not raw and sink is not None:
+                sink.write(f"[rank {rank}] {text}\n")
+                sink.flush()
+    if pending:
+        lines.append(f"[rank {rank}] {pending.decode(errors='replace')}")
+        if sink is not None:
+            sink.write(pending.decode(errors="replace") if raw else f"[rank {rank}] {pending.decode()}\n")
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM whoever is still running, then SIGKILL after `grace_s`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int], Mapping[str, str]] | None,
+              timeout_s: float | None, grace_s: float, capture_stdout: bool, echo: bool, port: int,
+              cwd: str | None) -> SpawnResult:
+    procs, threads = [], []
+    out_lines: list[str] = []
+    err_lines: list[list[str]] = [[] for _ in range(world_size)]
+    for rank in range(world_size):
+        env = {**os.environ,
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),  # rendezvous on loopback: one machine
+               "RANK": str(rank), "WORLD_SIZE": str(world_size),  # who am I, read by topoplan.rank_env
+               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size),  # all ranks are on this node
+               **(env_per_rank(rank) if env_per_rank else {})}
+        proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        procs.append(proc)
+        out_sink = None if capture_stdout else (sys.stdout if rank == 0 else sys.stderr)
+        threads.append(threading.Thread(target=_pump, args=(proc.stdout, rank, out_sink if echo else None,
+                                                             out_lines if rank == 0 else err_lines[rank],
+                                                             rank == 0), daemon=True))
+        threads.append(threading.Thread(target=_pump, args=(proc.stderr, rank, sys.stderr if echo else None,
+                                                             err_lines[rank], rank == 0), daemon=True))
+    for thread in threads:
+        thread.start()
+    start, failed, code = time.monotonic(), None, 0
+    while any(proc.poll() is None for proc in procs):
+        if failed is None:
+            for rank, proc in enumerate(procs):
+                if proc.returncode not in (None, 0):
+                    failed, code, failed_at = rank, proc.returncode, time.monotonic()
+                    break
+        if failed is not None and time.monotonic() - failed_at > grace_s:
+            _stop(procs, grace_s=3.0)  # the others did not end on their own: end them
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            _stop(procs, grace_s=3.0)
+            code = 124
+        time.sleep(POLL_S)
+    if failed is None and code == 0:
+        for rank, proc in enumerate(procs):
+            if proc.returncode != 0:
+                failed, code = rank, proc.returncode
+                break
+    for thread in threads:
+        thread.join()
+    stdout = "\n".join(line.split("] ", 1)[1] for line in out_lines)
+    return SpawnResult(code, failed, stdout + ("\n" if out_lines else ""), [l for ls in err_lines for l in ls], port)
+
+
+def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[[int], Mapping[str, str]] | None = None,
+                timeout_s: float | None = None, grace_s: float = 10.0, capture_stdout: bool = False,
+                echo: bool = True, port_retries: int = 3, cwd: str | None = None) -> SpawnResult:
+    """Run `argv` as ranks 0..world_size-1 on this machine and wait for all of them.
+
+    Rank 0's stdout goes to ours (or is captured), every rank's stderr to ours (rank 0's unprefixed, the
+    others' prefixed "[rank N]"). When a rank fails, the others get `grace_s` to end on their own (the
+    runner's timeouts make them), then are terminated. After `timeout_s` everything is stopped and the
+    result's code is 124."""
+    if world_size < 1:
+        raise TopoplanError(f"world size must be at least 1, got {world_size}")
+    for _ in range(port_retries):
+        result = _run_once(world_size, argv, env_per_rank, timeout_s, grace_s, capture_stdout, echo, free_port(), cwd)
+        taken = any(marker in line.lower() for line in result.stderr for marker in PORT_TAKEN)
+        if result.returncode == 0 or not taken:
+            return result
+    return result

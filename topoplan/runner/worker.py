@@ -1,0 +1,224 @@
+"""One rank of the runner: join the job, load this rank's shard, generate, gather the results on rank 0.
+
+Started once per rank by `topoplan run`, torchrun, mpirun or srun (`python -m topoplan.runner ...`); the
+rank comes from the launcher's environment (topoplan.rank_env). Rank 0 prints the result (text or JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.rank_env import discover_rank_env
+from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, split_layers
+from topoplan.runner.dist import Dist, init_dist, usable_dtype
+from topoplan.runner.generate import Sampling, generate
+from topoplan.runner.model import Shard, build_stage
+from topoplan.runner.options import RunOptions, parse_argv
+from topoplan.runner.pipeline import Pipeline
+from topoplan.runner.tiny import BUILTIN, builtin_folder, decode_bytes, encode_bytes
+from topoplan.runner.weights import load_stage_weights
+
+
+def model_folder(model: str) -> Path:
+    """A built-in model's cached folder, or the user's checkpoint folder."""
+    if model in BUILTIN:
+        return builtin_folder(model)
+    folder = Path(model)
+    if not folder.is_dir():
+        raise TopoplanError(f"--model {model!r}: not a folder; expected an HF checkpoint folder or one of "
+                            f"{', '.join(BUILTIN)}")
+    return folder
+
+
+def tokenizer_for(folder: Path, config: ModelConfig) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
+    """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither exists."""
+    if (folder / "tokenizer.json").exists():
+        from tokenizers import Tokenizer  # optional: only checkpoints that ship a tokenizer need it
+
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        return (lambda text: tokenizer.encode(text).ids), (lambda ids: tokenizer.decode(ids))
+    if config.byte_tokenizer:
+        return encode_bytes, decode_bytes
+    return None
+
+
+def prompts_of(opts: RunOptions, folder: Path, codec: Any) -> list[list[int]]:
+    if opts.prompt and codec is None:
+        raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
+    prompts = [codec[0](text) for text in opts.prompt] + opts.prompt_token_ids
+    if not prompts:
+        raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
+    if any(not p for p in prompts):
+        raise TopoplanError("a prompt encodes to no tokens")
+    return prompts
+
+
+class Progress:
+    """A rich progress bar on rank 0 when stderr is a terminal and output is not --json; else silent."""
+
+    def __init__(self, enabled: bool, force_terminal: bool = False):
+        self.bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import Progress as RichProgress
+
+            console = Console(stderr=True, force_terminal=force_terminal or None)
+            self.bar = RichProgress(transient=True, console=console)
+
+    def __enter__(self) -> "Progress":
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def task(self, label: str, total: float) -> Callable[[float], None]:
+        if self.bar is None:
+            return lambda advance: None
+        task_id = self.bar.add_task(label, total=total)
+        return lambda advance: self.bar.advance(task_id, advance)
+
+
+def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
+    """Load, generate, gather. Returns the result dict on rank 0 (see docs/runner.md), None elsewhere."""
+    progress = progress or Progress(False)
+    layout, coords = d.layout, d.coords
+    folder = model_folder(opts.model)
+    config = load_hf_config(folder)
+    check_tp(config, layout.tp, source=str(layout))
+    stage_layers = split_layers(config.n_layers, layout.pp)[coords.pp_rank]
+    dtype = usable_dtype(opts.dtype, d.device)
+    codec = tokenizer_for(folder, config)
+    prompts = prompts_of(opts, folder, codec)
+    mine = [i for i in range(len(prompts)) if i % layout.dp == coords.dp_rank]  # round-robin over replicas
+
+    start = time.perf_counter()
+    shard = Shard(coords.tp_rank, layout.tp, stage_layers, d.is_first_stage, d.is_last_stage, comm=d)
+    model = build_stage(config, shard, d.device, dtype)
+    advance = progress.task("loading", sum(1 for _ in model.parameters()))
+    report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=lambda nbytes: advance(1))
+    load_s = time.perf_counter() - start
+    if d.rank == 0 and not opts.json and progress.bar is None:
+        print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
+              file=sys.stderr, flush=True)
+
+    d.timer.seconds = 0.0  # comm_ms counts generation only
+    eos = () if opts.ignore_eos else config.eos_token_ids
+    sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
+    step = progress.task("generating", opts.max_new_tokens)
+    gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, pad_id=0, sampling=sampling,
+                   pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: step(1)) \
+        if mine else None
+    record = {
+        "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
+        "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,
+        "decode_s": gen.decode_s if gen else 0.0, "decode_steps": gen.decode_steps if gen else 0,
+        "comm_s": d.timer.seconds, "bytes_read": report.bytes_read, "files": report.files, "load_s": load_s,
+        "logits": gen.logits if gen and gen.logits else None,
+    }
+    gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
+    with d.timer.timed():
+        dist.gather_object(record, gathered, dst=0)
+    if d.rank != 0:
+        return None
+    return _assemble(opts, layout, len(prompts), gathered, codec)
+
+
+def _assemble(opts: RunOptions, layout: Layout, n_prompts: int, records: list[dict[str, Any]],
+              codec: Any) -> dict[str, Any]:
+    """Rank 0: put each replica's tokens back in prompt order, check all ranks agree, summarise timings."""
+    tokens: list[list[int] | None] = [None] * n_prompts
+    logits: list[torch.Tensor | None] = [None] * n_prompts
+    for rec in records:
+        for i, seq in zip(rec["indices"], rec["tokens"]):
+            if tokens[i] is None:
+                tokens[i] = seq
+            elif tokens[i] != seq:
+                raise TopoplanError(f"rank {rec['rank']} ended with different tokens for prompt {i} than its "
+                                    "replica's other ranks (TP ranks disagreed)")
+        if rec["logits"] is not None and rec["coords"][0] == 0:
+            for row, i in enumerate(rec["indices"]):
+                logits[i] = torch.stack([step[row] for step in rec["logits"]])
+    busy = [rec["prefill_s"] + rec["decode_s"] for rec in records]
+    decode = [rec["decode_s"] / rec["decode_steps"] for rec in records if rec["decode_steps"]]
+    generated = sum(len(seq) for seq in tokens if seq)
+    result = {
+        "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "tokens": tokens,
+        "text": [codec[1](seq) for seq in tokens] if codec else None,
+        "timing": {
+            "prefill_ms": 1000 * max(rec["prefill_s"] for rec in records),
+            "decode_ms_per_token": 1000 * max(decode) if decode else None,
+            "tokens_per_s": generated / max(busy) if max(busy) > 0 else None,
+            "comm_ms": 1000 * max(rec["comm_s"] for rec in records),
+            "comm_ms_per_rank": [1000 * rec["comm_s"] for rec in records],
+            "load_s_per_rank": [rec["load_s"] for rec in records],
+        },
+        "bytes_read_per_rank": [rec["bytes_read"] for rec in records],
+        "files_read_per_rank": [rec["files"] for rec in records],
+    }
+    if opts.dump_logits:
+        tmp = f"{opts.dump_logits}.tmp{os.getpid()}"
+        torch.save(logits, tmp)
+        os.replace(tmp, opts.dump_logits)
+    return result
+
+
+def render_text(result: dict[str, Any]) -> str:
+    lines = []
+    for i, seq in enumerate(result["tokens"]):
+        shown = repr(result["text"][i]) if result["text"] is not None else ",".join(map(str, seq))
+        lines.append(f"[{i}] {shown}")
+    t = result["timing"]
+    mb = max(result["bytes_read_per_rank"]) / 1e6
+    decode = f"{t['decode_ms_per_token']:.2f} ms/token" if t["decode_ms_per_token"] is not None else "no decode steps"
+    lines.append(f"tp={result['layout']['tp']} pp={result['layout']['pp']} dp={result['layout']['dp']}: "
+                 f"prefill {t['prefill_ms']:.1f} ms, decode {decode}, {t['tokens_per_s']:.1f} tokens/s, "
+                 f"comm {t['comm_ms']:.1f} ms, read {mb:.1f} MB (largest rank)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of every rank. Always ends the process with os._exit so that a dead peer cannot keep
+    it waiting in interpreter shutdown; exit 2 for a user error, 1 for a failure (a peer died, a timeout)."""
+    opts = parse_argv(argv)
+    rank, code = "?", 0
+    try:
+        env = discover_rank_env()
+        rank = str(env.rank)
+        d = init_dist(env, Layout(opts.tp, opts.pp, opts.dp), opts.backend, opts.timeout)
+        # spawn.py pipes rank 0's stderr through to a terminal and says so with TOPOPLAN_PROGRESS=1.
+        forced = os.environ.get("TOPOPLAN_PROGRESS") == "1"
+        with Progress(d.rank == 0 and not opts.json and (forced or sys.stderr.isatty()), forced) as progress:
+            result = run(opts, d, progress)
+        if result is not None:
+            print(json.dumps(result) if opts.json else render_text(result), flush=True)
+        dist.destroy_process_group()
+    except TopoplanError as error:
+        print(f"topoplan-runner: rank {rank}: error: {error}", file=sys.stderr)
+        code = error.exit_code
+    except (RuntimeError, TimeoutError, ConnectionError) as error:  # a dead peer, a timeout: one line, no hang
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"topoplan-runner: rank {rank}: failed: {type(error).__name__}: {first}", file=sys.stderr)
+        code = 1
+    except BaseException:  # a bug in topoplan: show where, but still end this rank instead of hanging
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
