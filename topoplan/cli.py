@@ -6,6 +6,7 @@ starts as fast as typer and rich allow.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import typer
@@ -85,3 +86,70 @@ def plan_command(
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
         Console().print(plan_table(result, top or None))
+
+
+@app.command("bench")
+def bench_command(
+    ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all,sendrecv",
+                            "--ops", help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
+    sizes: str = typer.Option("4K:64M", "--sizes", help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
+    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2)."),
+    layout: str = typer.Option(None, "--layout", help="tp=..,pp=..,dp=..: run inside this layout's groups "
+                               "(see --groups); starts layout.world ranks."),
+    groups: str = typer.Option("tp", "--groups", help="With --layout: which groups run the collectives "
+                               "(tp, pp, dp), all at once, as the runner would."),
+    backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per point."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each point."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds for rendezvous and each collective."),
+    plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+) -> None:
+    """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
+    from rich.console import Console
+
+    from topoplan.bench.launch import spawn_json
+    from topoplan.bench.output import write_atomic
+    from topoplan.bench.plot import svg
+    from topoplan.bench.render import print_bench
+    from topoplan.bench.definitions import parse_ops, parse_sizes
+    from topoplan.layout import Layout
+
+    try:
+        parse_ops(ops), parse_sizes(sizes)  # refuse bad input before starting anything
+        if layout is not None and ranks is not None:
+            raise TopoplanError("--ranks and --layout both set the rank count: pass one")
+        if groups not in ("tp", "pp", "dp"):
+            raise TopoplanError(f"--groups {groups!r}: expected tp, pp or dp")
+        world = Layout.parse(layout).world if layout else (ranks or _default_ranks())
+        if world < 1:
+            raise TopoplanError(f"--ranks must be at least 1, got {world}")
+        args = ["--ops", ops, "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup), "--dtype", dtype,
+                "--timeout", str(timeout)] + (["--backend", backend] if backend else []) \
+            + (["--layout", layout, "--group", groups] if layout else [])
+        result = spawn_json(world, "topoplan.bench.worker", args, echo=not as_json, what="bench")
+        if plot:
+            write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
+                                                      f"groups of {result['group_size']}"))
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_bench(result, Console())
+
+
+def _default_ranks() -> int:
+    """Every GPU NVML sees, else 2 CPU ranks."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        return count or 2
+    except Exception:  # no driver, no library: a CPU machine
+        return 2

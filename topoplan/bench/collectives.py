@@ -1,20 +1,15 @@
-"""Collective sweeps with nccl-tests' definitions of size, time, algbw and busbw.
+"""Collective sweeps over torch.distributed, measured as nccl-tests measures (see topoplan.bench.definitions).
 
-Definitions (NVIDIA/nccl-tests doc/PERFORMANCE.md):
-  * S, the size of an operation, is the largest buffer it touches on one rank: the whole buffer for
-    all_reduce, broadcast, reduce and sendrecv; the gathered (n x chunk) buffer for all_gather, gather,
-    reduce_scatter, scatter and all_to_all.
-  * t is the average time of one operation; algbw = S / t.
-  * busbw = algbw x factor(n), the factor that makes the figure comparable to the hardware's link speed
-    whatever the rank count: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather and
-    scatter (n-1)/n; broadcast, reduce and sendrecv 1.
-Timing: on CPU ranks start together at a barrier, run `iters` operations back to back and read
-perf_counter; on GPU CUDA events bracket the loop on the current stream. The reported time is the
-slowest rank's (the operation is done when the last rank is done), like nccl-tests' max over ranks.
+Timing: ranks start together at a barrier and run `iters` operations back to back. On CPU each call is
+bracketed by perf_counter; on GPU CUDA events bracket the loop on the current stream. A point's time is
+the slowest rank's (an operation is done when its last rank is done): the mean over iterations, as
+nccl-tests reports, and the median, which the calibration fit uses because it shrugs off the stalls of a
+shared machine.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,37 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
-       "sendrecv")
-
-
-def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for `op` over `n` ranks (nccl-tests doc/PERFORMANCE.md)."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}")
-    if n < 2 or op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    return (n - 1) / n
-
-
-def algbw_gbps(size_bytes: int, time_us: float) -> float:
-    """S / t in GB/s (10^9 bytes per second, as nccl-tests prints)."""
-    return size_bytes / (time_us * 1e-6) / 1e9
-
-
-def busbw_gbps(op: str, n: int, size_bytes: int, time_us: float) -> float:
-    return algbw_gbps(size_bytes, time_us) * bus_factor(op, n)
-
-
-def element_count(op: str, size_bytes: int, n: int, itemsize: int) -> int:
-    """Elements in the S-sized buffer: a whole number of elements, and of n-sized chunks where S is n chunks."""
-    count = max(1, size_bytes // itemsize)
-    if op in ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all"):
-        count = max(n, count - count % n)
-    return count
-
+from topoplan.bench.definitions import algbw_gbps, busbw_gbps, element_count
 
 @dataclass(frozen=True)
 class Group:
@@ -144,8 +109,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_op(call: Callable[[], None], iters: int, warmup: int, device: torch.device) -> float:
-    """Average microseconds per call on this rank, started together with every other rank."""
+def time_op(call: Callable[[], None], iters: int, warmup: int, device: torch.device) -> list[float]:
+    """Microseconds of each call on this rank, all ranks having started together at a barrier.
+
+    On GPU the loop is bracketed by CUDA events (one figure, the mean, repeated per call): events around
+    every call would serialise what the stream overlaps."""
     for _ in range(warmup):
         call()
     _sync(device)
@@ -157,18 +125,25 @@ def time_op(call: Callable[[], None], iters: int, warmup: int, device: torch.dev
             call()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3 / iters
-    begin = time.perf_counter()
+        return [start.elapsed_time(end) * 1e3 / iters] * iters
+    times = []
+    clock = time.perf_counter
     for _ in range(iters):
+        begin = clock()
         call()
-    return (time.perf_counter() - begin) * 1e6 / iters
+        times.append(clock() - begin)
+    return [t * 1e6 for t in times]
 
 
-def slowest(value: float, device: torch.device) -> float:
-    """The maximum of `value` over every rank."""
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+def slowest(values: Sequence[float], device: torch.device) -> list[float]:
+    """The element-wise maximum of `values` over every rank."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return t.tolist()
+
+
+def _mean_median(times: Sequence[float]) -> tuple[float, float]:
+    return statistics.fmean(times), statistics.median(times)
 
 
 @dataclass(frozen=True)
@@ -176,7 +151,8 @@ class Measurement:
     op: str
     size_bytes: int
     count: int
-    time_us: float
+    time_us: float  # mean over iterations (nccl-tests' figure); algbw and busbw use it
+    median_us: float
     algbw_gbps: float
     busbw_gbps: float
 
@@ -197,10 +173,10 @@ def sweep(ops: Sequence[str], sizes: Sequence[int], group: Group, rank: int, dev
         for size in sizes:
             count = element_count(op, size, group.size, itemsize)
             call = make_call(op, count, group, rank, device, dtype)
-            t = slowest(time_op(call, iters, warmup, device), device)
+            mean, median = slowest(_mean_median(time_op(call, iters, warmup, device)), device)
             nbytes = count * itemsize
-            found.append(Measurement(op, nbytes, count, t, algbw_gbps(nbytes, t),
-                                     busbw_gbps(op, group.size, nbytes, t)))
+            found.append(Measurement(op, nbytes, count, mean, median, algbw_gbps(nbytes, mean),
+                                     busbw_gbps(op, group.size, nbytes, mean)))
             if on_point:
                 on_point(op, 1)
     return found, skipped
