@@ -153,3 +153,65 @@ def _default_ranks() -> int:
         return count or 2
     except Exception:  # no driver, no library: a CPU machine
         return 2
+
+
+@app.command("calibrate")
+def calibrate_command(
+    out: str = typer.Option("calibration.json", "--out", "-o", help="Calibration file to write (atomically)."),
+    sizes: str = typer.Option("1K:4M", "--sizes", help="Collective sizes swept per link class."),
+    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
+    warmup: int = typer.Option(5, "--warmup", min=0),
+    dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
+                              "fp32 on CPU)."),
+    topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
+                             "(default: NVML)."),
+    as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
+) -> None:
+    """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
+    from topoplan.bench.calibrate import calibrate, write_calibration
+
+    try:
+        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo)
+        path = write_calibration(out, document)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        links = ", ".join(f"{k}: alpha {v['alpha_us']:.1f} us, {v.get('bandwidth_gbps', 0) or 0:.2f} GB/s"
+                          for k, v in document["links"].items() if v.get("bandwidth_gbps"))
+        print(f"wrote {path}: base {document['collective_base_us']:.1f} us; {links or 'no link measured'}; "
+              f"memory efficiency {document['memory_bandwidth_efficiency']:.2f}, "
+              f"layer overhead {document['layer_overhead_us']:.1f} us")
+
+
+@app.command("validate")
+def validate_command(
+    model: str = typer.Option("small", "--model", "-m", help="Runner model: tiny, small (~370 MB fp32, memory-bound "
+                              "decode on a CPU) or an HF checkpoint folder."),
+    layouts: str = typer.Option("all", "--layouts", help="`all` (every CPU-process layout that fits) or layouts "
+                                "separated by ';', e.g. 'tp=2;pp=2;tp=1,dp=2'."),
+    calibration: str = typer.Option(None, "--calibration", help="Calibration file from `topoplan calibrate` "
+                                    "(needs its `cpu` entry)."),
+    batch: int = typer.Option(2, "--batch", help="Prompts in the batch (split over DP replicas)."),
+    prompt_len: int = typer.Option(32, "--prompt-len", help="Tokens per prompt."),
+    gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+) -> None:
+    """Predicted vs measured prefill and decode time for every layout that fits this machine."""
+    from rich.console import Console
+
+    from topoplan.bench.render import print_validate
+    from topoplan.bench.validate import validate
+
+    try:
+        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                          repeats=repeats, timeout_s=timeout)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_validate(result, Console())

@@ -28,9 +28,10 @@ def thread_env(world: int, threads: int | None = None) -> dict[str, str]:
 
 
 def spawn_json(world: int, module: str, args: Sequence[str], *, threads: int | None = None,
-               timeout_s: float | None = None, echo: bool = True, what: str = "ranks") -> dict[str, Any]:
+               timeout_s: float | None = None, echo: bool = True, what: str = "ranks",
+               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run `python -m module args` as `world` ranks; rank 0's last stdout line parsed as JSON."""
-    env = thread_env(world, threads)
+    env = {**thread_env(world, threads), **(extra_env or {})}
     if echo:
         env["TOPOPLAN_PROGRESS"] = "1" if sys.stderr.isatty() else "0"  # rank 0 draws the bar on our terminal
     result = spawn_ranks(world, [sys.executable, "-m", module, *args], env_per_rank=lambda rank: env,
