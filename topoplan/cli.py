@@ -99,7 +99,7 @@ def bench_command(
     groups: str = typer.Option("tp", "--groups", help="With --layout: which groups run the collectives "
                                "(tp, pp, dp), all at once, as the runner would."),
     backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16, float16 or float8_e4m3fn."),
     iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per point."),
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each point."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds for rendezvous and each collective."),
@@ -165,13 +165,15 @@ def calibrate_command(
                               "fp32 on CPU)."),
     topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
                              "(default: NVML)."),
+    probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
+                                  "far above the last-level cache."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.bench.calibrate import calibrate, write_calibration
 
     try:
-        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo)
+        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
         path = write_calibration(out, document)
     except TopoplanError as error:
         raise fail(error) from None

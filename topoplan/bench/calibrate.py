@@ -42,21 +42,22 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
     return fit_sweep(result["results"], link_class, ranks)
 
 
-def probe_all(device: torch.device, dtype: str) -> dict[str, float]:
-    torch_dtype = probes.DTYPES[dtype]
-    return {"stream_gbps": probes.stream_gbps(device), "gemv_gbps": probes.gemv_gbps(device, torch_dtype),
-            "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
-            "layer_overhead_us": probes.layer_overhead_us(device, torch_dtype)}
+def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, float]:
+    torch_dtype, nbytes = probes.DTYPES[dtype], probe_mib * probes.MiB
+    per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
+    return {"stream_gbps": probes.stream_gbps(device, nbytes), "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
+            "gemm_tflops": probes.gemm_tflops(device, torch_dtype), "layer_overhead_us": per_layer,
+            "step_overhead_us": per_step}
 
 
-def cpu_entry(dtype: str) -> dict[str, Any]:
+def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
     """Probes at one thread and at every core (topoplan.bench.cpu explains how the planner uses them)."""
     cores, before = cpu_cores(), torch.get_num_threads()
     threads = {}
     try:
         for count in sorted({1, cores}):
             torch.set_num_threads(count)
-            threads[str(count)] = probe_all(torch.device("cpu"), dtype)
+            threads[str(count)] = probe_all(torch.device("cpu"), dtype, probe_mib)
     finally:
         torch.set_num_threads(before)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -76,9 +77,11 @@ def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
 
 
 def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, dtype: str | None = None,
-              topo: str | None = None) -> dict[str, Any]:
+              topo: str | None = None, probe_mib: int = 256) -> dict[str, Any]:
     """Measure and fit; returns the file's JSON (already checked by the planner's own parser)."""
     parse_sizes(sizes)
+    if probe_mib < 1:
+        raise TopoplanError(f"--probe-mib must be at least 1, got {probe_mib}")
     gpu = torch.cuda.is_available()
     dtype = dtype or ("bf16" if gpu else "fp32")
     if dtype not in probes.DTYPES:
@@ -94,7 +97,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         if count >= 2:
             for link_class, (a, b) in gpu_pairs_by_class(topo).items():
                 fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl", {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
-        measured = probe_all(torch.device("cuda"), dtype)
+        measured = probe_all(torch.device("cuda"), dtype, probe_mib)
         name = torch.cuda.get_device_name(0)
         spec = lookup_gpu(name)
         extra["gpu"] = {"name": name, "catalog": spec.key if spec else None, **measured}
@@ -108,7 +111,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         link_class = parse_link_code(CPU_LINK)[1].value
         for ranks in sorted({2, cores}) if cores >= 2 else []:
             fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")
-        entry = cpu_entry(dtype)
+        entry = cpu_entry(dtype, probe_mib)
         socket = entry["threads"][str(entry["cores"])]
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
@@ -124,7 +127,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     document = to_json(cal) | extra | {"measured": {
         "host": platform.node(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1), "load_average": list(os.getloadavg()),
-        "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters,
+        "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters, "probe_mib": probe_mib,
         "base_from_fit": constants.base_us is not None, "fits": [f.to_json() for f in fits]}}
     parse_calibration(json.loads(json.dumps(document)), Path("<calibration>"))  # the planner must accept it
     return document

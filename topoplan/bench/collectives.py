@@ -19,6 +19,11 @@ import torch.distributed as dist
 
 from topoplan.bench.definitions import algbw_gbps, busbw_gbps, element_count
 
+# torch 2.13 renamed the single-tensor forms (the old names warn); older torch has only the old names.
+ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 @dataclass(frozen=True)
 class Group:
     """The ranks an operation runs over, and this rank's place in them."""
@@ -49,10 +54,10 @@ def make_call(op: str, count: int, group: Group, rank: int, device: torch.device
         return lambda: dist.all_reduce(x, group=g)
     if op == "all_gather":
         src, out = buf(chunk), buf(count)
-        return lambda: dist.all_gather_into_tensor(out, src, group=g)
+        return lambda: ALL_GATHER(out, src, group=g)
     if op == "reduce_scatter":
         src, out = buf(count), buf(chunk)
-        return lambda: dist.reduce_scatter_tensor(out, src, group=g)
+        return lambda: REDUCE_SCATTER(out, src, group=g)
     if op == "broadcast":
         x = buf(count)
         return lambda: dist.broadcast(x, src=root, group=g)
@@ -96,7 +101,8 @@ def support_error(op: str, group: Group, rank: int, device: torch.device, dtype:
             make_call(op, element_count(op, 64 * group.size, group.size, 4), group, rank, device, dtype)()
             _sync(device)
         except (RuntimeError, ValueError, NotImplementedError, AttributeError) as exc:
-            error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            error = f"{dist.get_backend()} cannot run {op} on {str(dtype).removeprefix('torch.')}: {why}"
     ok = torch.tensor([0 if error else 1], device=device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     if error is None and not ok.item():

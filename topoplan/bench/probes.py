@@ -1,5 +1,5 @@
 """Hardware probes: memory bandwidth, GEMV (decode's weight streaming), GEMM (prefill's FLOP rate), and the
-fixed per-layer cost of a Llama decoder layer's kernels at negligible size.
+fixed per-layer and per-step costs of the runner's decode step at negligible size.
 
 Each probe runs its kernel `repeats` times and keeps the median (a shared machine has stalls; the median
 describes the typical run, which is what the runner will see). On GPU, CUDA events time the kernel.
@@ -61,41 +61,32 @@ def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats
     return 2 * n**3 / median_us(lambda: a @ b, device, repeats) / 1e6
 
 
-def layer_overhead_us(device: torch.device, dtype: torch.dtype, repeats: int = 200) -> float:
-    """One decode step of a Llama decoder layer (RMSNorm, q/k/v, RoPE, attention over a short cache, o,
-    RMSNorm, gate/up, SiLU, down, residuals) at hidden 64: the cost of launching its kernels, which a
-    small model pays per layer whatever its size."""
-    hidden, heads, ctx = 64, 4, 16
-    head_dim = hidden // heads
-    g = torch.Generator(device="cpu").manual_seed(0)
+def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 40,
+                       layer_counts: tuple[int, int] = (1, 5)) -> tuple[float, float]:
+    """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
 
-    def t(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
+    the slope is what each layer's kernels cost to launch whatever the model's size (the planner's
+    layer_overhead_us), the intercept what a step costs outside the layers (embedding, head, mask,
+    sampling, Python)."""
+    from topoplan.runner.config import parse_hf_config
+    from topoplan.runner.generate import generate
+    from topoplan.runner.model import Shard, build_stage
+    from topoplan.runner.tiny import BUILTIN
 
-    x, norm = t(1, 1, hidden), t(hidden)
-    wq, wk, wv, wo = t(hidden, hidden), t(hidden, hidden), t(hidden, hidden), t(hidden, hidden)
-    wg, wu, wd = t(3 * hidden, hidden), t(3 * hidden, hidden), t(hidden, 3 * hidden)
-    k_cache, v_cache = t(1, heads, ctx, head_dim), t(1, heads, ctx, head_dim)
-    cos, sin = t(1, 1, 1, head_dim), t(1, 1, 1, head_dim)
-
-    def rms(v: torch.Tensor) -> torch.Tensor:
-        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-5) * norm
-
-    def rope(v: torch.Tensor) -> torch.Tensor:
-        half = v.shape[-1] // 2
-        return v * cos + torch.cat((-v[..., half:], v[..., :half]), dim=-1) * sin
-
-    @torch.inference_mode()
-    def layer() -> torch.Tensor:
-        h = rms(x)
-        q = rope(F.linear(h, wq).view(1, 1, heads, head_dim).transpose(1, 2))
-        k = rope(F.linear(h, wk).view(1, 1, heads, head_dim).transpose(1, 2))
-        v = F.linear(h, wv).view(1, 1, heads, head_dim).transpose(1, 2)
-        k_cache[:, :, -1:] = k
-        v_cache[:, :, -1:] = v
-        a = F.scaled_dot_product_attention(q, k_cache, v_cache)
-        h = x + F.linear(a.transpose(1, 2).reshape(1, 1, hidden), wo)
-        m = rms(h)
-        return h + F.linear(F.silu(F.linear(m, wg)) * F.linear(m, wu), wd)
-
-    return median_us(layer, device, repeats, warmup=20)
+    times = []
+    for layers in layer_counts:
+        raw = {**BUILTIN["tiny"], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "num_hidden_layers": layers}
+        model = build_stage(parse_hf_config(raw, source="<probe>"), Shard(), device, dtype)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.05)
+        runs = []
+        for _ in range(3):
+            gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
+            runs.append(gen.decode_s / gen.decode_steps * 1e6)
+        times.append(statistics.median(runs))
+    (l0, l1), (t0, t1) = layer_counts, times
+    per_layer = max(0.0, (t1 - t0) / (l1 - l0))
+    return per_layer, max(0.0, t0 - l0 * per_layer)

@@ -25,7 +25,8 @@ from topoplan.bench.collectives import Group, sweep
 from topoplan.bench.definitions import OPS, parse_ops, parse_sizes
 from topoplan.runner.dist import group_ranks, join_world
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float8_e4m3fn": torch.float8_e4m3fn}  # fp8: can this backend move fp8 activations? (gloo: no)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
