@@ -106,3 +106,19 @@ def test_validate_tiny_two_layouts(calibration):
 def test_validate_bad_input(args, message):
     done = topoplan("validate", *args, timeout=60)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cpu_device_formulas(tmp_path):
+    """Hand-computed: 2 cores, GEMV 12 GB/s on one thread and 16 GB/s on both."""
+    path = tmp_path / "cal.json"
+    probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 100.0}
+    path.write_text(json.dumps({"version": 1, "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "threads": {
+        "1": {**probes, "gemv_gbps": 12.0}, "2": {**probes, "gemv_gbps": 16.0, "gemm_tflops": 0.09}}}}))
+    entry = load_cpu_entry(path)
+    assert cpu_device(entry, 2, 1).memory_bandwidth_gbps == 16.0  # TP1 on both cores: the whole socket
+    assert cpu_device(entry, 1, 1).memory_bandwidth_gbps == 12.0  # one stage of PP2 streams alone: its core's limit
+    assert cpu_device(entry, 1, 2).memory_bandwidth_gbps == 8.0  # TP2 / DP2: two ranks split the socket
+    assert cpu_device(entry, 2, 1).tflops["fp32"] == 0.09 and cpu_device(entry, 1, 2).memory_bytes == 4e9
+    topology = cpu_topology(3)
+    assert [g.id for g in topology.gpus] == ["CPU0", "CPU1", "CPU2"] and topology.numa_nodes() == [0]
+    assert {l.kind.value for l in topology.links()} == {"node"} and len(topology.links()) == 3

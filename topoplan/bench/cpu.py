@@ -7,9 +7,10 @@ shared memory, never a PCIe path, so the class exists only to carry the alpha an
 `topoplan calibrate` measured for it. `cpu_device` turns the probes of the calibration file's `cpu`
 entry into the three figures the roofline needs:
 
-  memory bandwidth per rank = min(gemv[threads], gemv[all cores] / ranks)
-      (a rank is limited by what its own cores can pull and by its share of the socket: ranks running
-       at once split the memory bus). GEMV, not the stream probe, is the device's bandwidth: it is what
+  memory bandwidth per rank = min(gemv[threads], gemv[all cores] / concurrent)
+      (a rank is limited by what its own cores can pull and by its share of the socket: the ranks that
+       stream weights at the same time split the memory bus. For one request those are the tp x dp
+       ranks of one pipeline stage: stages run one after another, a waiting stage reads nothing). GEMV, not the stream probe, is the device's bandwidth: it is what
        decode's matrix-vector products reach, while a plain sum is compute-bound on some cores. The
        stream figure is recorded beside it for comparison;
   FLOP/s per rank           = gemm[threads] (compute does not contend);
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.device import DeviceSpec
 from topoplan.topology.model import Gpu, Topology, build_topology
@@ -75,10 +77,15 @@ def _probes(entry: dict[str, Any], threads: int) -> dict[str, float]:
     return probes
 
 
-def cpu_device(entry: dict[str, Any], threads: int, ranks: int) -> DeviceSpec:
-    """The device one of `ranks` concurrent ranks of `threads` threads each sees (formulas above)."""
+def concurrent_ranks(layout: Layout) -> int:
+    """Ranks streaming weights at once while one request decodes: one stage's TP group in every replica."""
+    return layout.tp * layout.dp
+
+
+def cpu_device(entry: dict[str, Any], threads: int, concurrent: int) -> DeviceSpec:
+    """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus (above)."""
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
-    bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / ranks)
+    bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
     tflops = mine["gemm_tflops"]
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],

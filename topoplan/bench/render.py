@@ -57,6 +57,8 @@ def _same(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
 
 def print_validate(result: dict[str, Any], console: Console) -> None:
     console.print(validate_table(result))
+    console.print(f"load average {result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after "
+                  f"({result['cores']} cores).", highlight=False)
     console.print("P: the planner's best (lowest predicted decode ms/token); M: the measured best. "
                   f"Order {'matches' if result['order_matches'] else 'DIFFERS'}: predicted "
                   f"{' < '.join(result['predicted_order'])}; measured {' < '.join(result['measured_order'])}.",

@@ -12,12 +12,13 @@ the repeats is kept.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
 from topoplan.bench.launch import cpu_cores, spawn_json
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
@@ -80,7 +81,7 @@ def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration
             prompt_len: int, gen_len: int) -> LayoutCost:
     """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it)."""
     layout = cand.layout
-    result = plan(cpu_topology(layout.world), spec, cpu_device(entry, cand.threads, layout.world),
+    result = plan(cpu_topology(layout.world), spec, cpu_device(entry, cand.threads, concurrent_ranks(layout)),
                   Workload(batch // layout.dp, prompt_len, gen_len, "fp32"),
                   calibration=cpu_calibration(load_calibration(calibration_path), entry, cand.threads),
                   tp=layout.tp, pp=layout.pp, dp=layout.dp)
@@ -116,6 +117,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     if gen_len < 2:
         raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
     entry = load_cpu_entry(calibration)
+    load_before = os.getloadavg()[0]
     spec, _ = model_spec(model)
     cores = cpu_cores()
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
@@ -145,7 +147,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                                         "measured_decode_ms")}
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
-            "calibration": calibration, "rows": rows,
+            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], "rows": rows,
             "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}
