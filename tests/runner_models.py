@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from topoplan.runner.tiny import BUILTIN, save_checkpoint
+from topoplan.runner.builtin import BUILTIN
+from topoplan.runner.tiny import save_checkpoint
 
 HF_COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=8,
                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)

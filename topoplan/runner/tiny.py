@@ -1,10 +1,7 @@
-"""Built-in models: random weights from a fixed seed, byte-level vocabulary, written as HF folders.
+"""Random weights from a fixed seed for the built-in models (topoplan.runner.builtin), written as HF folders.
 
-`tiny` is for demos and tests (per-token overhead dominates); `small` (about 370 MB of fp32 weights) is
-large enough that decode is bound by memory bandwidth on a CPU. Token ids 0-255 are bytes, so no
-tokenizer is needed; 256 is BOS, 257 EOS, 258 padding. The weights are scaled so that activations keep
-unit variance and logits are well separated: greedy tokens then do not flip on rounding noise, which
-the sharded-versus-unsharded tests rely on.
+The weights are scaled so that activations keep unit variance and logits are well separated: greedy
+tokens then do not flip on rounding noise, which the sharded-versus-unsharded tests rely on.
 """
 
 from __future__ import annotations
@@ -20,22 +17,8 @@ import torch
 from safetensors.torch import save_file
 
 from topoplan.errors import TopoplanError
+from topoplan.runner.builtin import BUILTIN, builtin_cache_folder
 from topoplan.runner.config import parse_hf_config
-
-BOS, EOS, PAD = 256, 257, 258
-BYTE_VOCAB = 264  # 256 bytes + specials, rounded up so that TP degrees 1-4, 6, 8, 12 divide it
-
-_COMMON: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "vocab_size": BYTE_VOCAB,
-    "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "tie_word_embeddings": False, "torch_dtype": "float32", "topoplan_byte_tokenizer": True,
-}
-BUILTIN: dict[str, dict[str, Any]] = {
-    "tiny": {**_COMMON, "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 8,
-             "num_key_value_heads": 4, "intermediate_size": 384, "max_position_embeddings": 4096},
-    "small": {**_COMMON, "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
-              "num_key_value_heads": 8, "intermediate_size": 2816, "max_position_embeddings": 4096},
-}
 
 
 def random_weights(hf_config: dict[str, Any], seed: int = 0) -> dict[str, torch.Tensor]:
@@ -90,20 +73,7 @@ def save_checkpoint(folder: str | Path, hf_config: dict[str, Any], seed: int = 0
 
 def builtin_folder(name: str) -> Path:
     """The HF folder of built-in model `name`, written to the user cache on first use."""
-    if name not in BUILTIN:
-        raise TopoplanError(f"unknown built-in model {name!r}; expected one of {', '.join(BUILTIN)} or a folder")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "topoplan" / "models"
-    folder = cache / f"{name}-seed0"
+    folder = builtin_cache_folder(name)
     if not (folder / "model.safetensors").exists():
         save_checkpoint(folder, BUILTIN[name])
     return folder
-
-
-def encode_bytes(text: str) -> list[int]:
-    """Byte-level tokenisation of the built-in models: BOS then the UTF-8 bytes."""
-    return [BOS, *text.encode("utf-8")]
-
-
-def decode_bytes(ids: list[int]) -> str:
-    """Bytes back to text; special ids are dropped."""
-    return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")

@@ -28,7 +28,8 @@ from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
-from topoplan.runner.tiny import BUILTIN, builtin_folder, decode_bytes, encode_bytes
+from topoplan.runner.builtin import BUILTIN, decode_bytes, encode_bytes
+from topoplan.runner.tiny import builtin_folder
 from topoplan.runner.weights import load_stage_weights
 
 
@@ -132,14 +133,13 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         "logits": gen.logits if gen and gen.logits else None,
     }
     gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
-    with d.timer.timed():
-        dist.gather_object(record, gathered, dst=0)
+    dist.gather_object(record, gathered, dst=0)
     if d.rank != 0:
         return None
-    return _assemble(opts, layout, len(prompts), gathered, codec)
+    return _assemble(opts, layout, str(dtype).removeprefix("torch."), len(prompts), gathered, codec)
 
 
-def _assemble(opts: RunOptions, layout: Layout, n_prompts: int, records: list[dict[str, Any]],
+def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, records: list[dict[str, Any]],
               codec: Any) -> dict[str, Any]:
     """Rank 0: put each replica's tokens back in prompt order, check all ranks agree, summarise timings."""
     tokens: list[list[int] | None] = [None] * n_prompts
@@ -159,6 +159,7 @@ def _assemble(opts: RunOptions, layout: Layout, n_prompts: int, records: list[di
     generated = sum(len(seq) for seq in tokens if seq)
     result = {
         "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "dtype": dtype,  # what ran: float32 when the backend could not reduce the requested dtype
         "tokens": tokens,
         "text": [codec[1](seq) for seq in tokens] if codec else None,
         "timing": {

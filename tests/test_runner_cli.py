@@ -1,0 +1,90 @@
+"""`topoplan run` end to end: real local ranks, the --json contract, --save, tokenizer.json prompts, and
+one-line errors (exit 2) for runs that cannot work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner_models import save_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def topoplan(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "topoplan", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_run_json_contract_and_tp2_equals_tp1(tmp_path):
+    args = ["run", "--model", "tiny", "--prompt", "Hello", "--prompt-ids", "256,1,2", "--max-new-tokens", "6", "--json"]
+    one = topoplan(*args, cache=tmp_path)
+    assert one.returncode == 0, one.stderr
+    two = topoplan(*args, "--tp", "2", cache=tmp_path)
+    assert two.returncode == 0, two.stderr
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert b["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+    assert b["tokens"] == a["tokens"] and [len(t) for t in a["tokens"]] == [6, 6]
+    assert b["text"] == a["text"] and len(b["text"]) == 2
+    assert set(b["timing"]) >= {"prefill_ms", "decode_ms_per_token", "tokens_per_s", "comm_ms"}
+    assert b["timing"]["comm_ms"] > 0 and a["timing"]["comm_ms"] == 0
+    assert len(b["bytes_read_per_rank"]) == 2 and max(b["bytes_read_per_rank"]) < a["bytes_read_per_rank"][0]
+    assert two.stderr == ""  # --json is quiet
+
+
+def test_saved_builtin_is_the_same_model(tmp_path):
+    saved = topoplan("run", "--model", "tiny", "--save", str(tmp_path / "tiny"), cache=tmp_path)
+    assert saved.returncode == 0, saved.stderr
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["config.json", "model.safetensors"]
+    common = ["--prompt-ids", "256,5,6,7", "--max-new-tokens", "5", "--json", "--pp", "2"]
+    from_dir = topoplan("run", "--model", str(tmp_path / "tiny"), *common, cache=tmp_path)
+    builtin = topoplan("run", "--model", "tiny", *common, cache=tmp_path)
+    assert json.loads(from_dir.stdout)["tokens"] == json.loads(builtin.stdout)["tokens"]
+    again = topoplan("run", "--model", "tiny", "--save", str(tmp_path / "tiny"), cache=tmp_path)
+    assert again.returncode == 2 and "already exists and is not empty" in again.stderr
+
+
+def test_text_prompt_uses_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    folder = save_hf("llama", tmp_path / "llama")
+    vocab = {f"w{i}": i for i in range(96)}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="w3"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    text = topoplan("run", "--model", str(folder), "--prompt", "w1 w40 w41 w7", "--max-new-tokens", "4", "--json",
+                    cache=tmp_path)
+    ids = topoplan("run", "--model", str(folder), "--prompt-ids", "1,40,41,7", "--max-new-tokens", "4", "--json",
+                   cache=tmp_path)
+    assert text.returncode == 0, text.stderr
+    got, expected = json.loads(text.stdout), json.loads(ids.stdout)
+    assert got["tokens"] == expected["tokens"]
+    assert got["text"] == [tokenizer.decode(got["tokens"][0])]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "tiny", "--tp", "3", "--prompt", "x"], "num_attention_heads=8 is not divisible by tp=3"),
+    (["--model", "tiny", "--pp", "9", "--prompt", "x"], "pp=9 is more stages than the model's 4 layers"),
+    (["--model", "/no/such/dir", "--prompt", "x"], "not a folder"),
+    (["--model", "tiny"], "no prompt"),
+    (["--model", "tiny", "--prompt-ids", "1,a"], "expected comma-separated token ids"),
+    (["--model", "tiny", "--tp", "0", "--prompt", "x"], "tp must be at least 1"),
+])
+def test_unworkable_runs_fail_in_one_line(tmp_path, args, message):
+    result = topoplan("run", *args, cache=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_text_prompt_without_tokenizer_is_refused(tmp_path):
+    folder = save_hf("llama", tmp_path / "llama")
+    result = topoplan("run", "--model", str(folder), "--prompt", "hello", cache=tmp_path)
+    assert result.returncode == 2 and "has no tokenizer.json: pass token ids with --prompt-ids" in result.stderr
