@@ -69,7 +69,7 @@ def test_calibration_moves_the_planner_as_documented(calibration, tmp_path):
     pp2_slow, _ = price(calibration, 1, 2, load_calibration(slower))
     assert pp2_slow.decode_ms_per_token - pp2.decode_ms_per_token == pytest.approx(0.1, rel=1e-6)
     pricer = LinkPricer(cpu_topology(2), load_calibration(calibration), nic_gbps=1.0)
-    (hop, _) = pricer.ring_hops([(0, "CPU0"), (0, "CPU1")])
+    hop = pricer.hop((0, "CPU0"), (0, "CPU1"))
     assert hop.link_class == "node" and hop.bandwidth_gbps == pytest.approx(raw["links"]["node"]["bandwidth_gbps"])
 
 

@@ -217,3 +217,52 @@ def test_windows_line_ends_and_utf16(tmp_path):
     path = _write(tmp_path, T4.replace("\n", "\r\n").encode("utf-16"))
     topo = read_topology(path)
     assert topo.gpu(1).cpus == tuple(range(16, 32)) + tuple(range(48, 64)) and topo.notes == ()
+
+
+def test_stdin(monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(T4.encode())))
+    assert len(read_topology("-").gpus) == 4
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    with pytest.raises(TopoplanError) as info:
+        read_topology("-")
+    assert str(info.value) == "<stdin>:1: the file is empty; expected the text output of `nvidia-smi topo -m`"
+
+
+def test_wrapped_rows_joined_with_note():
+    # A narrow terminal or an editor broke the long B300 rows after the NIC cells.
+    lines = []
+    for line in B300.splitlines():
+        if line.startswith("GPU"):
+            cells = line.split("\t")
+            lines += ["\t".join(cells[:15]), "\t".join(cells[15:])]
+        else:
+            lines.append(line)
+    topo = parse_topo_text("\n".join(lines), "b300")
+    reference = parse_topo_text(B300, "b300")
+    assert topo.gpus == reference.gpus and topo.links() == reference.links()
+    assert "line 2: row GPU0 was wrapped over lines 2-3; joined, its cells read in order" in topo.notes
+    assert len([n for n in topo.notes if "was wrapped" in n]) == 8
+
+
+def test_real_escape_codes_like_a_terminal():
+    text = B300.replace("[4m", "\x1b[4m").replace("[0m", "\x1b[0m")
+    assert "\x1b[4mGPU0" in text
+    topo = parse_topo_text(text)
+    assert topo.notes == () and topo.gpus == parse_topo_text(B300).gpus
+
+
+def test_mp_output_after_a_prompt_line():
+    # `topo -mp` prints the same matrix with PCIe paths only (no NV#); prose and prompts before it are skipped.
+    text = ("Topology of node a12 (PCIe only):\n"
+            "user@a12:~$ nvidia-smi topo -mp\n"
+            "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPXB\tPIX\t0-31\t0\t\tN/A\n"
+            "GPU1\tPXB\t X \tPXB\t0-31\t0\t\tN/A\n"
+            "NIC0\tPIX\tPXB\t X \t\t\t\t\n")
+    topo = parse_topo_text(text, "mp.txt")
+    assert [(l.a, l.b, l.code) for l in topo.links()] == [
+        ("GPU0", "GPU1", "PXB"), ("GPU0", "NIC0", "PIX"), ("GPU1", "NIC0", "PXB")]
+    assert topo.nics[0].name is None and topo.notes == ()

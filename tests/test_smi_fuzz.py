@@ -59,10 +59,12 @@ def test_topo_parser_raises_only_topoplan_error(text):
     except TopoplanError as error:
         assert error.source == "fuzz.txt" and error.line is not None and error.message
         return
-    # Whatever was accepted is a complete, consistent matrix.
-    assert topo.gpus and all(g.id == f"GPU{g.index}" for g in topo.gpus)
-    for link in topo.links():
-        assert link.code != "SOC"
+    # Whatever was accepted is a complete matrix: every GPU pair linked once, codes normalised.
+    n = len(topo.gpus)
+    assert n and all(g.id == f"GPU{g.index}" for g in topo.gpus)
+    gpu_pairs = [l for l in topo.links() if l.a.startswith("GPU") and l.b.startswith("GPU")]
+    assert len(gpu_pairs) == n * (n - 1) // 2
+    assert all(link.code != "SOC" for link in topo.links())
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)

@@ -43,3 +43,11 @@ def test_with_arch_reprices_nvlink():
 def test_unknown_code_is_a_user_error():
     with pytest.raises(TopoplanError, match="unknown link code 'XYZ'"):
         build_topology([Gpu("GPU0", 0), Gpu("GPU1", 1)], [], {("GPU0", "GPU1"): "XYZ"})
+
+
+def test_nearest_gpus_of_a_nic():
+    topo = _two_bridged_pairs()
+    assert [g.id for g in topo.nearest_gpus("NIC0")] == ["GPU0"]  # PIX beats GPU1's PXB
+    lone = build_topology([Gpu("GPU0", 0), Gpu("GPU1", 1)], [Nic("NIC0", 0)],
+                          {("GPU0", "GPU1"): "PIX", ("GPU0", "NIC0"): "SYS", ("GPU1", "NIC0"): "SYS"})
+    assert [g.id for g in lone.nearest_gpus("NIC0")] == ["GPU0", "GPU1"]  # all ties

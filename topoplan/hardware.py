@@ -222,3 +222,21 @@ def infer_gpu_family(topology: "Topology") -> tuple[str, str] | None:
             return p.arch, (f"GPU generation inferred from the link pattern ({codes}, {shape}, {n} GPUs): "
                             f"{p.family}; pass --gpu NAME to set it")
     return None
+
+
+def apply_gpu(topology: "Topology", name: str | None = None) -> "Topology":
+    """The topology priced for GPU `name` (`--gpu`, any catalog name or alias); without one, when the source
+    did not say the generation (`topo -m` text), for the family its NVLink pattern suggests, with a note
+    saying it was inferred."""
+    notes: tuple[str, ...] = ()
+    if name is not None:
+        spec = find_gpu(name)
+        if topology.gpu_name not in (None, spec.key):
+            notes = (f"--gpu {name} ({spec.key}) overrides the {topology.gpu_name} the source named",)
+        arch, gpu_name = spec.arch, spec.key
+    elif topology.arch is None and (inferred := infer_gpu_family(topology)) is not None:
+        (arch, reason), gpu_name = inferred, None
+        notes = (reason,)
+    else:
+        return topology
+    return topology.with_arch(arch, gpu_name).with_notes(*notes)

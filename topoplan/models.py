@@ -184,9 +184,12 @@ CATALOG: dict[str, dict[str, Any]] = {
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
-    # The runner's built-in test model (topoplan/runner): byte vocabulary, a few tiny layers.
-    "tiny": {"model_type": "llama", "vocab_size": 256, "tie_word_embeddings": False, "hidden_size": 64,
-             "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2},
+    # The runner's built-in random models (topoplan/runner/builtin.py BUILTIN): byte vocabulary of 264.
+    "tiny": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 128,
+             "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4},
+    "small": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 1024,
+              "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
+              "num_key_value_heads": 8},
 }
 
 ALIASES: dict[str, str] = {

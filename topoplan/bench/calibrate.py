@@ -37,7 +37,7 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
                env: dict[str, str] | None = None) -> list[CollectiveFit]:
     args = ["--ops", "all_reduce,sendrecv", "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
     result = spawn_json(ranks, "topoplan.bench.worker", args + (["--backend", backend] if backend else []),
-                        threads=1, echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
+                        echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
                         extra_env=env)
     return fit_sweep(result["results"], link_class, ranks)
 

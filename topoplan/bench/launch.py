@@ -1,5 +1,5 @@
-"""Start bench and runner ranks on this machine with topoplan.runner.spawn (the machinery of `topoplan run`),
-each with its thread count, and read back rank 0's JSON.
+"""Start bench and runner ranks on this machine with the machinery of `topoplan run` (topoplan.runner.spawn
+and its per-rank environment), and read back rank 0's JSON.
 
 Imports no torch: the parent process only starts children and reads their output.
 """
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.runner.local import rank_env
 from topoplan.runner.spawn import spawn_ranks
 
 
@@ -21,20 +22,14 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def thread_env(world: int, threads: int | None = None) -> dict[str, str]:
-    """Intra-op threads per rank: the cores shared out evenly, so ranks do not oversubscribe the CPU."""
-    n = str(threads or max(1, cpu_cores() // world))
-    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}  # torch sizes its intra-op pool from these at start
-
-
-def spawn_json(world: int, module: str, args: Sequence[str], *, threads: int | None = None,
-               timeout_s: float | None = None, echo: bool = True, what: str = "ranks",
-               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run `python -m module args` as `world` ranks; rank 0's last stdout line parsed as JSON."""
-    env = {**thread_env(world, threads), **(extra_env or {})}
-    if echo:
-        env["TOPOPLAN_PROGRESS"] = "1" if sys.stderr.isatty() else "0"  # rank 0 draws the bar on our terminal
-    result = spawn_ranks(world, [sys.executable, "-m", module, *args], env_per_rank=lambda rank: env,
+def spawn_json(world: int, module: str, args: Sequence[str], *, timeout_s: float | None = None, echo: bool = True,
+               what: str = "ranks", extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `python -m module args` as `world` ranks, each with `topoplan run`'s per-rank environment (the
+    cores shared out as OMP_NUM_THREADS; rank 0 draws its progress bar on our terminal when `echo`);
+    rank 0's last stdout line parsed as JSON."""
+    cores, progress = cpu_cores(), echo and sys.stderr.isatty()
+    result = spawn_ranks(world, [sys.executable, "-m", module, *args],
+                         env_per_rank=lambda rank: {**rank_env(rank, world, cores, progress), **(extra_env or {})},
                          timeout_s=timeout_s, capture_stdout=True, echo=echo)
     if result.returncode != 0:
         tail = [line for line in result.stderr if "error" in line.lower() or "failed" in line.lower()][-1:]

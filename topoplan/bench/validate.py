@@ -97,7 +97,7 @@ def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: i
     layout = cand.layout
     opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, prompt_ids=prompts(batch, prompt_len),
                       max_new_tokens=gen_len, backend="gloo", ignore_eos=True, json=True, timeout=timeout_s)
-    return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), threads=cand.threads, echo=False,
+    return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
                       what=f"runner {layout}", timeout_s=timeout_s)["timing"]
 
 

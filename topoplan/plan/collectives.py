@@ -10,8 +10,10 @@ rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+
+import networkx as nx
 
 from topoplan.plan.calibration import NET, Calibration
 from topoplan.topology.model import Topology
@@ -32,6 +34,25 @@ class Hop:
         return f"{self.code} {self.bandwidth_gbps:.0f} GB/s"
 
 
+@dataclass(frozen=True, eq=False)
+class Ring:
+    """A TP group's GPUs in ring (tp_rank) order. Nodes are counted from the ring's first node, `base`;
+    `shape` names the relative layout, so the same group on another identical node shares every price."""
+
+    base: int
+    slots: tuple[Slot, ...]  # (node - base, GPU id)
+    shape: Hashable
+
+    @classmethod
+    def of(cls, slots: Sequence[Slot]) -> "Ring":
+        base = slots[0][0]
+        relative = tuple((node - base, gpu) for node, gpu in slots)
+        return cls(base, relative, relative)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
 class LinkPricer:
     """Prices hops and collectives on one topology (all nodes identical) under one calibration."""
 
@@ -40,10 +61,13 @@ class LinkPricer:
         self.calibration = calibration
         self.nic_gbps = nic_gbps
         self._hops: dict[tuple[str, str], Hop] = {}
-        self._rings: dict[tuple[Slot, ...], list[Hop]] = {}
-        self._meshes: dict[tuple[Slot, ...], bool] = {}
-        self._handoffs: dict[tuple[tuple[Slot, ...], tuple[Slot, ...]], tuple[float, float]] = {}
-        self._nearest_nic = {g.id: next((n.id for n in topology.nearest_nics(g.id)), None) for g in topology.gpus}
+        self._rings: dict[Hashable, list[Hop]] = {}
+        self._net: dict[int, Hop] = {}
+        self._nvlink = topology.nvlink_graph()
+        self._meshes: dict[Hashable, bool] = {}
+        self._handoffs: dict[tuple[Hashable, Hashable, int], tuple[float, float]] = {}
+        self._nearest_nics = {g.id: [(NET, n.id) for n in topology.nearest_nics(g.id)] for g in topology.gpus}
+        self._rails: dict[frozenset[str], int] = {}
 
     def _intra(self, a: str, b: str) -> Hop:
         key = (a, b) if a <= b else (b, a)
@@ -56,12 +80,25 @@ class LinkPricer:
         return hop
 
     def rails(self, gpus: Sequence[str]) -> int:
-        """NICs a group's GPUs on one node can use: distinct nearest NICs, or one per GPU if none are known."""
+        """NICs a group's GPUs on one node can drive at once: a maximum matching of GPUs to their nearest
+        NICs (a DGX A100 pair shares a switch with two NICs: two rails); one per GPU if no NIC is known."""
         if not self.topology.nics:
             return len(gpus)
-        return len({self._nearest_nic[g] for g in gpus} - {None}) or 1
+        key = frozenset(gpus)
+        if key not in self._rails:
+            graph = nx.Graph()
+            graph.add_nodes_from(key)
+            graph.add_edges_from((g, nic) for g in key for nic in self._nearest_nics[g])
+            matching = nx.bipartite.maximum_matching(graph, top_nodes=key)
+            self._rails[key] = max(len(matching) // 2, 1)
+        return self._rails[key]
 
     def net(self, rails: int) -> Hop:
+        if rails not in self._net:
+            self._net[rails] = self._net_hop(rails)
+        return self._net[rails]
+
+    def _net_hop(self, rails: int) -> Hop:
         cal = self.calibration.link(NET)
         per_nic = cal.bandwidth_gbps or self.nic_gbps * self.calibration.bus_efficiency
         return Hop("NET", NET, per_nic * max(rails, 1), cal.alpha_us)
@@ -69,12 +106,11 @@ class LinkPricer:
     def hop(self, a: Slot, b: Slot, rails: int = 1) -> Hop:
         return self._intra(a[1], b[1]) if a[0] == b[0] else self.net(rails)
 
-    def ring_hops(self, ring: Sequence[Slot]) -> list[Hop]:
-        """The hops of the ring ring[0] -> ring[1] -> ... -> ring[0] (memoised: layouts share rings)."""
-        key = tuple(ring)
-        if key not in self._rings:
-            self._rings[key] = self._ring_hops(key)
-        return self._rings[key]
+    def ring_hops(self, ring: Ring) -> list[Hop]:
+        """The hops of the ring slots[0] -> slots[1] -> ... -> slots[0] (memoised by shape)."""
+        if ring.shape not in self._rings:
+            self._rings[ring.shape] = self._ring_hops(ring.slots)
+        return self._rings[ring.shape]
 
     def _ring_hops(self, ring: tuple[Slot, ...]) -> list[Hop]:
         if len(ring) < 2:
@@ -87,7 +123,7 @@ class LinkPricer:
         rails = min(self.rails(gpus) for gpus in per_node.values())
         return [self.hop(ring[i], ring[(i + 1) % len(ring)], rails) for i in range(len(ring))]
 
-    def allreduce_us(self, ring: Sequence[Slot], nbytes: float) -> float:
+    def allreduce_us(self, ring: Ring, nbytes: float) -> float:
         n = len(ring)
         if n < 2:
             return 0.0
@@ -97,27 +133,33 @@ class LinkPricer:
         return (self.calibration.collective_base_us + 2 * (n - 1) * alpha
                 + 2 * (n - 1) / n * nbytes / (bottleneck * 1e3))
 
-    def handoff_us(self, src: Sequence[Slot], dst: Sequence[Slot], nbytes: float) -> float:
+    def handoff_us(self, src: Ring, dst: Ring, nbytes: float) -> float:
         """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;
         sends leaving a node share its NIC. The slowest pair sets the time."""
-        key = (tuple(src), tuple(dst))
+        key = (src.shape, dst.shape, dst.base - src.base)
         terms = self._handoffs.get(key)
         if terms is None:
-            leaving = sum(1 for a, b in zip(src, dst) if a[0] != b[0])
-            hops = [(self.hop(a, b), leaving if a[0] != b[0] else 1) for a, b in zip(src, dst)]
+            shift = dst.base - src.base
+            pairs = [(a, (b[0] + shift, b[1])) for a, b in zip(src.slots, dst.slots)]
+            leaving = sum(1 for a, b in pairs if a[0] != b[0])
+            hops = [(self.hop(a, b), leaving if a[0] != b[0] else 1) for a, b in pairs]
             terms = self._handoffs[key] = (max(h.alpha_us for h, _ in hops),
                                            max(flows / (h.bandwidth_gbps * 1e3) for h, flows in hops) / len(src))
         alpha, us_per_byte = terms
         return self.calibration.collective_base_us + alpha + nbytes * us_per_byte
 
-    def is_nvlink_mesh(self, ring: Sequence[Slot]) -> bool:
-        """All on one node with a direct NVLink between every pair (where one-shot all-reduce applies)."""
-        key = tuple(ring)
-        if key not in self._meshes:
-            self._meshes[key] = (len({n for n, _ in ring}) == 1
-                                 and self.topology.is_full_mesh([g for _, g in ring]))
-        return self._meshes[key]
+    def boundary(self, src: Ring, dst: Ring) -> Hop:
+        """The link between two stages' first ranks (where the hand-off of tp_rank 0 runs)."""
+        return self.hop(src.slots[0], (dst.slots[0][0] + dst.base - src.base, dst.slots[0][1]))
 
-    def bottleneck(self, ring: Sequence[Slot]) -> Hop | None:
+    def is_nvlink_mesh(self, ring: Ring) -> bool:
+        """All on one node with a direct NVLink between every pair (where one-shot all-reduce applies)."""
+        if ring.shape not in self._meshes:
+            n, slots = len(ring), ring.slots
+            self._meshes[ring.shape] = (len({node for node, _ in slots}) == 1 and self._nvlink.subgraph(
+                [g for _, g in slots]).number_of_edges() == n * (n - 1) // 2)
+        return self._meshes[ring.shape]
+
+    def bottleneck(self, ring: Ring) -> Hop | None:
         hops = self.ring_hops(ring)
         return min(hops, key=lambda h: (h.bandwidth_gbps, h.code)) if hops else None

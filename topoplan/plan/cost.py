@@ -13,13 +13,14 @@ stage busy, and DP replicas multiply throughput.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from topoplan.layout import Layout, RankCoords, rank_of
+from topoplan.layout import Layout
 from topoplan.models import DTYPE_BYTES, ModelSpec
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.collectives import LinkPricer, Slot
+from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
 
 
@@ -51,7 +52,12 @@ class LayoutCost:
     tokens_per_s: float  # all replicas together, decode phase
     gpus: int
     request_ms: float  # one request end to end: prefill, then every generated token
-    reasons: list[str] = field(default_factory=list)
+    explain: Callable[["LayoutCost"], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
+
+    @cached_property
+    def reasons(self) -> list[str]:
+        """Why this layout scores as it does (worked out on first use: only shown layouts need it)."""
+        return self.explain(self)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -90,6 +96,14 @@ def stages_of(model: ModelSpec, pp: int) -> list[Stage]:
     return stages
 
 
+@dataclass(frozen=True)
+class Work:
+    """One kind of kernel's work on one GPU: FLOPs and the bytes it must move through HBM."""
+
+    flops: float
+    nbytes: float
+
+
 class StageModel:
     """Bytes and FLOPs of one stage on one TP rank."""
 
@@ -99,6 +113,7 @@ class StageModel:
         self.dense = max(0, min(stage.end, dense_end) - stage.start)
         self.moe = stage.layers - self.dense
         self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
+        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp)
 
     def weight_bytes(self) -> float:
         """Weights stored on one TP rank of this stage."""
@@ -126,20 +141,19 @@ class StageModel:
         """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
         return 2.0 * self.s.layers * self.m.heads * (self.m.qk_dim + self.m.v_dim) * queries * context
 
-    def prefill(self, batch: int, prompt: int) -> tuple[float, float]:
-        """(FLOPs, bytes) on one TP rank to prefill `batch` prompts (causal attention: s(s+1)/2 pairs)."""
+    def prefill(self, batch: int, prompt: int) -> list[Work]:
+        """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
         tokens = batch * prompt
-        flops = 2.0 * self._active_params() * tokens + self.attention_flops(batch, prompt * (prompt + 1) / 2)
-        if self.s.last:
-            flops += 2.0 * self.m.head_params * batch  # logits for the last position only
-        return flops / self.tp, self._matmul_params(tokens) * self.b / self.tp
+        gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
+        kv_write = tokens * self.kv_bytes_per_token()
+        return [Work(gemm / self.tp, self._matmul_params(tokens) * self.b / self.tp),
+                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
-    def decode(self, batch: int, context: float) -> tuple[float, float]:
-        """(FLOPs, bytes) on one TP rank for one decode step of `batch` sequences at `context` tokens."""
-        flops = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
-        flops += self.attention_flops(batch, context)
-        read = self._matmul_params(batch) * self.b / self.tp + batch * context * self.kv_bytes_per_token()
-        return flops / self.tp, read
+    def decode(self, batch: int, context: float) -> list[Work]:
+        """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
+        gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
+        return [Work(gemm / self.tp, self._matmul_params(batch) * self.b / self.tp),
+                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
 class CostModel:
@@ -150,30 +164,40 @@ class CostModel:
         self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
         self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
+        self._stage_cache: dict[tuple, float] = {}
 
-    def _roofline_ms(self, flops: float, nbytes: float) -> tuple[float, bool]:
-        compute, memory = flops / self.peak_flops, nbytes / self.mem_bw
-        return max(compute, memory) * 1e3, compute >= memory
+    def _roofline_ms(self, work: list[Work]) -> float:
+        """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
+        return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Sequence[Slot], tokens: float, flops: float, nbytes: float) -> float:
-        t, _ = self._roofline_ms(flops, nbytes)
-        t += sm.s.layers * self.cal.layer_overhead_us / 1e3
-        t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * self.work.bytes) / 1e3
-        return t
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences.
 
-    def _handoff_ms(self, a: Sequence[Slot], b: Sequence[Slot], tokens: float) -> float:
+        Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
+        w = self.work
+        key = (sm.signature, ring.shape, phase, batch)
+        if key not in self._stage_cache:
+            if phase == "prefill":
+                work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
+            else:
+                work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
+            t = self._roofline_ms(work) + sm.s.layers * self.cal.layer_overhead_us / 1e3
+            t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * w.bytes) / 1e3
+            self._stage_cache[key] = t
+        return self._stage_cache[key]
+
+    def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
         return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
 
-    def _pipeline_ms(self, rings: list[Sequence[Slot]], models: list[StageModel], batch: float,
-                     context: float) -> tuple[float, list[float]]:
+    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
+                     batch: float) -> tuple[float, list[float]]:
         """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, batch, *sm.decode(max(batch, 1e-9), context))
-                    for sm, ring in zip(models, rings)]
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch) for sm, ring in zip(models, rings)]
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs, stage_ms
 
-    def price(self, layout: Layout, replicas: list[list[Sequence[Slot]]]) -> LayoutCost:
+    def price(self, layout: Layout, replicas: list[list[Ring]]) -> LayoutCost:
         """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
         w, m = self.work, self.model
         stages = stages_of(m, layout.pp)
@@ -186,22 +210,20 @@ class CostModel:
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings in replicas:
-            prefill = sum(self._stage_ms(sm, ring, w.batch * w.prompt_len, *sm.prefill(w.batch, w.prompt_len))
-                          for sm, ring in zip(models, rings))
+            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch) for sm, ring in zip(models, rings))
             prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
-            decode, _ = self._pipeline_ms(rings, models, w.batch, context)
+            decode, _ = self._pipeline_ms(rings, models, w.batch)
             micro = min(layout.pp, w.batch)
-            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro, context)
+            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:
                 worst = (prefill, decode, step, rings)
         prefill, decode, step, rings = worst
-        cost = LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
-                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode)
-        cost.reasons = self.reasons(layout, cost, rings, models, context)
-        return cost
+        return LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
+                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
+                          lambda cost: self.reasons(layout, cost, rings, models, context))
 
-    def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Sequence[Slot]], models: list[StageModel],
+    def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
                 context: float) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
         gb = 1e9
@@ -222,28 +244,31 @@ class CostModel:
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
         if layout.pp > 1:
-            boundary = min((self.pricer.hop(a[0], b[0]) for a, b in zip(rings, rings[1:])),
+            boundary = min((self.pricer.boundary(a, b) for a, b in zip(rings, rings[1:])),
                            key=lambda h: h.bandwidth_gbps)
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
-        flops, nbytes = zip(*(sm.decode(self.work.batch, context) for sm in models))
-        _, compute_bound = self._roofline_ms(max(flops), max(nbytes))
-        out.append(f"decode is {'compute' if compute_bound else 'memory'}-bound: "
-                   f"{max(nbytes) / gb:.2f} GB read per GPU per step")
+        work = [w for sm in models for w in sm.decode(self.work.batch, context)]
+        compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
+        out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
+                   f"{sum(w.nbytes for w in work) / gb:.2f} GB read per GPU per step")
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
         return out
 
 
-def replica_rings(layout: Layout, order: Sequence[str], nodes: int) -> list[list[list[Slot]]]:
-    """TP group rings (stage by stage) of the distinct replicas: all nodes are identical, so only the
-    replicas that start on node 0 need pricing."""
-    k = len(order)
-    per_replica = layout.tp * layout.pp
-    count = max(1, min(layout.dp, k // per_replica))
+def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:
+    """TP group rings (stage by stage) of the distinct replicas. All nodes are identical, so only the
+    replicas that start on node 0 need pricing, and a ring's shape is its first rank's place on its node."""
+    k, tp = len(order), layout.tp
+    count = max(1, min(layout.dp, k // (tp * layout.pp)))
+    shapes: dict[int, tuple] = {}
 
-    def slot(rank: int) -> Slot:
-        return rank // k, order[rank % k]
+    def ring(first: int) -> Ring:
+        offset = first % k
+        if offset not in shapes:
+            shapes[offset] = tuple(((offset + t) // k, order[(offset + t) % k]) for t in range(tp))
+        return Ring(first // k, shapes[offset], (order, offset, tp))
 
-    return [[[slot(rank_of(layout, RankCoords(t, p, d))) for t in range(layout.tp)] for p in range(layout.pp)]
-            for d in range(count)]
+    # rank = (dp_rank * pp + pp_rank) * tp + tp_rank, as layout.rank_of defines it
+    return [[ring((d * layout.pp + p) * tp) for p in range(layout.pp)] for d in range(count)]

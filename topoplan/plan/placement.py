@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.layout import Layout, RankPlacement
 from topoplan.topology.model import Topology
 
 _DFS_BUDGET = 20_000  # ring search steps per threshold before falling back (only reached on odd graphs)
@@ -61,6 +61,7 @@ class NodePlacer:
                 self.bw[i][j] = self.bw[j][i] = link.bandwidth_gbps if link else 0.0
         self.home = [self._home(g.id) for g in topology.gpus]
         self.order = lru_cache(maxsize=None)(self._order)
+        self._partitions: dict[tuple[frozenset[int], int], list[list[int]]] = {}
 
     def _home(self, gpu_id: str) -> tuple[int | None, str | None]:
         """(NUMA node, nearest NIC) of a GPU: what DP replicas should not share."""
@@ -124,6 +125,12 @@ class NodePlacer:
 
     def partition(self, gpus: Sequence[int], size: int) -> list[list[int]]:
         """Cut `gpus` into as many groups of `size` as fit, best group first, each ring-ordered."""
+        key = (frozenset(gpus), size)
+        if key not in self._partitions:
+            self._partitions[key] = self._partition(key[0], size)
+        return [list(g) for g in self._partitions[key]]
+
+    def _partition(self, gpus: frozenset[int], size: int) -> list[list[int]]:
         free, groups = set(gpus), []
         while len(free) >= size:
             rings = [self.best_ring(self._grow(seed, free, size)) for seed in sorted(free)]
@@ -197,11 +204,12 @@ class NodePlacer:
 
 def expand(layout: Layout, nodes: int, order: Sequence[str]) -> list[RankPlacement]:
     """Every rank's placement from the per-node order (ranks are node-major)."""
-    k = len(order)
+    k, tp, pp = len(order), layout.tp, layout.pp
     placements = []
     for rank in range(layout.world):
-        c = coords_of(layout, rank)
-        placements.append(RankPlacement(rank, rank // k, order[rank % k], c.tp_rank, c.pp_rank, c.dp_rank))
+        rest, tp_rank = divmod(rank, tp)
+        dp_rank, pp_rank = divmod(rest, pp)  # the inverse of layout.rank_of, inlined for 10^4-rank plans
+        placements.append(RankPlacement(rank, rank // k, order[rank % k], tp_rank, pp_rank, dp_rank))
     return placements
 
 

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
@@ -63,7 +62,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     ranked = []
     for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):
         order = placer.local_order(layout, nodes)
-        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order, nodes)), order))
+        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
     ranked.sort(key=lambda r: _key(objective, r.cost))
     return Plan(model, device, topology, nodes, workload, objective, calibration, ranked)
 
@@ -77,7 +76,8 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
-        "placement": [asdict(p) for p in placements],
+        "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
+                       "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
         "reasons": c.reasons,
     }

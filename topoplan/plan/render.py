@@ -29,10 +29,10 @@ def plan_table(result: Plan, top: int | None) -> Table:
     title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
              f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective}")
     table = Table(title=title, title_justify="left")
-    for name, justify in (("#", "right"), ("layout", "left"), ("fits", "center"), ("GB/GPU", "right"),
-                          ("TTFT ms", "right"), ("TPOT ms", "right"), ("tok/s/GPU", "right"),
-                          ("GPU groups" + (" (per node)" if result.nodes > 1 else ""), "left"), ("why", "left")):
-        table.add_column(name, justify=justify)
+    for name in ("#", "layout", "fits", "GB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
+        table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
+    table.add_column("GPU groups" + (" (per node)" if result.nodes > 1 else ""), overflow="fold")
+    table.add_column("why", ratio=1)
     for i, entry in enumerate(result.layouts[:top] if top else result.layouts, 1):
         c = entry.cost
         table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",

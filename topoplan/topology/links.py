@@ -65,8 +65,9 @@ class ArchLinks:
     source: str
 
 
-# NVLink per-link figures are NCCL's SMxx_NVLINK_BW (src/graph/topo.h, NCCL 2.19-2.23); PCIe figures are
-# NCCL's formula for a PCIe link, width x speed / 80 GB/s (x16 Gen3 = 12, Gen4 = 24, Gen5 = 48).
+# NVLink per-link figures are NCCL's SMxx_NVLINK_BW (src/graph/topo.h, as of NCCL v2.30.7; SM90 has been 20.6
+# since v2.20, SM100 40.1 since v2.27.5). PCIe figures are NCCL's formula for a PCIe link in topo.cc,
+# width x per-lane speed (x100 Mbit/s) / 80 -> GB/s: x16 Gen3 = 16 x 60 / 80 = 12, Gen4 = 24, Gen5 = 48.
 ARCH_LINKS: dict[str, ArchLinks] = {
     a.arch: a
     for a in (
@@ -76,16 +77,24 @@ ARCH_LINKS: dict[str, ArchLinks] = {
         ArchLinks("sm86", 12.0, 24.0, "NCCL SM86_NVLINK_BW (GA10x bridges); PCIe Gen4"),
         ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
         ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
-        ArchLinks("sm100", 40.0, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
+        ArchLinks("sm100", 40.1, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
         ArchLinks("sm120", 0.0, 48.0, "GB20x (RTX 5090, RTX PRO 6000 Blackwell) has no NVLink; PCIe Gen5"),
     )
 }
+# NVLink version as NVML reports it (nvmlDeviceGetNvLinkVersion, values of nvmlNvlinkVersion_t in nvidia-ml-py:
+# 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0) -> the generation whose figures apply. Used only
+# when the GPU's compute capability has no entry above (a newer part): the version is a weaker witness, some
+# drivers have been seen reporting 5.0 on Hopper.
+NVLINK_VERSION_ARCH = {1: "sm60", 2: "sm70", 3: "sm70", 4: "sm80", 5: "sm86", 6: "sm90", 7: "sm100"}
+
 # When the GPU generation is unknown (a `topo -m` paste without --gpu, and no family could be inferred):
 # NCCL's own defaults, PCI_BW = 12 (Gen3 x16) and 20 GB/s per NVLink.
-UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16), SM70/SM80_NVLINK_BW")
+UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16); SM80_NVLINK_BW, its fallback")
 
-# Crossing sockets: NCCL's SKL_QPI_BW (Intel Skylake+ UPI). NCCL uses AMD_BW = 16 on AMD and
-# QPI_BW = 6 on older Intel; without the CPU vendor we take the Intel Skylake figure.
+# Crossing sockets: NCCL's SKL_QPI_BW (Intel Skylake to Ice Lake UPI). NCCL picks the figure by CPU model
+# (topo.cc, ncclTopoGetInterCpuBw): BDW_QPI_BW = 6 on older Intel, SRP_QPI_BW = 22 on Sapphire Rapids,
+# ERP_QPI_BW = 40 on Emerald Rapids, AMD_BW = 16, P9_BW = 32 on POWER9, ARM_BW = 6. A `topo -m` paste does
+# not name the CPU, so we take the Skylake figure.
 INTER_SOCKET_GBPS = 10.0
 
 # Per-hop latency, microseconds: NCCL's hwLat for the ring algorithm with the LL protocol

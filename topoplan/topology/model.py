@@ -28,6 +28,12 @@ class Gpu:
     numa_node: int | None = None  # the NUMA node of its CPU affinity
     gpu_numa_id: int | None = None  # the memory-only NUMA node of the GPU's own memory (Grace systems)
     memory_bytes: int | None = None
+    # Numbering (NVML and nvidia-smi count in PCI bus order; CUDA by default does not): the CUDA index
+    # under CUDA_DEVICE_ORDER=PCI_BUS_ID, and under CUDA's default order when it can be told.
+    cuda_index_pci_bus: int | None = None
+    cuda_index_default: int | None = None
+    visible: bool | None = None  # listed in CUDA_VISIBLE_DEVICES; None when that is unset (all visible)
+    error: str | None = None  # why the source could not read this GPU fully; it is kept and marked
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,15 @@ class Topology:
         best = min(rank for rank, _, _ in candidates)
         return [nic for rank, _, nic in sorted(candidates, key=lambda c: c[:2]) if rank == best]
 
+    def nearest_gpus(self, nic_id: str) -> list[Gpu]:
+        """The GPUs at the smallest link distance from this NIC (all ties), in GPU order; [] if none known."""
+        candidates = [(self.link(nic_id, gpu.id).kind.rank, gpu) for gpu in self.gpus
+                      if self.graph.has_edge(nic_id, gpu.id)]
+        if not candidates:
+            return []
+        best = min(rank for rank, _ in candidates)
+        return [gpu for rank, gpu in candidates if rank == best]
+
     # --- rings ---------------------------------------------------------------------------------
     def ring_bottleneck(self, gpu_ids: Sequence[str]) -> Link | None:
         """The slowest link of the ring gpu_ids[0] -> gpu_ids[1] -> ... -> gpu_ids[0]; None for one GPU.
@@ -182,6 +197,11 @@ class Topology:
             return None
         hops = [self.link(gpu_ids[i], gpu_ids[(i + 1) % len(gpu_ids)]) for i in range(len(gpu_ids))]
         return min(hops, key=lambda l: (l.bandwidth_gbps, -l.kind.rank))
+
+    def with_notes(self, *notes: str) -> "Topology":
+        """The same machine with more notes on how it was read."""
+        return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
+                        source=self.source, notes=(*self.notes, *notes))
 
     def with_arch(self, arch: str | None, gpu_name: str | None = None) -> "Topology":
         """The same machine with bandwidths re-estimated for GPU generation `arch`."""

@@ -27,7 +27,17 @@ class Line:
     number: int
     text: str  # ANSI removed, tabs expanded to 8-column stops counted from the indent, no trailing space
     indent: int  # columns of leading whitespace
-    had_tab: bool
+    span: int = 1  # physical lines: more than one for a wrapped row joined back together
+
+    @property
+    def joined(self) -> bool:
+        """A wrapped row joined back together: its tab stops mean nothing."""
+        return self.span > 1
+
+    @property
+    def last(self) -> int:
+        """Number of its last physical line."""
+        return self.number + self.span - 1
 
     @property
     def words(self) -> list[str]:
@@ -51,8 +61,15 @@ def clean_lines(text: str) -> list[Line]:
         indent = len(raw[:lead].expandtabs(TAB))
         # Tab stops count from the row's indent (a reST block indents every row by 4 columns).
         body = raw[lead:].expandtabs(TAB).rstrip()
-        lines.append(Line(number, " " * indent + body, indent, "\t" in raw[lead:]))
+        lines.append(Line(number, " " * indent + body, indent))
     return lines
+
+
+def join_lines(lines: list[Line]) -> Line:
+    """One logical line from a row a terminal or editor wrapped over several lines."""
+    first = lines[0]
+    text = " ".join([first.text] + [line.text.strip() for line in lines[1:]])
+    return Line(first.number, text, first.indent, span=lines[-1].number - first.number + 1)
 
 
 def tab_fields(line: Line) -> list[str]:

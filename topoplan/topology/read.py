@@ -15,6 +15,7 @@ from topoplan.topology.p2p_text import P2pMatrices, parse_p2p_text
 from topoplan.topology.smi_text import parse_topo_text
 
 STDIN = "-"
+RECORDING_FORMAT = "topoplan-nvml-recording"  # the "format" of an NVML recording (topology/recording.py)
 _EXPECTED = "expected the text output of `nvidia-smi topo -m`"
 _CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
 
@@ -24,6 +25,13 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
     source = _display(path)
     text = read_text(path)
     fmt = detect_format(text)
+    if fmt == "recording":
+        from topoplan.topology.recording import parse_recording, topology_from_recording
+
+        if p2p_path is not None:
+            raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
+                                source=_display(p2p_path))
+        return topology_from_recording(parse_recording(text, source), source)
     if fmt != "smi-text":
         raise TopoplanError(f"this looks like {fmt}, which topoplan cannot read yet; {_EXPECTED}", source=source, line=1)
     topology = parse_topo_text(text, source=source)
@@ -33,13 +41,16 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
 
 
 def detect_format(text: str) -> str:
-    """What kind of topology text this is: "smi-text" (`nvidia-smi topo -m`), or "JSON"."""
-    if text.lstrip()[:1] in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
+    """What kind of topology file this is: "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan NVML
+    recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
+    should get the JSON error), or "JSON" (other JSON)."""
+    start = text.lstrip()[:1]
+    if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
         try:
-            json.loads(text)
-            return "JSON"
+            data = json.loads(text)
         except ValueError:
-            pass
+            return "recording" if start == "{" else "smi-text"
+        return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "JSON"
     return "smi-text"
 
 

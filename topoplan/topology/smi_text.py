@@ -23,17 +23,18 @@ from topoplan.errors import TopoplanError
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
-from topoplan.topology.paste import Line, clean_lines, quote, refuse_markdown_table, tab_fields
+from topoplan.topology.paste import Line, clean_lines, join_lines, quote, refuse_markdown_table, tab_fields
 
 # Trailing columns, in the order every driver prints the ones it has.
 CPU, NUMA, GPU_NUMA = "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
 TRAILING = (CPU, NUMA, GPU_NUMA)
 _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GPU_NUMA, ("GPU", "NUMA", "ID"))]
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NIC_LABEL = re.compile(r"^NIC(\d+)$")
+_GPU_LABEL = re.compile(r"^GPU\d+$")
+_NIC_LABEL = re.compile(r"^NIC\d+$")
 _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _NUMBER = re.compile(r"[0-9]+")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
+_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
 _LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
 _MAX_NUMBER = 65535  # beyond any Linux NR_CPUS or NUMA node count; a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
@@ -67,15 +68,15 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     header_at = _find_header(lines, source)
     header = _parse_header(lines[header_at], source)
     rows, codes, gpus = _read_matrix(lines, header_at, header, source, notes)
-    after = max(line.number for line in rows.values())  # index of the first line after the matrix
+    after = max(line.last for line in rows.values())  # index of the first line after the matrix
     _refuse_trailing_matrix(lines[after:], header, source)
     if header.line.indent <= rows["GPU0"].indent:
         notes.add(f"line {header.line.number}: the header lost its empty corner cell (its first column name "
                   f"starts where the row labels do); column names were matched to cells by order")
     nic_labels = header.devices[header.n_gpus:]
     if nic_labels and not any(label in rows for label in nic_labels):
-        notes.add(f"the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
-                  f"against a NIC row) and NIC-NIC links are unknown")
+        notes.add("the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
+                  "against a NIC row) and NIC-NIC links are unknown")
     nics = _nics(nic_labels, lines[after:], notes)
     if notes.off_grid:
         first, last = notes.off_grid[0], notes.off_grid[-1]
@@ -116,7 +117,6 @@ def _read_matrix(lines: list[Line], header_at: int, header: _Header, source: str
             raise TopoplanError(f"row {label} has values after its {len(header.devices)} link cells "
                                 f"({quote(' '.join(t for t in trailing if t))}); expected none in a NIC row",
                                 source=source, line=line.number)
-
     return rows, codes, gpus
 
 
@@ -171,7 +171,6 @@ def _parse_header(line: Line, source: str) -> _Header:
     return _Header(line, devices, trailing, n_gpus)
 
 
-
 # --- rows --------------------------------------------------------------------------------------------
 def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str,
                notes: _Notes) -> Iterator[tuple[str, Line]]:
@@ -185,8 +184,15 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str,
         if found is not None and found.words[0] == label:
             if j > i and k > 0:
                 notes.add(f"line {lines[i].number}: blank line between matrix rows ignored")
-            yield label, found
             i = j + 1
+            wanted = 1 + len(header.devices) + (len(header.trailing) if k < header.n_gpus else 0)
+            while len(found.words) < wanted and i < len(lines) and _continues_row(lines[i]):
+                i += 1
+            if i > j + 1:
+                found = join_lines(lines[j:i])
+                notes.add(f"line {found.number}: row {label} was wrapped over lines {found.number}-"
+                          f"{lines[i - 1].number}; joined, its cells read in order")
+            yield label, found
             continue
         if k == header.n_gpus:  # the GPU rows are complete and no NIC rows follow
             break
@@ -196,6 +202,11 @@ def _read_rows(lines: list[Line], header_at: int, header: _Header, source: str,
                                 f"the paste looks truncated", source=source, line=last)
         raise TopoplanError(f"expected row {label} (the header names {len(header.devices)} devices), "
                             f"found {quote(found.text)}", source=source, line=found.number)
+
+
+def _continues_row(line: Line) -> bool:
+    """Whether a line can be the wrapped tail of a row: nothing but cells (codes, CPU lists, numbers, N/A)."""
+    return not line.blank and all(_CELL.match(word) for word in line.words)
 
 
 def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Notes) -> tuple[list[str], list[str]]:
@@ -208,9 +219,9 @@ def _split_row(line: Line, header: _Header, label: str, source: str, notes: _Not
                             f"{header.devices[0]}..{header.devices[-1]}); the row looks truncated or damaged",
                             source=source, line=line.number)
     fields = tab_fields(line)
-    if fields[:1 + n] == words[:1 + n]:
+    if fields[:1 + n] == words[:1 + n] and not line.joined:
         return words[1:1 + n], fields[1 + n:]
-    if len(words) > 1 + n:
+    if len(words) > 1 + n and not line.joined:
         notes.off_grid.append(line)
     return words[1:1 + n], words[1 + n:]
 

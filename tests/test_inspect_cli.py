@@ -1,0 +1,252 @@
+"""`topoplan inspect` end to end: every fixture in every format, the JSON contract against hand-written
+expectations, warnings on the machines where they must (and must not) fire, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from topoplan.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPO = ROOT / "fixtures/topo"
+FIXTURES = sorted(p for p in TOPO.glob("*.txt") if not p.name.endswith((".p2p.txt", ".measured.txt")))
+FORMATS = ["table", "json", "dot", "mermaid", "svg", "png"]
+runner = CliRunner()
+
+
+def fixture(prefix: str) -> Path:
+    [path] = [p for p in FIXTURES if p.name.startswith(prefix + "_")]
+    return path
+
+
+def inspect_json(path: Path, *extra: str) -> dict:
+    result = runner.invoke(app, ["inspect", "--file", str(path), "--json", *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def warnings_by_code(path: Path) -> dict[str, dict]:
+    return {w["code"]: w for w in inspect_json(path)["warnings"]}
+
+
+def run_cli(*args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, input=stdin, check=False)
+
+
+# --- every fixture, every format ------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name[:2])
+def test_every_fixture_renders_in_every_format(path: Path, fmt: str, tmp_path: Path):
+    expected = json.loads((TOPO / "expected" / (path.stem + ".json")).read_text())
+    gpu_ids = [g["id"] for g in expected["gpus"]]
+    out = tmp_path / f"topo.{fmt}"
+    args = ["inspect", "--file", str(path), "--format", fmt] + (["-o", str(out)] if fmt in ("svg", "png") else [])
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    if fmt == "table":
+        assert all(gpu in result.stdout for gpu in gpu_ids)
+        assert "NVLink islands:" in result.stdout
+    elif fmt == "json":
+        data = json.loads(result.stdout)
+        assert [g["id"] for g in data["gpus"]] == gpu_ids
+        assert [(n["id"], n["name"]) for n in data["nics"]] == [(n["id"], n["name"]) for n in expected["nics"]]
+        assert all(isinstance(l["bandwidth_gbps"], float) and l["bandwidth_gbps"] > 0 for l in data["links"])
+        codes = {f"{l['a']}-{l['b']}": l["code"] for l in data["links"] if l["a"].startswith("GPU")}
+        assert codes == expected["links"]  # GPU-GPU and GPU-NIC pairs, index order, SOC written as SYS
+    elif fmt == "dot":
+        assert result.stdout.startswith("graph topology {")
+        assert all(f'"{gpu}" [label=' in result.stdout for gpu in gpu_ids)
+    elif fmt == "mermaid":
+        assert result.stdout.startswith("flowchart LR\n")
+        assert all(f'{gpu}["{gpu}' in result.stdout for gpu in gpu_ids)
+    elif fmt == "svg":
+        svg = out.read_text()
+        assert "<svg" in svg and all(f">{gpu}</text>" in svg for gpu in gpu_ids)
+    else:
+        assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+# --- the JSON contract, by hand ------------------------------------------------------------------
+def test_json_dgx_a100():
+    data = inspect_json(fixture("00"))
+    gpu0 = data["gpus"][0]
+    assert gpu0["id"] == "GPU0" and gpu0["index"] == 0
+    assert gpu0["cpus"] == [*range(48, 64), *range(176, 192)]
+    assert (gpu0["numa_node"], gpu0["gpu_numa_id"]) == (3, None)
+    assert [g["numa_node"] for g in data["gpus"]] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert [g["nearest_nics"] for g in data["gpus"]] == [["NIC0", "NIC1"]] * 2 + [["NIC2", "NIC3"]] * 2 + \
+        [["NIC4", "NIC5"]] * 2 + [["NIC6", "NIC7"]] * 2  # all PXB; NIC8/NIC9 are SYS to every GPU
+    assert data["nics"][9] == {"id": "NIC9", "index": 9, "name": "mlx5_9", "pci_bus_id": None, "numa_node": None,
+                               "nearest_gpus": [f"GPU{i}" for i in range(8)]}
+    assert data["nvlink_islands"] == [[f"GPU{i}" for i in range(8)]]
+    assert data["links"][0] == {"a": "GPU0", "b": "GPU1", "code": "NV12", "kind": "nvlink", "nvlinks": 12,
+                                "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None}  # 12 x NCCL's 20 GB/s
+    sys_link = next(l for l in data["links"] if (l["a"], l["b"]) == ("GPU0", "NIC2"))
+    assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == ("SYS", "sys", 0, 10.0)
+    assert len(data["links"]) == 28 + 8 * 10  # no NIC rows were published, so no NIC-NIC pairs
+    assert data["warnings"] == []
+    # a paste names no GPU: the generation is inferred from NV12 on every pair of 8 (A100 SXM), and said so
+    assert (data["arch"], data["gpu_name"]) == ("sm80", None)
+    assert any(n.startswith("GPU generation inferred from the link pattern (NV12, full-mesh, 8 GPUs)")
+               for n in data["notes"])
+    assert len(data["notes"]) >= 2  # the parser says what it recovered (the header lost its corner cell)
+
+
+def test_json_old_driver_soc_and_smt_cpu_list():
+    data = inspect_json(fixture("20"))
+    assert {l["code"] for l in data["links"]} <= {"NV2", "SYS", "PIX", "PXB", "PHB", "NODE"}
+    assert data["gpus"][0]["cpus"] == list(range(0, 80, 8))  # "0-0,8-8,...,72-72"
+    assert data["gpus"][0]["numa_node"] is None
+    assert data["nvlink_islands"] == [["GPU0", "GPU1"], ["GPU2", "GPU3"]]
+
+
+def test_json_p2p_statuses_attached():
+    data = inspect_json(fixture("14"), "--p2p", str(TOPO / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"))
+    [link] = data["links"]
+    assert link["code"] == "NV4" and set(link["p2p"].values()) == {"OK"}
+    assert "p2p-not-ok" not in {w["code"] for w in data["warnings"]}
+
+
+# --- warnings on real machines --------------------------------------------------------------------
+def test_warning_single_nic_across_sys():
+    warning = warnings_by_code(fixture("22"))["nic-across-sys"]
+    assert warning["devices"] == [f"GPU{i}" for i in range(8)]  # L40S: the one NIC is SYS to every GPU
+    assert warning["advice"]
+
+
+def test_warning_memory_only_numa_node_gh200():
+    warnings = warnings_by_code(fixture("23"))
+    assert set(warnings) == {"gpu-memory-numa-node"}
+    assert warnings["gpu-memory-numa-node"]["devices"] == ["GPU0"]
+    assert "GPU0 memory = NUMA node 1" in warnings["gpu-memory-numa-node"]["message"]
+
+
+def test_warning_partial_mesh_dgx1():
+    warning = warnings_by_code(fixture("07"))["nvlink-partial-mesh"]
+    assert warning["devices"] == [f"GPU{i}" for i in range(8)]
+    assert "all-to-all groups: GPU0, GPU1, GPU2, GPU3; GPU4, GPU5, GPU6, GPU7" in warning["message"]
+
+
+def test_warning_islands_of_two_h100_nvl():
+    warnings = warnings_by_code(fixture("17"))
+    assert warnings["nvlink-split"]["message"] == \
+        "NVLink joins only islands of 2 GPUs: GPU0, GPU1; GPU2, GPU3; GPU4, GPU5; GPU6, GPU7"
+    assert "nvlink-partial-mesh" not in warnings and "nvlink-unequal-islands" not in warnings
+    assert warnings["nic-across-sys"]["devices"] == ["GPU4", "GPU5", "GPU6", "GPU7"]
+
+
+@pytest.mark.parametrize("prefix", ["11", "00", "26"])
+def test_no_warnings_on_healthy_machines(prefix: str):
+    assert warnings_by_code(fixture(prefix)) == {}  # 11: all PIX, no NVLink; 00/26: full NV12 mesh, NIC per pair
+
+
+# --- output files, stdin, errors ------------------------------------------------------------------
+def test_table_to_file_is_plain_text(tmp_path: Path):
+    out = tmp_path / "topo.txt"
+    result = runner.invoke(app, ["inspect", "--file", str(fixture("17")), "-o", str(out)])
+    assert result.exit_code == 0 and result.stdout == ""
+    text = out.read_text()
+    assert "\x1b[" not in text and "nvlink-split" in text and "0-63,128-191" in text  # CPU list as ranges
+
+
+def test_stdin_and_json_alias():
+    result = runner.invoke(app, ["inspect", "--file", "-", "--format", "dot", "--json"],
+                           input=fixture("11").read_text())
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["links"][0]["code"] == "PIX"
+
+
+def test_image_needs_output_file():
+    result = run_cli("inspect", "--file", str(fixture("11")), "--format", "png")
+    assert result.returncode == 2
+    assert result.stderr == "topoplan: error: --format png writes a picture: give the file with -o FILE\n"
+
+
+def test_subprocess_json_and_bad_file(tmp_path: Path):
+    ok = run_cli("inspect", "--file", str(fixture("00")), "--json")
+    assert ok.returncode == 0 and ok.stderr == ""
+    assert json.loads(ok.stdout)["gpus"][2]["cpus"][:2] == [16, 17]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"")
+    out = tmp_path / "out.json"
+    failed = run_cli("inspect", "--file", str(bad), "--json", "-o", str(out))
+    assert failed.returncode == 2 and failed.stdout == ""
+    assert failed.stderr.startswith(f"topoplan: error: {bad}:1: ") and failed.stderr.count("\n") == 1
+    assert not out.exists()
+
+
+def test_usage_errors_are_one_line_exit_2():
+    for args in (["inspect", "--bogus"], ["inspect", "--format", "pdf"], ["frobnicate"]):
+        result = run_cli(*args)
+        assert result.returncode == 2, args
+        assert result.stderr.startswith("topoplan: error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def _path_without(*programs: str, tmp_path: Path) -> str:
+    """A PATH of symlinks to the tools this test needs, minus `programs`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool in ("dot", "nvidia-smi"):
+        found = shutil.which(tool)
+        if found and tool not in programs:
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_svg_without_graphviz_says_so(tmp_path: Path):
+    out = tmp_path / "topo.svg"
+    env = {**os.environ, "PATH": _path_without("dot", tmp_path=tmp_path)}
+    result = run_cli("inspect", "--file", str(fixture("11")), "--format", "svg", "-o", str(out), env=env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("topoplan: error: --format svg needs Graphviz's `dot` program, which is not on PATH")
+    assert result.stderr.count("\n") == 1
+    assert not out.exists() and list(tmp_path.glob("*.tmp")) == []
+
+
+def _fake_nvidia_smi(tmp_path: Path, script: str) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+
+
+def test_live_source_runs_nvidia_smi_topo_m(tmp_path: Path):
+    env = _fake_nvidia_smi(tmp_path, f'[ "$*" = "topo -m" ] || exit 9\ncat "{fixture("30")}"\n')
+    result = run_cli("inspect", "--source", "smi", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["source"] == "nvidia-smi topo -m"
+    assert data["nvlink_islands"] == [["GPU0", "GPU1", "GPU2", "GPU3"]]
+
+
+def test_live_source_failing_or_missing_suggests_file(tmp_path: Path):
+    env = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed because it couldn''t communicate with the NVIDIA "
+                                     "driver.' >&2\nexit 9\n")
+    failed = run_cli("inspect", "--source", "smi", env=env)
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+    assert "`nvidia-smi topo -m` failed (exit 9): NVIDIA-SMI has failed" in failed.stderr
+    assert "--file topo.txt" in failed.stderr
+    missing = run_cli("inspect", "--source", "smi",
+                      env={**os.environ, "PATH": _path_without("nvidia-smi", tmp_path=tmp_path / "x")})
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("topoplan: error: nvidia-smi is not installed") and "--file" in missing.stderr
+
+
+def test_cli_does_not_import_torch_or_pynvml():
+    code = ("import sys; from topoplan.cli import main; sys.argv = ['topoplan', 'inspect', '--file', %r, '--json'];"
+            "\ntry: main()\nexcept SystemExit: pass\n"
+            "assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy import'" % str(fixture("00")))
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr

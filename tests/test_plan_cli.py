@@ -1,0 +1,101 @@
+"""`topoplan plan` end to end: the JSON contract, ranking, pricing one layout, and bad input -> one line, exit 2."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from topoplan.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+H100_NVL = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
+DGX1 = "fixtures/topo/07_dgx1-v100-sxm2-16gb-cubemesh-mlx5-driver440.txt"
+
+
+def topoplan(*args):
+    """Run the command in-process (the console script's behaviour: errors exit 2 with one stderr line)."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def test_json_contract_and_ranking():
+    run = topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--batch", "8", "--json",
+                   "--top", "0")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["model"]["name"] == "Llama-3.1-70B" and out["topology"]["gpus"][0] == "GPU0"
+    layouts = out["layouts"]
+    for entry in layouts:
+        assert entry["tp"] * entry["pp"] * entry["dp"] == len(entry["placement"])
+        for key in ("fits", "memory_per_gpu_gb", "prefill_ms", "decode_ms_per_token", "tokens_per_s",
+                    "cuda_visible_devices", "reasons"):
+            assert key in entry
+        assert entry["placement"][0].keys() == {"rank", "node", "gpu", "tp_rank", "pp_rank", "dp_rank"}
+        assert entry["cuda_visible_devices"] == ",".join(p["gpu"][3:] for p in entry["placement"])
+    fits = [e["fits"] for e in layouts]
+    assert fits == sorted(fits, reverse=True)  # layouts that fit come first
+    fitting = [e for e in layouts if e["fits"]]
+    latency = [e["prefill_ms"] + 128 * e["decode_ms_per_token"] for e in fitting]
+    assert latency == sorted(latency, key=lambda x: x)  # best first (request time, default objective)
+    assert not any(e["fits"] for e in layouts if e["tp"] * e["pp"] == 1)  # 141 GB of weights on one GPU
+
+
+def test_throughput_objective_ranks_by_tokens_per_gpu():
+    run = topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--batch", "32", "--json",
+                   "--top", "0", "--objective", "throughput")
+    fitting = [e for e in json.loads(run.stdout)["layouts"] if e["fits"]]
+    per_gpu = [e["tokens_per_s_per_gpu"] for e in fitting]
+    assert per_gpu == sorted(per_gpu, reverse=True) and len(per_gpu) > 5
+
+
+def test_price_one_layout():
+    run = topoplan("plan", "-m", "8b", "--topo", DGX1, "--gpu", "v100-sxm2-16gb", "--tp", "4", "--pp", "1",
+                   "--dp", "2", "--json", "--dtype", "fp16")
+    assert run.returncode == 0, run.stderr
+    (entry,) = json.loads(run.stdout)["layouts"]
+    groups = [entry["placement"][i:i + 4] for i in (0, 4)]
+    assert sorted(sorted(p["gpu"] for p in g) for g in groups) == [["GPU0", "GPU1", "GPU2", "GPU3"],
+                                                                   ["GPU4", "GPU5", "GPU6", "GPU7"]]
+
+
+def test_table_output_names_groups_and_reasons():
+    run = topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--top", "3")
+    assert run.returncode == 0, run.stderr
+    assert "ranked by latency" in run.stdout and "[0,1,2,3] | [4,5,6,7]" in run.stdout
+    assert "TP4 spans a NODE hop: ring bottleneck 38 GB/s" in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-m", "lama-70b", "--topo", H100_NVL, "--gpu", "h100-nvl"), "unknown model 'lama-70b'; close: "),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"), "tp=3 does not divide the 64 attention heads"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "8", "--dp", "2"),
+     "tp=8 x pp=1 x dp=2 needs 16 GPUs; 1 node(s) x 8 GPUs have 8"),
+    (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--dtype", "int3"), "unknown --dtype 'int3'"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--calibration", "nope.json"),
+     "nope.json: no such calibration file"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    run = topoplan("plan", *args)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_config_missing_fields_and_topology_without_gpus(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    run = topoplan("plan", "-m", str(config), "--topo", H100_NVL, "--gpu", "h100-nvl")
+    assert run.returncode == 2 and f"{config}: missing key 'num_attention_heads'" in run.stderr
+    empty = tmp_path / "topo.txt"
+    empty.write_text("        NIC0\nNIC0     X \n")
+    run = topoplan("plan", "-m", "8b", "--topo", str(empty), "--gpu", "h100")
+    assert run.returncode == 2 and "Traceback" not in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_plan_modules_do_not_import_torch():
+    code = ("import sys, topoplan.cli, topoplan.plan.rank, topoplan.plan.render, topoplan.plan.frontend; "
+            "assert 'torch' not in sys.modules and 'pynvml' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

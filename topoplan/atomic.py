@@ -1,0 +1,44 @@
+"""Write output files all-or-nothing: into a temporary file beside the target, renamed over it at the end,
+so an interrupted or failed run never leaves a half-written file behind."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from topoplan.errors import TopoplanError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(output: str | Path) -> Iterator[str]:
+    """A temporary path to write to; it becomes `output` when the block ends without an exception."""
+    target = Path(output)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise TopoplanError(f"cannot write {output}: {error.strerror}") from None
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it the mode a plain open() would
+        os.replace(tmp, target)
+    except OSError as error:
+        raise TopoplanError(f"cannot write {output}: {error.strerror}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_atomic(output: str | Path, data: str | bytes) -> None:
+    """Write text (UTF-8) or bytes to `output` all-or-nothing."""
+    with atomic_path(output) as tmp:
+        Path(tmp).write_bytes(data.encode() if isinstance(data, str) else data)

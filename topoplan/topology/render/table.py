@@ -1,0 +1,123 @@
+"""The human view of a topology (`topoplan inspect`'s default): rich tables for the link matrix (coloured by
+kind), the link kinds present with their estimated speed, each GPU's CPUs/NUMA node/nearest NICs, the
+NVLink islands, warnings and the reader's notes."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from topoplan.topology.diagnose import Warning
+from topoplan.topology.model import Topology
+from topoplan.topology.render.cpuset import compact_cpus
+from topoplan.topology.render.picture import KIND_COLOR
+
+
+def _matrix(topo: Topology) -> Table:
+    """GPU rows against GPU and NIC columns, like `topo -m`'s GPU rows."""
+    columns = [*topo.gpus, *topo.nics]
+    table = Table(title="Links (rows: GPUs)", title_justify="left", show_edge=False, pad_edge=False,
+                  box=None, padding=(0, 1))
+    table.add_column("", style="bold", no_wrap=True)
+    for device in columns:
+        table.add_column(device.id, justify="center", no_wrap=True)
+    for gpu in topo.gpus:
+        cells: list[Text | str] = []
+        for device in columns:
+            if device.id == gpu.id:
+                cells.append(Text("X", style="dim"))
+            elif topo.graph.has_edge(gpu.id, device.id):
+                link = topo.link(gpu.id, device.id)
+                cells.append(Text(link.code, style=KIND_COLOR[link.kind]))
+            else:
+                cells.append(Text("?", style="dim"))
+        table.add_row(gpu.id, *cells)
+    return table
+
+
+def _kinds(topo: Topology) -> Table:
+    """One row per link code present: its kind, estimated GB/s and latency, and how many pairs use it."""
+    table = Table(title=f"Link estimates ({topo.arch or 'unknown GPU generation: NCCL defaults'})",
+                  title_justify="left")
+    for name, justify in (("code", "left"), ("kind", "left"), ("GB/s (one way)", "right"),
+                          ("latency us", "right"), ("pairs", "right")):
+        table.add_column(name, justify=justify)
+    seen: dict[str, list] = {}
+    for link in topo.links():
+        seen.setdefault(link.code, [link, 0])[1] += 1
+    for link, pairs in sorted(seen.values(), key=lambda lp: (lp[0].kind.rank, -lp[0].nvlinks)):
+        table.add_row(Text(link.code, style=KIND_COLOR[link.kind]), link.kind.value, f"{link.bandwidth_gbps:g}",
+                      f"{link.latency_us:g}", str(pairs))
+    return table
+
+
+def _gpus(topo: Topology) -> Table:
+    island_of = {g: i for i, island in enumerate(topo.nvlink_islands()) for g in island}
+    show_name = any(g.name for g in topo.gpus)
+    show_mem_numa = any(g.gpu_numa_id is not None for g in topo.gpus)
+    table = Table(title="GPUs", title_justify="left")
+    table.add_column("GPU", style="bold")
+    if show_name:
+        table.add_column("name")
+    table.add_column("CPUs")
+    table.add_column("NUMA", justify="right")
+    if show_mem_numa:
+        table.add_column("GPU NUMA ID", justify="right")
+    table.add_column("nearest NIC")
+    table.add_column("NVLink island", justify="right")
+    for gpu in topo.gpus:
+        nics = topo.nearest_nics(gpu.id)
+        nearest = ", ".join(n.name or n.id for n in nics)
+        if nics:
+            kind = topo.link(gpu.id, nics[0].id)
+            nearest_text = Text(f"{nearest} ", style="").append(kind.code, style=KIND_COLOR[kind.kind])
+        else:
+            nearest_text = Text("-")
+        row: list[Text | str] = [gpu.id]
+        if show_name:
+            row.append(gpu.name or "-")
+        row += [compact_cpus(gpu.cpus), "-" if gpu.numa_node is None else str(gpu.numa_node)]
+        if show_mem_numa:
+            row.append("-" if gpu.gpu_numa_id is None else str(gpu.gpu_numa_id))
+        island = island_of.get(gpu.id)
+        row += [nearest_text, "-" if island is None else str(island)]
+        table.add_row(*row)
+    return table
+
+
+def _islands(topo: Topology) -> Text:
+    islands = topo.nvlink_islands()
+    text = Text("NVLink islands: ", style="bold")
+    if not islands:
+        return text.append("none (no NVLink between GPUs)", style="")
+    return text.append("; ".join(f"{i}: {', '.join(island)}" for i, island in enumerate(islands)), style="")
+
+
+def _warnings(warnings: list[Warning]) -> Table | Text:
+    if not warnings:
+        return Text("No warnings.", style="green")
+    table = Table(title="Warnings", title_justify="left", show_lines=True)
+    table.add_column("warning", style="bold yellow", no_wrap=True)
+    table.add_column("what")
+    table.add_column("what to do")
+    for w in warnings:
+        table.add_row(w.code, w.message, w.advice)
+    return table
+
+
+def render_table(topo: Topology, warnings: list[Warning]) -> Group:
+    """Everything, as one rich renderable to print."""
+    parts = []
+    if topo.source:
+        parts.append(Text(f"{topo.source}: {len(topo.gpus)} GPUs, {len(topo.nics)} NICs", style="bold"))
+    parts += [_matrix(topo), Text(""), _kinds(topo), _gpus(topo)]
+    if topo.nics:
+        names = ", ".join(f"{n.id} = {n.name}" for n in topo.nics if n.name)
+        if names:
+            parts.append(Text(f"NICs: {names}"))
+    parts += [_islands(topo), _warnings(warnings)]
+    if topo.notes:
+        parts.append(Text("Notes from reading the input:", style="bold"))
+        parts += [Text(f"- {note}") for note in topo.notes]
+    return Group(*parts)
