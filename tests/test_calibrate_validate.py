@@ -122,3 +122,11 @@ def test_cpu_device_formulas(tmp_path):
     topology = cpu_topology(3)
     assert [g.id for g in topology.gpus] == ["CPU0", "CPU1", "CPU2"] and topology.numa_nodes() == [0]
     assert {l.kind.value for l in topology.links()} == {"node"} and len(topology.links()) == 3
+
+
+def test_gpu_calibration_sweeps_one_pair_per_link_class():
+    from topoplan.bench.calibrate import gpu_pairs_by_class
+
+    # H100 NVL: NVLink pairs, PCIe switches under one socket (NODE), and across sockets (SYS)
+    assert gpu_pairs_by_class(str(ROOT / "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt")) == {
+        "nvlink": (0, 1), "node": (0, 2), "sys": (0, 4)}

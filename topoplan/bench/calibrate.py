@@ -66,9 +66,9 @@ def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
 
 def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
     """One GPU pair per link class present (the first in index order)."""
-    from topoplan.plan.frontend import load_topology
+    from topoplan.topology.sources import load_topology
 
-    topology = load_topology(topo)
+    topology = load_topology(topo, None)
     pairs: dict[str, tuple[int, int]] = {}
     for link in topology.links():
         if link.a.startswith("GPU") and link.b.startswith("GPU"):
