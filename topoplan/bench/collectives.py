@@ -98,7 +98,7 @@ def support_error(op: str, group: Group, rank: int, device: torch.device, dtype:
         error = "sendrecv needs at least 2 ranks"
     else:
         try:
-            make_call(op, element_count(op, 64 * group.size, group.size, 4), group, rank, device, dtype)()
+            make_call(op, element_count(op, 64 * group.size, group.size, 1), group, rank, device, dtype)()  # 64/rank
             _sync(device)
         except (RuntimeError, ValueError, NotImplementedError, AttributeError) as exc:
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

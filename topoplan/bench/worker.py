@@ -43,8 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_groups(world: int, layout: Layout | None, kind: str, timeout_s: float) -> list[tuple[int, ...]]:
-    """The rank lists to run in; every rank creates every group (new_group is collective over the world)."""
+def build_groups(world: int, layout: Layout | None, kind: str) -> list[tuple[int, ...]]:
+    """The rank lists the collectives run in: the world, or the layout's tp/pp/dp groups (standard rank order)."""
     if layout is None or kind == "world":
         return [tuple(range(world))]
     if layout.world != world:
@@ -53,6 +53,7 @@ def build_groups(world: int, layout: Layout | None, kind: str, timeout_s: float)
 
 
 def my_group(groups: list[tuple[int, ...]], rank: int, world: int, timeout_s: float) -> Group:
+    """This rank's group; every rank creates every group, in the same order (new_group is collective)."""
     mine = None
     for ranks in groups:
         handle = None
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     sizes = parse_sizes(args.sizes)
     layout = Layout.parse(args.layout) if args.layout else None
     backend, device = join_world(env, args.backend, args.timeout)
-    groups = build_groups(env.world_size, layout, args.group, args.timeout)
+    groups = build_groups(env.world_size, layout, args.group)
     group = my_group(groups, env.rank, env.world_size, args.timeout)
     bar, task = progress_bar(len(ops) * len(sizes), env.rank == 0)
     with bar:
