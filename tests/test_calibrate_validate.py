@@ -50,7 +50,7 @@ def price(calibration: Path, tp: int, pp: int, cal=None):
     spec, _ = model_spec("tiny")
     entry = load_cpu_entry(calibration)
     cal = cpu_calibration(cal or load_calibration(calibration), entry, 1)
-    result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
+    result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
                   tp=tp, pp=pp, dp=1)
     return result.layouts[0].cost, spec
 
@@ -111,14 +111,18 @@ def test_validate_bad_input(args, message):
 def test_cpu_device_formulas(tmp_path):
     """Hand-computed: 2 cores, GEMV 12 GB/s on one thread and 16 GB/s on both."""
     path = tmp_path / "cal.json"
-    probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 100.0}
+    probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 100.0,
+              "matmul_tflops": {"1": 0.004, "2": 0.004, "8": 0.02, "64": 0.05}}
     path.write_text(json.dumps({"version": 1, "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "threads": {
-        "1": {**probes, "gemv_gbps": 12.0}, "2": {**probes, "gemv_gbps": 16.0, "gemm_tflops": 0.09}}}}))
+        "1": {**probes, "gemv_gbps": 12.0}, "2": {**probes, "gemv_gbps": 16.0, "matmul_tflops": {"1": 0.09}}}}}))
     entry = load_cpu_entry(path)
-    assert cpu_device(entry, 2, 1).memory_bandwidth_gbps == 16.0  # TP1 on both cores: the whole socket
-    assert cpu_device(entry, 1, 1).memory_bandwidth_gbps == 12.0  # one stage of PP2 streams alone: its core's limit
-    assert cpu_device(entry, 1, 2).memory_bandwidth_gbps == 8.0  # TP2 / DP2: two ranks split the socket
-    assert cpu_device(entry, 2, 1).tflops["fp32"] == 0.09 and cpu_device(entry, 1, 2).memory_bytes == 4e9
+    assert cpu_device(entry, 2, 1, 1).memory_bandwidth_gbps == 16.0  # TP1 on both cores: the whole socket
+    assert cpu_device(entry, 1, 1, 1).memory_bandwidth_gbps == 12.0  # one stage of PP2 streams alone: its core's limit
+    assert cpu_device(entry, 1, 2, 1).memory_bandwidth_gbps == 8.0  # TP2 / DP2: two ranks split the socket
+    assert cpu_device(entry, 2, 1, 64).tflops["fp32"] == 0.09 and cpu_device(entry, 1, 2, 1).memory_bytes == 4e9
+    # the FLOP rate follows the rows of the product: probed points, log2 interpolation, clamped at the ends
+    rates = [cpu_device(entry, 1, 2, rows).tflops["fp32"] for rows in (1, 2, 4, 8, 32, 64, 1000)]
+    assert rates == pytest.approx([0.004, 0.004, 0.012, 0.02, 0.04, 0.05, 0.05])
     topology = cpu_topology(3)
     assert [g.id for g in topology.gpus] == ["CPU0", "CPU1", "CPU2"] and topology.numa_nodes() == [0]
     assert {l.kind.value for l in topology.links()} == {"node"} and len(topology.links()) == 3

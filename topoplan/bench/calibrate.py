@@ -46,7 +46,9 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, flo
     torch_dtype, nbytes = probes.DTYPES[dtype], probe_mib * probes.MiB
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
     return {"stream_gbps": probes.stream_gbps(device, nbytes), "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
-            "gemm_tflops": probes.gemm_tflops(device, torch_dtype), "layer_overhead_us": per_layer,
+            "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
+            "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB)),
+            "layer_overhead_us": per_layer,
             "step_overhead_us": per_step}
 
 

@@ -10,21 +10,28 @@ entry into the three figures the roofline needs:
   memory bandwidth per rank = min(gemv[threads], gemv[all cores] / concurrent)
       (a rank is limited by what its own cores can pull and by its share of the socket: the ranks that
        stream weights at the same time split the memory bus. For one request those are the tp x dp
-       ranks of one pipeline stage: stages run one after another, a waiting stage reads nothing). GEMV, not the stream probe, is the device's bandwidth: it is what
-       decode's matrix-vector products reach, while a plain sum is compute-bound on some cores. The
-       stream figure is recorded beside it for comparison;
-  FLOP/s per rank           = gemm[threads] (compute does not contend);
+       ranks of one pipeline stage: stages run one after another, a waiting stage reads nothing).
+       GEMV, not the stream probe, is the device's bandwidth: it is what decode's matrix-vector
+       products reach, while a plain sum is compute-bound on some cores. The stream figure is recorded
+       beside it for comparison;
+  FLOP/s per rank           = matmul[threads][rows] (compute does not contend), the FLOP rate of a
+      product with `rows` rows (tokens) against a weight larger than the cache, interpolated in log2(rows):
+      the planner's device has one FLOP rate, and a CPU's rate for a decode step's few rows is a fraction
+      of its rate for prefill's many, so decode and prefill are priced with the device at their own rows;
   memory per rank           = RAM x threads / cores.
 and `cpu_calibration` sets the planner's layer overhead to the probe's figure for that thread count.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
-            "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": .., "layer_overhead_us": ..},
+            "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
+                              "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
+                              "layer_overhead_us": .., "step_overhead_us": ..},
                         "2": {...}}}
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,7 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.topology.model import Gpu, Topology, build_topology
 
 CPU_LINK = "NODE"  # the `topo -m` code, and so the calibration link class (`node`), of CPU rank pairs
-PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")
+PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 
 
 def cpu_topology(devices: int) -> Topology:
@@ -64,6 +71,10 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
                             source=path)
     for count, probes in threads.items():
         missing = [k for k in PROBES if not isinstance((probes or {}).get(k), (int, float)) or probes[k] <= 0]
+        curve = (probes or {}).get("matmul_tflops")
+        if not isinstance(curve, dict) or not curve or not all(
+                k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in curve.items()):
+            missing.append("matmul_tflops (rows -> TFLOP/s)")
         if missing:
             raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
     return entry
@@ -82,11 +93,24 @@ def concurrent_ranks(layout: Layout) -> int:
     return layout.tp * layout.dp
 
 
-def cpu_device(entry: dict[str, Any], threads: int, concurrent: int) -> DeviceSpec:
-    """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus (above)."""
+def matmul_rate(curve: dict[str, float], rows: float) -> float:
+    """TFLOP/s at `rows` rows: linear in log2(rows) between the probed points, the end values beyond them."""
+    points = sorted((int(k), v) for k, v in curve.items())
+    if rows <= points[0][0]:
+        return points[0][1]
+    for (r0, v0), (r1, v1) in zip(points, points[1:]):
+        if rows <= r1:
+            f = (math.log2(rows) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
+            return v0 + f * (v1 - v0)
+    return points[-1][1]
+
+
+def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float) -> DeviceSpec:
+    """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus, for
+    matrix products of `rows` rows (formulas above)."""
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
     bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
-    tflops = mine["gemm_tflops"]
+    tflops = matmul_rate(mine["matmul_tflops"], rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
                       memory_bandwidth_gbps=bandwidth,

@@ -1,6 +1,6 @@
 """Least-squares alpha-beta fits of collective timings, and the link constants the planner reads.
 
-Per (op, link class, group size) the sweep's median times are fitted to t(S) = alpha + beta * S, weighting
+Per (op, link class, group size) the sweep's mean times (nccl-tests' figure) are fitted to t(S) = alpha + beta * S, weighting
 each point by 1/t^2 so that the fit minimises *relative* error: a plain fit would let the largest sizes
 decide everything and leave alpha (the small-message latency, which decode lives on) to chance.
 
@@ -80,10 +80,11 @@ class CollectiveFit:
 
 
 def fit_sweep(results: Iterable[dict], link_class: str, group_size: int) -> list[CollectiveFit]:
-    """One fit per op of a bench result's rows (median times)."""
+    """One fit per op of a bench result's rows, on the mean times: a workload pays the mean, stalls included
+    (on a shared VM gloo's median all-reduce is a third of its mean; the runner's steps see the mean)."""
     by_op: dict[str, list[tuple[int, float]]] = {}
     for row in results:
-        by_op.setdefault(row["op"], []).append((row["size_bytes"], row["median_us"]))
+        by_op.setdefault(row["op"], []).append((row["size_bytes"], row["time_us"]))
     return [CollectiveFit(op, link_class, group_size, fit_line([s for s, _ in pts], [t for _, t in pts]), len(pts))
             for op, pts in by_op.items()]
 

@@ -54,6 +54,25 @@ def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB,
     return real / median_us(lambda: F.linear(x, w), device, repeats) / 1e3
 
 
+MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...] = MATMUL_ROWS,
+                  nbytes: int = 64 * MiB, repeats: int = 5) -> dict[str, float]:
+    """FLOP rate of y = x W^T for x of `m` rows and a weight larger than the cache, per m.
+
+    A decode step multiplies a few rows by every weight; CPU kernels for such skinny products are far
+    slower than for square ones (torch 2.13 on this VM: 2 rows take twice as long as 1), so one GEMM
+    figure cannot price both decode and prefill. The curve can."""
+    cols = 4096
+    w = torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
+    out = {}
+    for m in rows:
+        x = torch.randn(m, cols, device=device).to(dtype)
+        out[str(m)] = 2 * m * w.numel() / median_us(lambda: F.linear(x, w), device, repeats) / 1e6
+    return out
+
+
 def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
     """FLOP rate of an n x n x n matrix product (prefill's large GEMMs)."""
     a = torch.randn(n, n, device=device).to(dtype)

@@ -77,15 +77,30 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
     return out
 
 
+@dataclass(frozen=True)
+class Prediction:
+    prefill_ms: float
+    decode_ms_per_token: float
+    reasons: list[str]
+
+
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int) -> LayoutCost:
-    """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it)."""
-    layout = cand.layout
-    result = plan(cpu_topology(layout.world), spec, cpu_device(entry, cand.threads, concurrent_ranks(layout)),
-                  Workload(batch // layout.dp, prompt_len, gen_len, "fp32"),
-                  calibration=cpu_calibration(load_calibration(calibration_path), entry, cand.threads),
-                  tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    return result.layouts[0].cost
+            prompt_len: int, gen_len: int) -> Prediction:
+    """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it).
+
+    Priced twice, with the CPU device at each phase's matrix rows (topoplan.bench.cpu): a decode step
+    multiplies `batch` rows by each weight, prefill `batch x prompt_len`; the planner's own formulas
+    do the rest."""
+    layout, per_replica = cand.layout, batch // cand.layout.dp
+    cal = cpu_calibration(load_calibration(calibration_path), entry, cand.threads)
+
+    def price(rows: int) -> LayoutCost:
+        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
+        return plan(cpu_topology(layout.world), spec, device, Workload(per_replica, prompt_len, gen_len, "fp32"),
+                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
+
+    decode = price(per_replica)
+    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons)
 
 
 def prompts(batch: int, prompt_len: int) -> list[str]:
