@@ -37,7 +37,7 @@ def test_latency_only_and_negative_intercept_are_clamped():
 
 
 def rows(op, alpha, beta):
-    return [{"op": op, "size_bytes": s, "median_us": alpha + beta * s} for s in SIZES]
+    return [{"op": op, "size_bytes": s, "time_us": alpha + beta * s} for s in SIZES]
 
 
 def test_busbw_from_all_reduce_fit():
