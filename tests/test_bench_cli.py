@@ -79,6 +79,7 @@ def test_layout_groups(tmp_path):
     (["--sizes", "4Q"], "size '4Q'"),
     (["--ops", "allreduce"], "unknown allreduce"),
     (["--ranks", "2", "--layout", "tp=2"], "pass one"),
+    (["--plot", "/nonexistent-dir/x.svg"], "/nonexistent-dir: the folder does not exist"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     done = topoplan("bench", *args, timeout=60)

@@ -186,7 +186,7 @@ def bench_command(
     from rich.console import Console
 
     from topoplan.bench.launch import spawn_json
-    from topoplan.bench.output import write_atomic
+    from topoplan.bench.output import check_folder, write_atomic
     from topoplan.bench.plot import svg
     from topoplan.bench.render import print_bench
     from topoplan.bench.definitions import parse_ops, parse_sizes
@@ -194,6 +194,8 @@ def bench_command(
 
     try:
         parse_ops(ops), parse_sizes(sizes)  # refuse bad input before starting anything
+        if plot:
+            check_folder(plot)
         if layout is not None and ranks is not None:
             raise TopoplanError("--ranks and --layout both set the rank count: pass one")
         if groups not in ("tp", "pp", "dp"):
@@ -247,8 +249,10 @@ def calibrate_command(
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.bench.output import check_folder
 
     try:
+        check_folder(out)
         document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
         path = write_calibration(out, document)
     except TopoplanError as error:

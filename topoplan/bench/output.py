@@ -10,11 +10,17 @@ from pathlib import Path
 from topoplan.errors import TopoplanError
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def check_folder(path: str | Path) -> Path:
+    """Refuse an output path whose folder does not exist, before any measurement is spent on it."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise TopoplanError("the folder does not exist", source=folder)
+    if not path.parent.is_dir():
+        raise TopoplanError("the folder does not exist", source=path.parent)
+    return path
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    path = check_folder(path)
+    folder = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     try:
         with os.fdopen(fd, "w") as handle:
