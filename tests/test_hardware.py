@@ -67,6 +67,8 @@ def _all_pairs(n, count):
     (8, _all_pairs(8, 12), "sm80", "A100 SXM4"),  # DGX A100 (fixtures 00, 04, 26)
     (8, _all_pairs(8, 18), "sm90", "H100/H200"),  # HGX H100/H200
     (4, _all_pairs(4, 4), "sm80", "HGX A100 4-GPU"),  # fixture 30
+    (2, {(0, 1): 18}, "sm90", "H100/H200"),  # two GPUs of an HGX board
+    (4, _all_pairs(4, 12), "sm80", "A100 SXM4"),  # half a DGX A100
     (2, {(0, 1): 4}, "sm86", "RTX 3090"),  # fixture 14
     (4, {(0, 1): 4, (2, 3): 4}, "sm86", "RTX 3090"),
     (8, {(0, 1): 12, (2, 3): 12, (4, 5): 12, (6, 7): 12}, "sm80", "A100 PCIe"),  # fixtures 17, 18

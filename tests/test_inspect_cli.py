@@ -116,7 +116,46 @@ def test_json_p2p_statuses_attached():
     assert "p2p-not-ok" not in {w["code"] for w in data["warnings"]}
 
 
+# --- pictures of real machines -------------------------------------------------------------------
+def _dot(prefix: str) -> str:
+    result = runner.invoke(app, ["inspect", "--file", str(fixture(prefix)), "--format", "dot"])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_dot_nvswitch_box_draws_one_hub_and_nics_beside_their_gpus():
+    dot = _dot("00")  # DGX A100: NV12 between every pair, NICs in pairs on PCIe switches
+    assert '"NVL0" [label="NVLink all-to-all\\nNV12 240 GB/s per pair", shape=hexagon' in dot
+    assert sum(f'"GPU{i}" -- "NVL0" [color="#76b900", penwidth=7];' in dot for i in range(8)) == 8
+    assert '"GPU0" -- "GPU1"' not in dot  # no 28-edge clique
+    # PCIe Gen4 (24 GB/s): the generation is inferred from the NV12 mesh (A100 SXM class)
+    assert '"GPU0" -- "NIC0" [label="PXB 24 GB/s"' in dot and '"GPU0" -- "NIC2"' not in dot
+    assert 'subgraph cluster_numa3 {' in dot and 'label="NUMA node 3\\nCPUs 48-63,176-191"' in dot
+    assert dot.count(" -- ") == 8 + 8 * 2  # hub edges, each NIC0-7 to its two GPUs; NIC8/NIC9 are SYS to all
+    assert '"NIC8" [label="NIC8\\nmlx5_8\\nSYS to every GPU"' in dot
+
+
+def test_dot_bridged_pairs_are_plain_edges():
+    dot = _dot("17")  # H100 NVL: NV12 pairs; NODE inside a socket is not drawn once NVLink is there
+    assert [line.split(" [")[0].strip() for line in dot.splitlines() if '" -- "GPU' in line] == [
+        '"GPU0" -- "GPU1"', '"GPU2" -- "GPU3"', '"GPU4" -- "GPU5"', '"GPU6" -- "GPU7"']
+    assert "NVL0" not in dot
+
+
 # --- warnings on real machines --------------------------------------------------------------------
+def test_warning_p2p_not_ok_from_a_p2p_file(tmp_path: Path):
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+                    "GPU0\t X \tPIX\tSYS\t0-7\t0\nGPU1\tPIX\t X \tSYS\t0-7\t0\nGPU2\tSYS\tSYS\t X \t8-15\t1\n")
+    p2p = tmp_path / "p2p.txt"
+    p2p.write_text("nvidia-smi topo -p2p r\n \tGPU0\tGPU1\tGPU2\n GPU0\tX\tOK\tCNS\n GPU1\tOK\tX\tOK\n"
+                   " GPU2\tCNS\tOK\tX\n")
+    data = inspect_json(topo, "--p2p", str(p2p))
+    assert [w["code"] for w in data["warnings"]] == ["p2p-not-ok"]
+    assert data["warnings"][0]["message"].endswith("GPU0-GPU2: read CNS (chipset not supported)")
+    assert data["warnings"][0]["devices"] == ["GPU0", "GPU2"]
+
+
 def test_warning_single_nic_across_sys():
     warning = warnings_by_code(fixture("22"))["nic-across-sys"]
     assert warning["devices"] == [f"GPU{i}" for i in range(8)]  # L40S: the one NIC is SYS to every GPU
@@ -156,6 +195,16 @@ def test_table_to_file_is_plain_text(tmp_path: Path):
     assert result.exit_code == 0 and result.stdout == ""
     text = out.read_text()
     assert "\x1b[" not in text and "nvlink-split" in text and "0-63,128-191" in text  # CPU list as ranges
+
+
+def test_table_of_18_nics_fits_a_100_column_terminal():
+    result = runner.invoke(app, ["inspect", "--file", str(fixture("26"))], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "…" not in result.stdout  # nothing cropped
+    assert any("NIC5" in l and "mlx5_5" in l and "PXB: GPU0, GPU1  SYS: GPU2, GPU3, GPU4" in l for l in lines)
+    assert any("NIC13" in l and "SYS: GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7" in l for l in lines)
 
 
 def test_stdin_and_json_alias():

@@ -238,3 +238,25 @@ def test_nvlink_version_prices_a_generation_the_table_lacks():
     assert topo.link("GPU0", "GPU7").bandwidth_gbps == pytest.approx(18 * 40.1)
     assert any("sm103 has no link figures; NVLink version [7] -> sm100" in n for n in topo.notes)
     assert any("'NVIDIA B300 SXM6 AC' is not in topoplan's GPU catalog" in n for n in topo.notes)
+
+
+def test_not_supported_marks_a_gpu_only_where_every_gpu_answers():
+    recording = load("gh200-grace-1gpu")
+    recording["nvml"]["gpus"][0]["numa_node_id"] = {"nvml_error": "NOT_SUPPORTED"}  # x86 boards say this
+    recording["nvml"]["gpus"][0]["cpu_affinity"] = {"nvml_error": "NOT_SUPPORTED"}
+    recording["nvml"]["gpus"][0]["cpu_affinity_any_scope"] = {"nvml_error": "NOT_SUPPORTED"}
+    gpu = topology_from_recording(recording, "x").gpu(0)
+    assert (gpu.error, gpu.gpu_numa_id, gpu.cpus) == (None, None, None)
+    recording["nvml"]["gpus"][0]["uuid"] = {"nvml_error": "NOT_SUPPORTED"}  # every GPU has a UUID
+    assert topology_from_recording(recording, "x").gpu(0).error == "NVML could not read it (uuid: NOT_SUPPORTED)"
+
+
+def test_an_older_nvidia_ml_py_without_a_call_is_not_a_crash():
+    recording = load("gh200-grace-1gpu")
+    module = fake_pynvml(recording)
+    del module.nvmlDeviceGetNumaNodeId
+    answers = query_nvml(module)
+    assert answers["gpus"][0]["numa_node_id"] == {"nvml_error": "FUNCTION_NOT_FOUND"}
+    recording["nvml"] = answers
+    gpu = topology_from_recording(recording, "old").gpu(0)
+    assert (gpu.error, gpu.gpu_numa_id, gpu.numa_node) == (None, None, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,40 @@ def test_text_prompt_without_tokenizer_is_refused(tmp_path):
     folder = save_hf("llama", tmp_path / "llama")
     result = topoplan("run", "--model", str(folder), "--prompt", "hello", cache=tmp_path)
     assert result.returncode == 2 and "has no tokenizer.json: pass token ids with --prompt-ids" in result.stderr
+
+
+def test_module_entry_under_torchrun_and_mpirun(tmp_path):
+    """`python -m topoplan.runner` finds its rank from torchrun's and Open MPI's environments."""
+    from topoplan.runner.spawn import free_port
+
+    args = ["--model", "tiny", "--prompt-ids", "256,7,8,9", "--max-new-tokens", "4", "--json"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    reference = topoplan("run", *args, cache=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                               "--master-port", str(free_port()), "-m", "topoplan.runner", "--tp", "2", *args],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert torchrun.returncode == 0, torchrun.stderr
+    assert json.loads(torchrun.stdout)["tokens"] == json.loads(reference.stdout)["tokens"]
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun is not installed (CI installs openmpi-bin)")
+    mpirun = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                             "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}", "-x", "XDG_CACHE_HOME",
+                             "-x", "PYTHONPATH", sys.executable, "-m", "topoplan.runner", "--pp", "2", *args],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert mpirun.returncode == 0, mpirun.stderr
+    result = json.loads(mpirun.stdout)
+    assert result["layout"]["pp"] == 2 and result["tokens"] == json.loads(reference.stdout)["tokens"]
+
+
+def test_token_id_outside_the_vocabulary_is_a_user_error(tmp_path):
+    message = "prompt token id 264 is outside the model's vocabulary of 264"
+    result = topoplan("run", "--model", "tiny", "--prompt-ids", "1,264", "--max-new-tokens", "2", cache=tmp_path)
+    assert result.returncode == 2 and result.stderr == f"topoplan: error: {message}\n"
+    from topoplan.runner.spawn import free_port
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT),  # a lone rank checks it too
+           "MASTER_PORT": str(free_port())}
+    rank = subprocess.run([sys.executable, "-m", "topoplan.runner", "--prompt-ids", "1,264"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert rank.returncode == 2 and rank.stderr.strip() == f"topoplan-runner: rank 0: error: {message}"

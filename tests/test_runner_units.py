@@ -167,6 +167,18 @@ def test_unsharded_matches_transformers(tmp_path, kind):
     torch.testing.assert_close(got, hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
 
 
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_single_prompt_decode_without_mask_matches_transformers(tmp_path, kind):
+    """No padding (and no sliding window for llama): decode steps attend to the whole cache unmasked."""
+    hf = hf_model(kind)
+    hf.save_pretrained(tmp_path)
+    _, model, _ = _load_unsharded(tmp_path)
+    expected, hf_logits = hf_generate(hf, PROMPTS[:1], 12)
+    ours = generate(model, PROMPTS[:1], 12, keep_logits=True)
+    assert ours.tokens == expected
+    torch.testing.assert_close(torch.stack(ours.logits, dim=1), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
+
+
 def test_unsharded_stops_at_eos_per_sequence(tmp_path):
     hf = hf_model("llama")
     hf.save_pretrained(tmp_path)
@@ -204,3 +216,10 @@ def test_loader_refuses_a_mismatched_checkpoint(tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
     with pytest.raises(TopoplanError, match=r"mlp.gate_proj.weight' has shape \[192, 96\], expected \[96, 96\]"):
         _load_unsharded(folder)
+
+
+def test_generation_config_eos_wins(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA31))
+    assert load_hf_config(tmp_path).eos_token_ids == (128001, 128008, 128009)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 128009}))
+    assert load_hf_config(tmp_path).eos_token_ids == (128009,)

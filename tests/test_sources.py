@@ -141,3 +141,11 @@ def test_the_cli_fails_cleanly_without_a_driver_in_a_fresh_process(tmp_path):
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("topoplan: error: no topology from this machine: NVML could not start "
                                     "(Driver Not Loaded)") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "dot", "mermaid"])
+@pytest.mark.parametrize("recording", sorted((ROOT / "fixtures" / "nvml").glob("*.json")), ids=lambda p: p.stem)
+def test_every_recording_renders_in_every_text_format(monkeypatch, capsys, recording, fmt):
+    code, out, err = run_main(monkeypatch, capsys, "inspect", "--file", str(recording), "--format", fmt)
+    assert (code, err) == (0, "") and out.strip()
+    assert "GPU0" in out

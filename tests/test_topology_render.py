@@ -10,7 +10,7 @@ import pytest
 from topoplan.atomic import atomic_path, write_atomic
 from topoplan.errors import TopoplanError
 from topoplan.topology import Gpu, Nic, build_topology
-from topoplan.topology.export import topology_dict
+from topoplan.topology.export import dumps, topology_dict
 from topoplan.topology.render.cpuset import compact_cpus
 from topoplan.topology.render.dot import render_dot
 from topoplan.topology.render.mermaid import render_mermaid
@@ -90,6 +90,14 @@ def test_json_contract():
     assert data["nvlink_islands"] == [["GPU0", "GPU1"], ["GPU2", "GPU3"]]
     assert [w["code"] for w in data["warnings"]] == ["nic-across-sys", "nvlink-split"]
     assert data["arch"] == "sm80" and data["notes"] == []
+
+
+def test_json_text_keeps_integer_lists_on_one_line():
+    data = topology_dict(_two_sockets())
+    text = dumps(data)
+    assert json.loads(text) == data
+    assert '      "cpus": [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31],\n' in text
+    assert '"nearest_nics": [\n        "NIC0"\n      ]' in text  # lists of strings stay as json.dumps wrote them
 
 
 def test_json_orders_pairs_by_index_not_by_name():

@@ -35,46 +35,6 @@ def _root() -> None:
     """topoplan: inspect, plan, launch, run, bench."""
 
 
-@app.command()
-def run(
-    model: str = typer.Option("tiny", help="Built-in model (tiny, small) or an HF checkpoint folder."),
-    tp: int = typer.Option(1, help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, help="Pipeline stages."),
-    dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
-    prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in model."),
-    prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
-    max_new_tokens: int = typer.Option(32, help="Tokens to generate per prompt (fewer if EOS comes first)."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    backend: str = typer.Option(None, help="nccl or gloo (default: nccl when CUDA is available)."),
-    timeout: float = typer.Option(300.0, help="Seconds to wait for the rendezvous and for any collective."),
-    temperature: float = typer.Option(0.0, help="0 is greedy."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature)."),
-    seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
-    ignore_eos: bool = typer.Option(False, help="Always generate --max-new-tokens (benchmarks)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
-    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here, then exit."),
-) -> None:
-    """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
-    from topoplan.runner.local import run_local
-    from topoplan.runner.options import RunOptions
-
-    try:
-        if save is not None:
-            from topoplan.runner.builtin import BUILTIN
-            from topoplan.runner.tiny import save_checkpoint
-
-            if model not in BUILTIN:
-                raise TopoplanError(f"--save writes a built-in model; --model {model!r} is not one of {', '.join(BUILTIN)}")
-            print(save_checkpoint(save, BUILTIN[model]))
-            return
-        code = run_local(RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
-                                    temperature, top_p, seed, ignore_eos, json_out))
-    except TopoplanError as error:
-        raise fail(error) from None
-    if code:
-        raise typer.Exit(code)
-
-
 class InspectFormat(str, Enum):
     table = "table"
     json = "json"
@@ -162,6 +122,92 @@ def plan_command(
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
         Console().print(plan_table(result, top or None))
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def launch(
+    command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --); default: the "
+                                        "bundled runner with the layout's options"),
+    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` output of one node (- for stdin); "
+                             "default: this machine through NVML"),
+    p2p: str = typer.Option(None, "--p2p", help="`nvidia-smi topo -p2p` output of the same node"),
+    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N (placed by the planner's placement)"),
+    rank: int = typer.Option(None, "--rank", help="launch the N-th layout of `topoplan plan` (1 = best) for the "
+                             "same --model/--topo/--gpu/--nodes/--objective"),
+    model: str = typer.Option(None, "--model", help="model for the plan (--rank) and the default runner command"),
+    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text)"),
+    objective: str = typer.Option("latency", "--objective", help="plan objective for --rank: latency | throughput"),
+    nodes: int = typer.Option(1, "--nodes", help="identical nodes to spread the layout over"),
+    hosts: str = typer.Option(None, "--hosts", help="host names, one per node, node 0 first: a,b"),
+    port: int = typer.Option(29500, "--port", help="rendezvous TCP port on node 0"),
+    fmt: str = typer.Option("shell", "--format", help="torchrun | mpirun | srun | sbatch | shell | json"),
+    explain: bool = typer.Option(False, "--explain", help="also print every variable's reason (on stderr)"),
+    this_machine: bool = typer.Option(False, "--this-machine", help="the --topo file is of this machine: read SMT "
+                                      "siblings and NUMA nodes from /sys instead of assuming Linux numbering"),
+    output: str = typer.Option(None, "--output", "-o", help="write to this file (atomically) instead of stdout"),
+) -> None:
+    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from topoplan.launch.command import launch_spec, parse_hosts, write_output
+    from topoplan.launch.explain import explain as explain_spec
+    from topoplan.launch.render import render
+
+    try:
+        spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
+                           nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
+                           this_machine=this_machine)
+        text = render(spec, fmt)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if explain:
+        explain_spec(spec, Console(stderr=True, width=160))
+    if output:
+        write_output(Path(output), text, executable=fmt != "json")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def run(
+    model: str = typer.Option("tiny", help="Built-in model (tiny, small) or an HF checkpoint folder."),
+    tp: int = typer.Option(1, help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, help="Pipeline stages."),
+    dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
+    prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in model."),
+    prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
+    max_new_tokens: int = typer.Option(32, help="Tokens to generate per prompt (fewer if EOS comes first)."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+    backend: str = typer.Option(None, help="nccl or gloo (default: nccl when CUDA is available)."),
+    timeout: float = typer.Option(300.0, help="Seconds to wait for the rendezvous and for any collective."),
+    temperature: float = typer.Option(0.0, help="0 is greedy."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature)."),
+    seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
+    ignore_eos: bool = typer.Option(False, help="Always generate --max-new-tokens (benchmarks)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
+    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here, then exit."),
+) -> None:
+    """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
+    from topoplan.runner.local import run_local
+    from topoplan.runner.options import RunOptions
+
+    try:
+        if save is not None:
+            from topoplan.runner.builtin import BUILTIN
+            from topoplan.runner.tiny import save_checkpoint
+
+            if model not in BUILTIN:
+                raise TopoplanError(f"--save writes a built-in model; --model {model!r} is not one of {', '.join(BUILTIN)}")
+            print(save_checkpoint(save, BUILTIN[model]))
+            return
+        code = run_local(RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
+                                    temperature, top_p, seed, ignore_eos, json_out))
+    except TopoplanError as error:
+        raise fail(error) from None
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("bench")

@@ -70,3 +70,18 @@ def discover_rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
                 raise TopoplanError(f"{launcher}: {rank_var}={rank} is not below {size_var}={size}")
             return RankEnv(rank, size, local_rank, local_size, master_addr, int(port_raw), launcher)
     return RankEnv(0, 1, 0, 1, master_addr, int(port_raw), "single")
+
+
+def local_cuda_device(local_rank: int, visible_devices: int) -> int:
+    """The CUDA device index this rank should use, given how many devices CUDA shows it.
+
+    torchrun, mpirun and shell launches from `topoplan launch` show every rank its node's planned GPUs in
+    local-rank order (CUDA_VISIBLE_DEVICES), so the device is `local_rank`; Slurm's `--gpu-bind=map_gpu`
+    shows each task only its own GPU, so the device is 0.
+    """
+    if visible_devices == 1:
+        return 0
+    if not 0 <= local_rank < visible_devices:
+        raise TopoplanError(f"local rank {local_rank} has no GPU: CUDA shows this process {visible_devices} device(s); "
+                            "check CUDA_VISIBLE_DEVICES and the launcher's GPU binding")
+    return local_rank

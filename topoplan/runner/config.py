@@ -103,15 +103,22 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
     )
 
 
-def load_hf_config(folder: str | Path) -> ModelConfig:
-    """Parse `folder/config.json`."""
-    path = Path(folder) / "config.json"
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise TopoplanError("not found (expected an HF checkpoint folder with config.json)", source=path) from None
     except json.JSONDecodeError as error:
         raise TopoplanError(f"invalid JSON: {error.msg}", source=path, line=error.lineno) from None
+
+
+def load_hf_config(folder: str | Path) -> ModelConfig:
+    """Parse `folder/config.json`; EOS ids from generation_config.json win when it has them, as in HF generate."""
+    path = Path(folder) / "config.json"
+    raw = _read_json(path)
+    generation = Path(folder) / "generation_config.json"
+    if generation.exists() and _read_json(generation).get("eos_token_id") is not None:
+        raw = {**raw, "eos_token_id": _read_json(generation)["eos_token_id"]}
     return parse_hf_config(raw, source=path)
 
 

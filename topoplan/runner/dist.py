@@ -56,7 +56,6 @@ class CommTimer:
     """Wall time spent inside communication calls on this rank (including waiting for peers to arrive)."""
 
     seconds: float = 0.0
-    calls: int = 0
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -65,7 +64,6 @@ class CommTimer:
             yield
         finally:
             self.seconds += time.perf_counter() - start
-            self.calls += 1
 
 
 @dataclass

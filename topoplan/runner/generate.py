@@ -74,7 +74,9 @@ def _sync(device: torch.device) -> None:
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, *, eos_ids: tuple[int, ...] = (),
              pad_id: int = 0, sampling: Sampling = Sampling(), pipeline: Pipeline | SingleStage | None = None,
              keep_logits: bool = False, on_step: Callable[[int], None] | None = None) -> Generation:
-    """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS."""
+    """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS.
+
+    `pad_id` fills the left padding; it is masked out, so any valid id will do."""
     pipeline = pipeline or SingleStage()
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype
@@ -86,13 +88,15 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
     eos = torch.tensor(eos_ids, device=device, dtype=torch.long)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     out = Generation(tokens=[[] for _ in prompts])
+    # one new token, no padding, no window: it may attend to the whole cache, so no mask is needed
+    plain_decode = int(pad.max()) == 0 and model.config.sliding_window is None
     slot = 0
     for step in range(max_new_tokens):
         _sync(device)
         start = time.perf_counter()
         n_new = tokens.shape[1]
         positions = (torch.arange(slot, slot + n_new, device=device)[None, :] - pad[:, None]).clamp(min=0)
-        mask = attention_mask(pad, slot, n_new, model.config.sliding_window)
+        mask = None if plain_decode and step > 0 else attention_mask(pad, slot, n_new, model.config.sliding_window)
         logits = pipeline.step(model, tokens, positions, mask, slot, dtype)
         if logits is not None:
             next_tokens = pick_tokens(logits, sampling, generator)

@@ -3,16 +3,20 @@
 With a TP degree of 1 every layer is the ordinary single-device layer and no communication happens, so
 model.py reads as a single-device Llama. Sharding, per weight (the global HF tensor is [out, in]):
 
-  ColumnParallelLinear  weight rows `rows` (dim 0) and the same bias rows; output stays sharded, no comm.
+  ColumnParallelLinear  weight rows (dim 0) and the same bias rows; output stays sharded, no comm. One
+                        layer may stack the rows of several HF weights (q/k/v, gate/up: one matmul
+                        instead of three or two, as gpt-fast does); `Part` names each.
   RowParallelLinear     weight columns `cols` (dim 1); partial outputs summed by one all-reduce, then the
                         full bias is added once.
   VocabParallelEmbedding  vocabulary rows `rows`; ids outside them look up zeros; one all-reduce.
 
-`weight_slice` tells the loader which slice of which dimension to read for each parameter.
+`sources` tells the loader which slice of which HF tensor fills each parameter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -49,14 +53,26 @@ def scaled(items: range, factor: int) -> range:
     return range(items.start * factor, items.stop * factor)
 
 
-class ColumnParallelLinear(nn.Module):
-    """y[..., rows] = x @ W[rows].T (+ b[rows]): this rank computes a block of the output features."""
+@dataclass(frozen=True)
+class Part:
+    """One HF weight's share of a column-parallel layer: its module name next to the layer's ("q_proj"; ""
+    for the layer's own name), its full row count, and the rows this rank holds."""
 
-    def __init__(self, in_features: int, out_features: int, rows: range, bias: bool):
+    name: str
+    full_size: int
+    rows: range
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x @ W.T (+ b), W stacking this rank's rows of each part: a block of each part's output features.
+    `sizes` splits the output back into parts."""
+
+    def __init__(self, in_features: int, parts: Sequence[Part], bias: bool):
         super().__init__()
-        self.full_size, self.rows = out_features, rows
-        self.weight = nn.Parameter(torch.empty(len(rows), in_features))
-        self.bias = nn.Parameter(torch.empty(len(rows))) if bias else None
+        self.parts = tuple(parts)
+        self.sizes = [len(part.rows) for part in parts]
+        self.weight = nn.Parameter(torch.empty(sum(self.sizes), in_features))
+        self.bias = nn.Parameter(torch.empty(sum(self.sizes))) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -95,11 +111,34 @@ class VocabParallelEmbedding(nn.Module):
         return self.comm.all_reduce(out)
 
 
-def weight_slice(module: nn.Module, param_name: str) -> tuple[int, range, int] | None:
-    """(dimension, index range, global size of that dimension) of the global tensor this parameter holds;
-    None when it holds all of it."""
-    if isinstance(module, (ColumnParallelLinear, VocabParallelEmbedding)):
-        return 0, module.rows, module.full_size
+@dataclass(frozen=True)
+class Source:
+    """A slice of one global tensor that fills (part of) a local parameter.
+
+    `name` is the tensor's name in our naming (HF's without the `model.` prefix); `dim` the sliced
+    dimension (None: the whole tensor) of global size `full_size`; `offset` where the slice starts along
+    dim 0 of the local parameter (stacked parts)."""
+
+    name: str
+    dim: int | None = None
+    index: range | None = None
+    full_size: int | None = None
+    offset: int = 0
+
+
+def sources(module_name: str, module: nn.Module, param_name: str) -> list[Source]:
+    """Where each piece of parameter `param_name` of `module` (called `module_name`) comes from."""
+    own = f"{module_name}.{param_name}"
+    if isinstance(module, ColumnParallelLinear):
+        parent = module_name.rpartition(".")[0]
+        out, offset = [], 0
+        for part in module.parts:
+            base = f"{parent}.{part.name}".lstrip(".") if part.name else module_name
+            out.append(Source(f"{base}.{param_name}", 0, part.rows, part.full_size, offset))
+            offset += len(part.rows)
+        return out
+    if isinstance(module, VocabParallelEmbedding):
+        return [Source(own, 0, module.rows, module.full_size)]
     if isinstance(module, RowParallelLinear) and param_name == "weight":
-        return 1, module.cols, module.full_size
-    return None
+        return [Source(own, 1, module.cols, module.full_size)]
+    return [Source(own)]

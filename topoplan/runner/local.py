@@ -20,11 +20,7 @@ from topoplan.runner.spawn import spawn_ranks
 def check_run(opts: RunOptions) -> Layout:
     """Refuse a run that cannot work, before any process starts."""
     layout = Layout(opts.tp, opts.pp, opts.dp)
-    if opts.max_new_tokens < 1:
-        raise TopoplanError(f"--max-new-tokens {opts.max_new_tokens}: expected at least 1")
-    if not opts.prompt and not opts.prompt_ids:
-        raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
-    opts.prompt_token_ids  # parses, raising on a malformed list
+    opts.validate()
     if opts.model in BUILTIN:
         config = parse_hf_config(BUILTIN[opts.model], source=f"built-in model {opts.model}")
     else:
@@ -37,6 +33,9 @@ def check_run(opts: RunOptions) -> Layout:
             raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
     check_tp(config, layout.tp, source=str(layout))
     split_layers(config.n_layers, layout.pp)
+    too_big = [i for ids in opts.prompt_token_ids for i in ids if i >= config.vocab_size]
+    if too_big:
+        raise TopoplanError(f"prompt token id {max(too_big)} is outside the model's vocabulary of {config.vocab_size}")
     return layout
 
 

@@ -2,8 +2,8 @@
 
 Parallelism enters only through `Shard`: which layers this pipeline stage holds and which heads, MLP
 columns and vocabulary rows this TP rank holds. With `Shard()` (TP 1, all layers) this is the plain
-model. Module and parameter names follow HF (`layers.<global id>.self_attn.q_proj.weight`), so the
-loader maps names one to one. Shapes in comments: B batch, L new tokens, S cached length, D hidden,
+model. Names follow HF (`layers.<global id>.self_attn.o_proj.weight`) except where two or three HF
+weights are stacked into one matmul (`qkv_proj`, `gate_up_proj`); layers.sources maps every piece back. Shapes in comments: B batch, L new tokens, S cached length, D hidden,
 H/Hkv local query/KV heads, Dh head size, F local MLP width, V vocabulary.
 """
 
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from topoplan.runner.config import ModelConfig
-from topoplan.runner.layers import (ColumnParallelLinear, NoComm, RowParallelLinear, TpComm,
+from topoplan.runner.layers import (ColumnParallelLinear, NoComm, Part, RowParallelLinear, TpComm,
                                     VocabParallelEmbedding, block, scaled)
 
 
@@ -103,42 +103,47 @@ class Attention(nn.Module):
         self.n_local_heads, self.n_local_kv_heads, self.head_dim = len(heads), len(kv_heads), config.head_dim
         dh = config.head_dim
         q_size, kv_size = config.n_heads * dh, config.n_kv_heads * dh
-        self.q_proj = ColumnParallelLinear(config.dim, q_size, scaled(heads, dh), config.qkv_bias)
-        self.k_proj = ColumnParallelLinear(config.dim, kv_size, scaled(kv_heads, dh), config.qkv_bias)
-        self.v_proj = ColumnParallelLinear(config.dim, kv_size, scaled(kv_heads, dh), config.qkv_bias)
+        self.qkv_proj = ColumnParallelLinear(config.dim, [Part("q_proj", q_size, scaled(heads, dh)),
+                                                          Part("k_proj", kv_size, scaled(kv_heads, dh)),
+                                                          Part("v_proj", kv_size, scaled(kv_heads, dh))],
+                                             config.qkv_bias)
         self.o_proj = RowParallelLinear(q_size, scaled(heads, dh), config.dim, config.o_bias, shard.comm)
         self.cache: KVCache | None = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                 slot: int) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
-        k = self.k_proj(x).view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, Dh]
-        v = self.v_proj(x).view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.sizes, dim=-1)
+        q = q.view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
+        k = k.view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, Dh]
+        v = v.view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         assert self.cache is not None, "call Transformer.setup_cache first"
         k, v = self.cache.update(slot, k, v)  # [B, Hkv, S, Dh]
         # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
         group = self.n_local_heads // self.n_local_kv_heads
         q = q.reshape(b, self.n_local_kv_heads, group * n, self.head_dim)  # [B, Hkv, group*L, Dh]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(1, 1, group, 1) if group > 1 else mask)
+        if mask is not None and group > 1:
+            mask = mask.repeat(1, 1, group, 1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         y = y.view(b, self.n_local_heads, n, self.head_dim)  # [B, H, L, Dh]
         return self.o_proj(y.transpose(1, 2).reshape(b, n, self.n_local_heads * self.head_dim))
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x)); gate/up column-parallel, down row-parallel."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up stacked in one column-parallel layer, down row-parallel."""
 
     def __init__(self, config: ModelConfig, shard: Shard):
         super().__init__()
         width = config.intermediate_size
         cols = block(width, shard.tp_rank, shard.tp_size)
-        self.gate_proj = ColumnParallelLinear(config.dim, width, cols, bias=False)
-        self.up_proj = ColumnParallelLinear(config.dim, width, cols, bias=False)
+        self.gate_up_proj = ColumnParallelLinear(config.dim, [Part("gate_proj", width, cols),
+                                                              Part("up_proj", width, cols)], bias=False)
         self.down_proj = RowParallelLinear(width, cols, config.dim, bias=False, comm=shard.comm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [B, L, F] -> [B, L, D]
+        gate, up = self.gate_up_proj(x).split(self.gate_up_proj.sizes, dim=-1)  # [B, L, F] each
+        return self.down_proj(F.silu(gate) * up)  # [B, L, D]
 
 
 class DecoderLayer(nn.Module):
@@ -168,7 +173,8 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): DecoderLayer(config, shard) for i in layer_ids})
         if shard.last:
             self.norm = RMSNorm(config.dim, config.rms_norm_eps)
-            self.lm_head = ColumnParallelLinear(config.dim, config.vocab_size, vocab_rows, bias=False)  # vocab-parallel
+            vocab_part = Part("", config.vocab_size, vocab_rows)  # vocab-parallel head
+            self.lm_head = ColumnParallelLinear(config.dim, [vocab_part], bias=False)
         self.inv_freq = rope_inv_freq(config)  # a plain CPU tensor (explicit device: not meta-built)
 
     def tie_weights(self) -> None:
@@ -188,7 +194,7 @@ class Transformer(nn.Module):
         or on the last stage the full-vocabulary logits of the last position, [B, V]."""
         if self.shard.first:
             x = self.embed_tokens(x)
-        freqs = positions.unsqueeze(-1).float() * self.inv_freq.to(x.device)  # [B, L, Dh/2], fp32 as HF
+        freqs = positions.unsqueeze(-1).float() * self.inv_freq  # [B, L, Dh/2], fp32 as HF
         angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, L, Dh]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         for layer in self.layers.values():
@@ -204,5 +210,6 @@ def build_stage(config: ModelConfig, shard: Shard, device: torch.device, dtype: 
     with torch.device("meta"):
         model = Transformer(config, shard)
     model = model.to_empty(device=device).to(dtype)
+    model.inv_freq = model.inv_freq.to(device)
     model.tie_weights()
     return model.eval()

@@ -57,6 +57,14 @@ class RunOptions:
     def prompt_token_ids(self) -> list[list[int]]:
         return [parse_ids(text) for text in self.prompt_ids]
 
+    def validate(self) -> None:
+        """Checks that need no model: a prompt is given, ids parse, counts are positive."""
+        if self.max_new_tokens < 1:
+            raise TopoplanError(f"--max-new-tokens {self.max_new_tokens}: expected at least 1")
+        if not self.prompt and not self.prompt_ids:
+            raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
+        self.prompt_token_ids  # parses, raising on a malformed list
+
 
 def parse_argv(argv: list[str] | None = None) -> RunOptions:
     parser = argparse.ArgumentParser(prog="python -m topoplan.runner",

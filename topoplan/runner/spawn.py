@@ -8,6 +8,7 @@ if that port was taken before rank 0 could bind it. Imports no torch.
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import socket
@@ -38,7 +39,6 @@ class SpawnResult:
     failed_rank: int | None = None
     stdout: str = ""  # rank 0's standard output when captured
     stderr: list[str] = field(default_factory=list)  # every rank's standard error lines, "[rank N] ..."
-    port: int = 0
 
 
 def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], raw: bool) -> None:
@@ -46,23 +46,23 @@ def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], 
 
     raw=True copies chunks unchanged (rank 0's progress bar redraws lines in place); otherwise each line
     is prefixed with the rank."""
-    pending = b""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks may split a character
+    pending = ""
     while chunk := stream.read1(65536):
+        text = decoder.decode(chunk)
         if raw and sink is not None:
-            sink.write(chunk.decode(errors="replace"))
+            sink.write(text)
             sink.flush()
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
+        *complete, pending = (pending + text).split("\n")
         for line in complete:
-            text = line.decode(errors="replace")
-            lines.append(f"[rank {rank}] {text}")
+            lines.append(f"[rank {rank}] {line}")
             if not raw and sink is not None:
-                sink.write(f"[rank {rank}] {text}\n")
+                sink.write(f"[rank {rank}] {line}\n")
                 sink.flush()
-    if pending:
-        lines.append(f"[rank {rank}] {pending.decode(errors='replace')}")
-        if sink is not None:
-            sink.write(pending.decode(errors="replace") if raw else f"[rank {rank}] {pending.decode()}\n")
+    if pending:  # a last line without a newline
+        lines.append(f"[rank {rank}] {pending}")
+        if not raw and sink is not None:
+            sink.write(f"[rank {rank}] {pending}\n")
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
@@ -103,11 +103,11 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
     for thread in threads:
         thread.start()
     start, failed, code = time.monotonic(), None, 0
-    while any(proc.poll() is None for proc in procs):
+    while None in (codes := [proc.poll() for proc in procs]):  # poll every rank, not just the first running
         if failed is None:
-            for rank, proc in enumerate(procs):
-                if proc.returncode not in (None, 0):
-                    failed, code, failed_at = rank, proc.returncode, time.monotonic()
+            for rank, returncode in enumerate(codes):
+                if returncode not in (None, 0):
+                    failed, code, failed_at = rank, returncode, time.monotonic()
                     break
         if failed is not None and time.monotonic() - failed_at > grace_s:
             _stop(procs, grace_s=3.0)  # the others did not end on their own: end them
@@ -123,7 +123,7 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
     for thread in threads:
         thread.join()
     stdout = "\n".join(line.split("] ", 1)[1] for line in out_lines)
-    return SpawnResult(code, failed, stdout + ("\n" if out_lines else ""), [l for ls in err_lines for l in ls], port)
+    return SpawnResult(code, failed, stdout + ("\n" if out_lines else ""), [l for ls in err_lines for l in ls])
 
 
 def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[[int], Mapping[str, str]] | None = None,

@@ -20,18 +20,17 @@ from safetensors import safe_open
 from torch import nn
 
 from topoplan.errors import TopoplanError
-from topoplan.runner.layers import weight_slice
+from topoplan.runner.layers import Source, sources
 
 INDEX_NAME = "model.safetensors.index.json"
 
 
 @dataclass
 class LoadReport:
-    """What one rank read: bytes of tensor data, the files it opened, and how many tensors."""
+    """What one rank read: bytes of tensor data and the files it opened."""
 
     bytes_read: int = 0
     files: list[str] = field(default_factory=list)
-    tensors: int = 0
 
 
 def checkpoint_index(folder: str | Path) -> dict[str, str]:
@@ -55,65 +54,69 @@ def checkpoint_index(folder: str | Path) -> dict[str, str]:
 
 
 def hf_name(local_name: str) -> str:
-    """Our parameter names are HF's without the `model.` prefix the decoder body carries there."""
+    """Our tensor names are HF's without the `model.` prefix the decoder body carries there."""
     return local_name if local_name.startswith("lm_head.") else f"model.{local_name}"
 
 
-def _targets(model: nn.Module, index: dict[str, str], tied: bool) -> dict[str, list[tuple[str, nn.Module, str]]]:
-    """file -> [(tensor name, owning module, parameter name)] for every parameter of this stage."""
-    by_file: dict[str, list[tuple[str, nn.Module, str]]] = defaultdict(list)
+Target = tuple[str, torch.Tensor, Source]  # HF tensor name, local parameter, which slice goes where
+
+
+def _targets(model: nn.Module, index: dict[str, str], tied: bool) -> dict[str, list[Target]]:
+    """file -> every (HF tensor, parameter, slice) this stage needs from it."""
+    by_file: dict[str, list[Target]] = defaultdict(list)
     seen: set[int] = set()
     for module_name, module in model.named_modules():
         for param_name, param in module.named_parameters(recurse=False):
             if id(param) in seen:
                 continue  # a tied head shares the embedding tensor: load it once
             seen.add(id(param))
-            name = hf_name(f"{module_name}.{param_name}")
-            if name == "lm_head.weight" and tied and name not in index:
-                name = "model.embed_tokens.weight"  # tied checkpoints store only the embedding
-            if name not in index:
-                raise TopoplanError(f"the checkpoint has no tensor {name!r}")
-            by_file[index[name]].append((name, module, param_name))
+            for source in sources(module_name, module, param_name):
+                name = hf_name(source.name)
+                if name == "lm_head.weight" and tied and name not in index:
+                    name = "model.embed_tokens.weight"  # tied checkpoints store only the embedding
+                if name not in index:
+                    raise TopoplanError(f"the checkpoint has no tensor {name!r}")
+                by_file[index[name]].append((name, param, source))
     return by_file
 
 
 def load_stage_weights(model: nn.Module, folder: str | Path, tied: bool,
-                       on_tensor: Callable[[int], None] | None = None) -> LoadReport:
+                       on_tensor: Callable[[int, int], None] | None = None) -> LoadReport:
     """Fill every parameter of `model` (one stage, one TP rank) from the checkpoint in `folder`.
 
-    `on_tensor(nbytes)` is called after each tensor (progress bars)."""
+    `on_tensor(done, total)` is called after each tensor read (progress bars)."""
     folder = Path(folder)
     report = LoadReport()
-    for file_name, items in sorted(_targets(model, checkpoint_index(folder), tied).items()):
+    targets = _targets(model, checkpoint_index(folder), tied)
+    total, done = sum(len(items) for items in targets.values()), 0
+    for file_name, items in sorted(targets.items()):
         path = folder / file_name
         if not path.exists():
             raise TopoplanError("not found (listed in the checkpoint index)", source=path)
         report.files.append(file_name)
         with safe_open(path, framework="pt", device="cpu") as f:
-            for name, module, param_name in items:
-                param = getattr(module, param_name)
-                tensor = _read(f.get_slice(name), name, tuple(param.shape), weight_slice(module, param_name), path)
+            for name, param, source in items:
+                tensor = _read(f.get_slice(name), name, param, source, path)
+                destination = param if source.dim != 0 else param.narrow(0, source.offset, len(source.index))
                 with torch.no_grad():
-                    param.copy_(tensor)
-                nbytes = tensor.numel() * tensor.element_size()
-                report.bytes_read += nbytes
-                report.tensors += 1
+                    destination.copy_(tensor)
+                report.bytes_read += tensor.numel() * tensor.element_size()
+                done += 1
                 if on_tensor:
-                    on_tensor(nbytes)
+                    on_tensor(done, total)
     return report
 
 
-def _read(view, name: str, local_shape: tuple[int, ...], spec: tuple[int, range, int] | None,
-          path: Path) -> torch.Tensor:
-    """Read the slice `spec` of tensor `name`, after checking its global shape."""
+def _read(view, name: str, param: torch.Tensor, source: Source, path: Path) -> torch.Tensor:
+    """Read `source`'s slice of tensor `name`, after checking the tensor's global shape."""
     shape = tuple(view.get_shape())
-    expected = list(local_shape)
-    if spec is not None:
-        expected[spec[0]] = spec[2]
+    expected = list(param.shape)
+    if source.dim is not None:
+        expected[source.dim] = source.full_size
     if shape != tuple(expected):
         raise TopoplanError(f"tensor {name!r} has shape {list(shape)}, expected {expected} from config.json",
                             source=path)
-    if spec is None:
+    if source.dim is None:
         return view[:]
-    dim, rows, _ = spec
-    return view[rows.start:rows.stop] if dim == 0 else view[:, rows.start:rows.stop]
+    index = source.index
+    return view[index.start:index.stop] if source.dim == 0 else view[:, index.start:index.stop]

@@ -44,10 +44,16 @@ def model_folder(model: str) -> Path:
     return folder
 
 
-def tokenizer_for(folder: Path, config: ModelConfig) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
-    """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither exists."""
+def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
+    """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither is usable."""
     if (folder / "tokenizer.json").exists():
-        from tokenizers import Tokenizer  # optional: only checkpoints that ship a tokenizer need it
+        try:
+            from tokenizers import Tokenizer  # optional: only checkpoints that ship a tokenizer need it
+        except ImportError:
+            if need_encode:
+                raise TopoplanError(f"{folder}/tokenizer.json needs the 'tokenizers' package for --prompt text "
+                                    "(pip install tokenizers), or pass --prompt-ids") from None
+            return None
 
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return (lambda text: tokenizer.encode(text).ids), (lambda ids: tokenizer.decode(ids))
@@ -56,14 +62,16 @@ def tokenizer_for(folder: Path, config: ModelConfig) -> tuple[Callable[[str], li
     return None
 
 
-def prompts_of(opts: RunOptions, folder: Path, codec: Any) -> list[list[int]]:
+def prompts_of(opts: RunOptions, folder: Path, codec: Any, vocab_size: int) -> list[list[int]]:
+    opts.validate()
     if opts.prompt and codec is None:
         raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
     prompts = [codec[0](text) for text in opts.prompt] + opts.prompt_token_ids
-    if not prompts:
-        raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
     if any(not p for p in prompts):
         raise TopoplanError("a prompt encodes to no tokens")
+    if max(max(p) for p in prompts) >= vocab_size:
+        raise TopoplanError(f"prompt token id {max(max(p) for p in prompts)} is outside the model's vocabulary "
+                            f"of {vocab_size}")
     return prompts
 
 
@@ -88,11 +96,12 @@ class Progress:
         if self.bar:
             self.bar.__exit__(*exc)
 
-    def task(self, label: str, total: float) -> Callable[[float], None]:
+    def task(self, label: str) -> Callable[[int, int], None]:
+        """An update(completed, total) function for a new bar."""
         if self.bar is None:
-            return lambda advance: None
-        task_id = self.bar.add_task(label, total=total)
-        return lambda advance: self.bar.advance(task_id, advance)
+            return lambda completed, total: None
+        task_id = self.bar.add_task(label, total=None)
+        return lambda completed, total: self.bar.update(task_id, completed=completed, total=total)
 
 
 def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
@@ -104,15 +113,14 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     check_tp(config, layout.tp, source=str(layout))
     stage_layers = split_layers(config.n_layers, layout.pp)[coords.pp_rank]
     dtype = usable_dtype(opts.dtype, d.device)
-    codec = tokenizer_for(folder, config)
-    prompts = prompts_of(opts, folder, codec)
+    codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
+    prompts = prompts_of(opts, folder, codec, config.vocab_size)
     mine = [i for i in range(len(prompts)) if i % layout.dp == coords.dp_rank]  # round-robin over replicas
 
     start = time.perf_counter()
     shard = Shard(coords.tp_rank, layout.tp, stage_layers, d.is_first_stage, d.is_last_stage, comm=d)
     model = build_stage(config, shard, d.device, dtype)
-    advance = progress.task("loading", sum(1 for _ in model.parameters()))
-    report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=lambda nbytes: advance(1))
+    report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
@@ -121,10 +129,11 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     d.timer.seconds = 0.0  # comm_ms counts generation only
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
-    step = progress.task("generating", opts.max_new_tokens)
-    gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, pad_id=0, sampling=sampling,
-                   pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: step(1)) \
-        if mine else None
+    generating = progress.task("generating")
+    gen = None
+    if mine:  # a replica given no prompt only joins the final gather
+        gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
+                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
         "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,

@@ -4,6 +4,8 @@ output embeds it). Keys documented in docs/topology.md; new keys may be added, e
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from topoplan.topology.diagnose import Warning, diagnose
@@ -70,3 +72,12 @@ def topology_dict(topo: Topology, warnings: list[Warning] | None = None) -> dict
         "warnings": [w.as_dict() for w in warnings],
         "notes": list(topo.notes),
     }
+
+
+_INT_LIST = re.compile(r"\[\n\s+(-?\d+(?:,\n\s+-?\d+)*)\n\s*\]")
+
+
+def dumps(data: Any) -> str:
+    """JSON indented for people, with lists of integers (CPU lists) kept on one line."""
+    text = json.dumps(data, indent=2)
+    return _INT_LIST.sub(lambda m: "[" + re.sub(r",\n\s+", ", ", m.group(1)) + "]", text) + "\n"

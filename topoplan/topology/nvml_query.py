@@ -39,8 +39,11 @@ class _Asker:
                             if name.startswith("NVML_ERROR_") and isinstance(value, int)}
 
     def __call__(self, function: str, *args: Any, convert: Callable[[Any], Any] = lambda v: v) -> Answer:
+        call = getattr(self.nvml, function, None)
+        if call is None:  # an nvidia-ml-py older than the call: as NVML says of a driver without it
+            return {"nvml_error": "FUNCTION_NOT_FOUND"}
         try:
-            return convert(getattr(self.nvml, function)(*args))
+            return convert(call(*args))
         except self.nvml.NVMLError as error:
             return {"nvml_error": self.error_names.get(error.value, str(error.value))}
 

@@ -6,6 +6,7 @@ Each renderer is imported only when chosen, so `--json` never loads rich tables.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology
@@ -15,16 +16,17 @@ IMAGE_FORMATS = ("svg", "png")
 # Width for the table when stdout is not a terminal (a pipe, a file): wide enough for 8 GPUs x 18 NICs.
 PIPE_WIDTH = 200
 
+if TYPE_CHECKING:
+    from rich.console import Group
+
 
 def _text(topo: Topology, fmt: str) -> str:
     from topoplan.topology.diagnose import diagnose
 
     if fmt == "json":
-        import json
+        from topoplan.topology.export import dumps, topology_dict
 
-        from topoplan.topology.export import topology_dict
-
-        return json.dumps(topology_dict(topo, diagnose(topo)), indent=2) + "\n"
+        return dumps(topology_dict(topo, diagnose(topo)))
     if fmt == "dot":
         from topoplan.topology.render.dot import render_dot
 
@@ -36,25 +38,33 @@ def _text(topo: Topology, fmt: str) -> str:
     raise ValueError(fmt)
 
 
-def _table(topo: Topology, output: str | None) -> str | None:
-    """Print the table to stdout (colour when it is a terminal), or return it as plain text for a file."""
-    import io
+def _table_view(topo: Topology) -> Group:
+    from topoplan.topology.diagnose import diagnose
+    from topoplan.topology.render.table import render_table
+
+    return render_table(topo, diagnose(topo))
+
+
+def _print_table(topo: Topology) -> None:
+    """The table on stdout: coloured on a terminal, PIPE_WIDTH wide into a pipe unless COLUMNS says."""
     import os
 
     from rich.console import Console
 
-    from topoplan.topology.diagnose import diagnose
-    from topoplan.topology.render.table import render_table
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    console.print(_table_view(topo))
 
-    view = render_table(topo, diagnose(topo))
-    if output is None:
-        console = Console()
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            console.width = PIPE_WIDTH
-        console.print(view)
-        return None
+
+def _plain_table(topo: Topology) -> str:
+    """The table as plain text without colour codes, for a file."""
+    import io
+
+    from rich.console import Console
+
     buffer = io.StringIO()
-    Console(file=buffer, width=PIPE_WIDTH, color_system=None).print(view)
+    Console(file=buffer, width=PIPE_WIDTH, color_system=None).print(_table_view(topo))
     return buffer.getvalue()
 
 
@@ -69,11 +79,13 @@ def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
         from topoplan.topology.render.image import render_image
 
         render_image(render_dot(topo), fmt, output)
-        return
-    text = _table(topo, output) if fmt == "table" else _text(topo, fmt)
-    if output is not None and text is not None:
-        from topoplan.atomic import write_atomic
+    elif fmt == "table" and output is None:
+        _print_table(topo)
+    else:
+        text = _plain_table(topo) if fmt == "table" else _text(topo, fmt)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            from topoplan.atomic import write_atomic
 
-        write_atomic(output, text)
-    elif text is not None:
-        sys.stdout.write(text)
+            write_atomic(output, text)

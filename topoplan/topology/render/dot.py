@@ -1,12 +1,11 @@
 """Graphviz DOT of a topology: GPUs in one cluster per NUMA node, NVLink edges thick (width grows with the
-link count), NICs beside their nearest GPUs. `render/image.py` turns it into SVG/PNG."""
+link count), an all-to-all NVLink island as one hub, NICs beside their nearest GPUs. `render/image.py` turns it into SVG/PNG."""
 
 from __future__ import annotations
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
-from topoplan.topology.render.cpuset import compact_cpus
-from topoplan.topology.render.picture import KIND_COLOR, link_label, picture
+from topoplan.topology.render.picture import KIND_COLOR, Hub, group_cpus, link_label, picture
 
 
 def quote(text: str) -> str:
@@ -24,14 +23,23 @@ def _node(topo: Topology, device: str, lone: bool) -> str:
     return f"{quote(device)} [label={quote(label)}, shape=ellipse, fillcolor=\"#dde8f7\"];"
 
 
-def _edge(link: Link) -> str:
+def _style(link: Link) -> str:
+    """Colour by kind; NVLink solid and thicker with more links, PCIe paths dashed."""
+    color = f'color="{KIND_COLOR[link.kind]}"'
     if link.kind is LinkKind.NVLINK:
-        width = min(1 + link.nvlinks / 2, 8.0)
-        style = f"penwidth={width:g}"
-    else:
-        style = "penwidth=1, style=dashed"
-    color = KIND_COLOR[link.kind]
-    return f"{quote(link.a)} -- {quote(link.b)} [label={quote(link_label(link))}, color=\"{color}\", {style}];"
+        return f"{color}, penwidth={min(1 + link.nvlinks / 2, 8.0):g}"
+    return f"{color}, penwidth=1, style=dashed"
+
+
+def _edge(link: Link) -> str:
+    return f"{quote(link.a)} -- {quote(link.b)} [label={quote(link_label(link))}, {_style(link)}];"
+
+
+def _hub(hub: Hub) -> list[str]:
+    label = f"NVLink all-to-all\n{link_label(hub.link)} per pair"
+    lines = [f'{quote(hub.id)} [label={quote(label)}, shape=hexagon, fillcolor="#f4f9ea"];']
+    lines += [f"{quote(gpu)} -- {quote(hub.id)} [{_style(hub.link)}];" for gpu in hub.gpus]
+    return lines
 
 
 def render_dot(topo: Topology) -> str:
@@ -46,17 +54,18 @@ def render_dot(topo: Topology) -> str:
     ]
     if topo.source:
         lines.append(f"  label={quote(topo.source)};")
-    for numa, devices in sorted(pic.groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+    for numa, devices in pic.groups.items():
         nodes = [f"    {_node(topo, d, d in lone)}" for d in devices]
         if numa is None:
             lines.extend(n[2:] for n in nodes)
             continue
-        cpus = {topo.gpu(d).cpus for d in devices if topo.graph.nodes[d]["kind"] == "gpu"}
-        cpu_note = f"\nCPUs {compact_cpus(next(iter(cpus)))}" if len(cpus) == 1 and None not in cpus else ""
+        cpus = group_cpus(topo, devices)
+        cpu_note = f"\nCPUs {cpus}" if cpus else ""
         lines.append(f"  subgraph cluster_numa{numa} {{")
         lines.append(f'    label={quote(f"NUMA node {numa}{cpu_note}")}; style="rounded,dashed"; color="#888888";')
         lines.extend(nodes)
         lines.append("  }")
+    lines.extend(f"  {line}" for hub in pic.hubs for line in _hub(hub))
     lines.extend(f"  {_edge(l)}" for l in [*pic.gpu_links, *pic.nic_links])
     lines.append("}")
     return "\n".join(lines) + "\n"

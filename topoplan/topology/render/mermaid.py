@@ -7,8 +7,7 @@ import re
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
-from topoplan.topology.render.cpuset import compact_cpus
-from topoplan.topology.render.picture import KIND_COLOR, link_label, picture
+from topoplan.topology.render.picture import KIND_COLOR, Hub, group_cpus, link_label, picture
 
 
 def _text(text: str) -> str:
@@ -34,25 +33,30 @@ def _edge(link: Link) -> str:
     return f'{_node_id(link.a)} {arrow}|"{_text(link_label(link))}"| {_node_id(link.b)}'
 
 
+def _hub_node(hub: Hub) -> str:
+    return f'{hub.id}{{{{"{_text(f"NVLink all-to-all: {link_label(hub.link)} per pair")}"}}}}'
+
+
 def render_mermaid(topo: Topology) -> str:
     """The Mermaid source (`flowchart LR`)."""
     pic = picture(topo)
     lone = set(pic.lone_nics)
     lines = ["flowchart LR"]
-    for numa, devices in sorted(pic.groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+    for numa, devices in pic.groups.items():
         nodes = [f"    {_node(topo, d, d in lone)}" for d in devices]
         if numa is None:
             lines.extend(n[2:] for n in nodes)
             continue
-        cpus = {topo.gpu(d).cpus for d in devices if topo.graph.nodes[d]["kind"] == "gpu"}
-        cpu_note = f" · CPUs {compact_cpus(next(iter(cpus)))}" if len(cpus) == 1 and None not in cpus else ""
+        cpus = group_cpus(topo, devices)
+        cpu_note = f" · CPUs {cpus}" if cpus else ""
         lines.append(f'  subgraph numa{numa}["{_text(f"NUMA node {numa}{cpu_note}")}"]')
         lines.extend(nodes)
         lines.append("  end")
-    edges = [*pic.gpu_links, *pic.nic_links]
-    lines.extend(f"  {_edge(l)}" for l in edges)
-    for i, link in enumerate(edges):
-        lines.append(f"  linkStyle {i} stroke:{KIND_COLOR[link.kind]}")
+    lines.extend(f"  {_hub_node(hub)}" for hub in pic.hubs)
+    edges = [(f"{_node_id(gpu)} === {hub.id}", hub.link) for hub in pic.hubs for gpu in hub.gpus]  # (line, link)
+    edges += [(_edge(l), l) for l in [*pic.gpu_links, *pic.nic_links]]
+    lines.extend(f"  {line}" for line, _ in edges)
+    lines.extend(f"  linkStyle {i} stroke:{KIND_COLOR[link.kind]}" for i, (_, link) in enumerate(edges))
     lines.append("  classDef gpu fill:#e8f5d0,stroke:#4a7a00")
     lines.append("  classDef nic fill:#dde8f7,stroke:#1f4e8c")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
-"""The human view of a topology (`topoplan inspect`'s default): rich tables for the link matrix (coloured by
-kind), the link kinds present with their estimated speed, each GPU's CPUs/NUMA node/nearest NICs, the
-NVLink islands, warnings and the reader's notes."""
+"""The human view of a topology (`topoplan inspect`'s default): rich tables for the GPU link matrix
+(coloured by kind), the link kinds present with their estimated speed, each GPU's CPUs/NUMA node/nearest
+NICs, each NIC's links to the GPUs, the NVLink islands, warnings and the reader's notes."""
 
 from __future__ import annotations
 
@@ -15,24 +15,41 @@ from topoplan.topology.render.picture import KIND_COLOR
 
 
 def _matrix(topo: Topology) -> Table:
-    """GPU rows against GPU and NIC columns, like `topo -m`'s GPU rows."""
-    columns = [*topo.gpus, *topo.nics]
-    table = Table(title="Links (rows: GPUs)", title_justify="left", show_edge=False, pad_edge=False,
-                  box=None, padding=(0, 1))
+    """GPU against GPU, like the GPU block of `topo -m` (NICs get their own table, which stays narrow)."""
+    table = Table(title="GPU links", title_justify="left", box=None, padding=(0, 1))
     table.add_column("", style="bold", no_wrap=True)
-    for device in columns:
-        table.add_column(device.id, justify="center", no_wrap=True)
     for gpu in topo.gpus:
-        cells: list[Text | str] = []
-        for device in columns:
-            if device.id == gpu.id:
+        table.add_column(gpu.id, justify="center", no_wrap=True)
+    for row in topo.gpus:
+        cells: list[Text] = []
+        for col in topo.gpus:
+            if col.id == row.id:
                 cells.append(Text("X", style="dim"))
-            elif topo.graph.has_edge(gpu.id, device.id):
-                link = topo.link(gpu.id, device.id)
+            elif topo.graph.has_edge(row.id, col.id):
+                link = topo.link(row.id, col.id)
                 cells.append(Text(link.code, style=KIND_COLOR[link.kind]))
             else:
                 cells.append(Text("?", style="dim"))
-        table.add_row(gpu.id, *cells)
+        table.add_row(row.id, *cells)
+    return table
+
+
+def _nics(topo: Topology) -> Table:
+    """One row per NIC: its links to the GPUs grouped by code, closest first (`PXB: GPU0, GPU1  SYS: ...`)."""
+    table = Table(title="NIC links", title_justify="left")
+    table.add_column("NIC", style="bold", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("GPUs by link, closest first")
+    for nic in topo.nics:
+        by_code: dict[str, list] = {}
+        for gpu in topo.gpus:
+            if topo.graph.has_edge(nic.id, gpu.id):
+                link = topo.link(nic.id, gpu.id)
+                by_code.setdefault(link.code, [link, []])[1].append(gpu.id)
+        text = Text()
+        for code, (link, gpus) in sorted(by_code.items(), key=lambda kv: (kv[1][0].kind.rank, -kv[1][0].nvlinks)):
+            text.append(f"{'  ' if text else ''}{code}", style=KIND_COLOR[link.kind]).append(f": {', '.join(gpus)}")
+        table.add_row(nic.id, nic.name or "-", text)
     return table
 
 
@@ -113,9 +130,7 @@ def render_table(topo: Topology, warnings: list[Warning]) -> Group:
         parts.append(Text(f"{topo.source}: {len(topo.gpus)} GPUs, {len(topo.nics)} NICs", style="bold"))
     parts += [_matrix(topo), Text(""), _kinds(topo), _gpus(topo)]
     if topo.nics:
-        names = ", ".join(f"{n.id} = {n.name}" for n in topo.nics if n.name)
-        if names:
-            parts.append(Text(f"NICs: {names}"))
+        parts.append(_nics(topo))
     parts += [_islands(topo), _warnings(warnings)]
     if topo.notes:
         parts.append(Text("Notes from reading the input:", style="bold"))

@@ -1,0 +1,61 @@
+"""Shared helpers for the launch tests: topologies from the fixtures' expected JSON, simple placements."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from topoplan.launch.binding import CpuFacts
+from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.topology.model import Gpu, Nic, Topology, build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "topo"
+FACTS = CpuFacts.read_sysfs()
+EXPECTED = sorted((FIXTURES / "expected").glob("*.json"))
+DGX_A100 = FIXTURES / "expected" / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.json"
+
+
+def expected_topology(path: Path) -> Topology:
+    """The topology a fixture's hand-checked expectation describes (independent of any parser)."""
+    data = json.loads(path.read_text())
+    gpus = [Gpu(g["id"], i, cpus=tuple(g["cpus"]) if g.get("cpus") else None, numa_node=g.get("numa_node"),
+                gpu_numa_id=g.get("gpu_numa_id")) for i, g in enumerate(data["gpus"])]
+    nics = [Nic(n["id"], i, name=n.get("name")) for i, n in enumerate(data["nics"])]
+    codes = {tuple(pair.split("-")): code for pair, code in data["links"].items()}
+    return build_topology(gpus, nics, codes, source=data["file"])
+
+
+def block_placements(layout: Layout, gpu_ids: list[str], nodes: int = 1) -> list[RankPlacement]:
+    """Ranks node by node, rank r of a node on gpu_ids[r]: what a launcher does without a planner."""
+    per_node = layout.world // nodes
+    out = []
+    for rank in range(layout.world):
+        c = coords_of(layout, rank)
+        out.append(RankPlacement(rank, rank // per_node, gpu_ids[rank % per_node], c.tp_rank, c.pp_rank, c.dp_rank))
+    return out
+
+
+def local_topology(gpus: int, nic_name: str = "mlx5_0"):
+    """`gpus` pretend GPUs whose CPU affinity is every CPU this process may use, on this machine's node."""
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    node = next((n for n, c in FACTS.node_cpus.items() if set(cpus) <= set(c)), None)
+    devices = [Gpu(f"GPU{i}", i, cpus=cpus, numa_node=node) for i in range(gpus)]
+    codes = {(a.id, b.id): "NV4" for a in devices for b in devices if a.index < b.index}
+    codes.update({(g.id, "NIC0"): "PIX" for g in devices})
+    return build_topology(devices, [Nic("NIC0", 0, name=nic_name)], codes, source="this machine")
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, everything here is local
+    env.pop("TOPOPLAN_NODE", None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

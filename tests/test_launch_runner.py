@@ -1,0 +1,46 @@
+"""End to end: the bundled runner started by the emitted shell, torchrun and mpirun lines (gloo, tiny model)
+generates the same tokens as one unsharded process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from launch_support import FACTS, ROOT, block_placements, child_env, free_port, local_topology
+from topoplan.launch.command import runner_command
+from topoplan.launch.render import render
+from topoplan.launch.spec import build_spec
+from topoplan.layout import Layout
+
+ARGS = ["--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json"]
+
+
+def tokens(stdout: str) -> list:
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))["tokens"]
+
+
+@pytest.fixture(scope="module")
+def unsharded() -> list:
+    done = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", *ARGS], cwd=ROOT,
+                          env=child_env(), capture_output=True, text=True, timeout=300, check=True)
+    return tokens(done.stdout)
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None or shutil.which("mpirun") is None,
+                    reason="numactl / Open MPI not installed (.ci/run installs them)")
+@pytest.mark.parametrize("fmt", ["shell", "torchrun", "mpirun"])
+def test_runner_through_emitted_lines(fmt, unsharded, tmp_path):
+    layout = Layout(tp=2)
+    topo = local_topology(2)
+    spec = build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS, master_port=free_port(),
+                      command=[*runner_command(layout, "tiny"), *ARGS])
+    script = tmp_path / "launch.sh"
+    script.write_text(render(spec, fmt))
+    done = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert tokens(done.stdout) == unsharded

@@ -1,0 +1,163 @@
+"""CPU cores and memory node for each rank: split a GPU's CPU affinity between the ranks that share it.
+
+Why this matters: a rank bound to CPUs across the socket from its GPU pays the SMP hop on every host copy,
+and two ranks on the same cores fight over them. So each rank gets CPUs from its own GPU's affinity set,
+no CPU is given twice, and whole physical cores (all SMT threads of a core) are handed out before a core's
+threads are split between ranks.
+
+Which logical CPUs are SMT siblings:
+- on the live machine, `/sys/devices/system/cpu/cpu*/topology/thread_siblings_list` (`CpuFacts.read_sysfs`);
+- from a `nvidia-smi topo -m` paste there is only a CPU list, so we assume Linux's standard numbering:
+  a list made of exactly two equally long runs (`48-63,176-191`) is one run of cores followed by their
+  SMT siblings (cpu c pairs with c + 128 there); any other list (`0-71`, `4,6,9,15,17`) is one CPU per core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from topoplan.errors import TopoplanError
+
+Core = tuple[int, ...]  # the logical CPUs (SMT threads) of one physical core, sorted
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """`"0-3,8,10-11"` -> (0, 1, 2, 3, 8, 10, 11), the Linux cpulist format."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.strip().split(","))):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise TopoplanError(f"CPU list {text!r}: expected numbers and ranges like 0-3,8, got {part!r}")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(cpus))
+
+
+def format_cpu_list(cpus: Sequence[int]) -> str:
+    """(0, 1, 2, 3, 8) -> "0-3,8": the compact form numactl and taskset accept."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What the live machine says about its CPUs: SMT siblings and which NUMA nodes have CPUs."""
+
+    siblings: Mapping[int, Core]  # logical CPU -> all threads of its core
+    node_cpus: Mapping[int, tuple[int, ...]]  # NUMA node -> its CPUs (empty for memory-only nodes)
+
+    @classmethod
+    def read_sysfs(cls, root: Path = Path("/sys/devices/system")) -> "CpuFacts":
+        siblings: dict[int, Core] = {}
+        for path in sorted((root / "cpu").glob("cpu[0-9]*/topology/thread_siblings_list")):
+            cpu = int(path.parent.parent.name[3:])
+            siblings[cpu] = parse_cpu_list(path.read_text())
+        node_cpus = {int(p.parent.name[4:]): parse_cpu_list(p.read_text())
+                     for p in sorted((root / "node").glob("node[0-9]*/cpulist"))}
+        return cls(siblings, node_cpus)
+
+
+def assumed_cores(cpus: Sequence[int]) -> list[Core]:
+    """Cores of an affinity list read from a paste, under the numbering assumption in the module docstring."""
+    cpus = sorted(cpus)
+    half = len(cpus) // 2
+    runs = format_cpu_list(cpus).split(",")
+    if len(runs) == 2 and len(cpus) == 2 * half and half:
+        offset = cpus[half] - cpus[0]
+        if all(cpus[i + half] - cpus[i] == offset for i in range(half)):
+            return [(cpus[i], cpus[i + half]) for i in range(half)]
+    return [(cpu,) for cpu in cpus]
+
+
+def physical_cores(cpus: Sequence[int], facts: CpuFacts | None) -> list[Core]:
+    """The affinity set grouped into physical cores (threads outside the set dropped), lowest CPU first."""
+    if facts is None or not facts.siblings:
+        return assumed_cores(cpus)
+    wanted = set(cpus)
+    cores = {tuple(c for c in facts.siblings.get(cpu, (cpu,)) if c in wanted) or (cpu,) for cpu in wanted}
+    return sorted(cores)
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """The CPUs one rank gets and how many whole physical cores they make up."""
+
+    cpus: tuple[int, ...]
+    physical_cores: int
+
+
+def _chunks(items: Sequence, parts: int) -> list[list]:
+    """Split into `parts` contiguous chunks whose sizes differ by at most one (bigger chunks first)."""
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return out
+
+
+def split_cpus(requests: Mapping[int, Sequence[int]], facts: CpuFacts | None, *, where: str,
+               source: str | None = None) -> dict[int, CpuShare]:
+    """Give every rank (key) CPUs from its own affinity set (value), without overlap, whole cores first.
+
+    Ranks with the same affinity set share it evenly in contiguous blocks. Where sets overlap only in
+    part, the smaller set is served first and leaves the later sets a share of the common cores in
+    proportion to their rank counts. `where` names the node in errors.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for rank, cpus in sorted(requests.items()):
+        groups.setdefault(tuple(sorted(set(cpus))), []).append(rank)
+    order = sorted(groups, key=lambda s: (len(s), s))
+    taken: set[int] = set()
+    shares: dict[int, CpuShare] = {}
+    for position, cpu_set in enumerate(order):
+        ranks = groups[cpu_set]
+        free = [core for core in physical_cores(cpu_set, facts) if not taken.intersection(core)]
+        later = order[position + 1:]
+        contended = [core for core in free if any(set(core) & set(s) for s in later)]
+        contended_cpus = {cpu for core in contended for cpu in core}
+        waiting = sum(len(groups[s]) for s in later if contended_cpus.intersection(s))
+        keep = len(contended) * len(ranks) // (len(ranks) + waiting) if waiting else len(contended)
+        kept = set(contended[:keep])
+        mine = [core for core in free if core not in contended or core in kept]
+        if len(mine) >= len(ranks):
+            blocks = _chunks(mine, len(ranks))
+            given = [(tuple(sorted(c for core in block for c in core)), len(block)) for block in blocks]
+        else:
+            threads = [c for core in mine for c in core]
+            if len(threads) < len(ranks):
+                raise TopoplanError(
+                    f"{where}: {len(ranks)} ranks share CPU affinity {format_cpu_list(cpu_set)}, but only "
+                    f"{len(threads)} of its CPUs are free to bind; every rank needs at least one CPU "
+                    "(use fewer ranks per node, or a machine whose GPUs have larger CPU affinity)", source=source)
+            given = [(tuple(sorted(block)), 1) for block in _chunks(threads, len(ranks))]
+        for rank, (cpus, cores) in zip(ranks, given):
+            shares[rank] = CpuShare(cpus, cores)
+            taken.update(cpus)
+    return shares
+
+
+def memory_node(cpus: Sequence[int] | None, numa_node: int | None, memory_only: set[int],
+                facts: CpuFacts | None) -> tuple[int | None, str]:
+    """The NUMA node to allocate this rank's host memory on, and why; None means `--localalloc`.
+
+    Never a memory-only node (a Grace GPU's own HBM node has no CPUs): host buffers there would sit in
+    GPU memory and be read across the C2C link by the CPU.
+    """
+    if facts is not None and facts.node_cpus and cpus:
+        with_cpus = {node: set(node_cpus) for node, node_cpus in facts.node_cpus.items() if node_cpus}
+        best = max(sorted(with_cpus), key=lambda node: len(with_cpus[node].intersection(cpus)), default=None)
+        if best is not None and with_cpus[best].intersection(cpus):
+            return best, "the NUMA node holding this rank's CPUs (read from /sys/devices/system/node)"
+    if numa_node is not None and numa_node not in memory_only:
+        return numa_node, "the GPU's NUMA affinity in the topology; a node with CPUs, not a GPU-memory node"
+    why = ("the topology gives no NUMA node for this GPU" if numa_node is None
+           else f"NUMA node {numa_node} is a memory-only GPU node")
+    return None, f"{why}: allocate locally to the bound CPUs instead (numactl --localalloc)"

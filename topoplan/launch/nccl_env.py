@@ -1,0 +1,68 @@
+"""The NCCL variables a rank gets, each only when the topology gives a reason for it.
+
+NCCL finds most things itself; we set a variable only where the graph knows better than its defaults:
+- NCCL_IB_HCA: the RDMA NIC(s) nearest the rank's GPU. A NIC across the socket halves inter-node bandwidth.
+  Names are written with NCCL's `=` prefix (exact match): plain `mlx5_1` would also select mlx5_10..mlx5_19.
+- NCCL_P2P_LEVEL: only when a `nvidia-smi topo -p2p` matrix shows P2P failing between GPUs this node uses;
+  P2P is then allowed only up to the level just closer than the closest failing link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from topoplan.topology.links import LinkKind
+from topoplan.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable for one rank, with the one-line reason shown by --explain and in JSON."""
+
+    name: str
+    value: str
+    reason: str
+
+
+# NCCL_P2P_LEVEL to use when P2P fails at this link kind: the NCCL level just closer than it. NCCL's PHB
+# covers both topo -m PHB and NODE (same NUMA node, through the CPU), so failing at either stops at PXB.
+_LEVEL_BELOW = {
+    LinkKind.NVLINK: "LOC",
+    LinkKind.PIX: "NVL",
+    LinkKind.PXB: "PIX",
+    LinkKind.PHB: "PXB",
+    LinkKind.NODE: "PXB",
+    LinkKind.SYS: "PHB",
+}
+
+
+def ib_hca(topology: Topology, gpu_id: str) -> EnvVar | None:
+    """NCCL_IB_HCA for a rank on this GPU; None when no NIC with a name is known."""
+    nearest = topology.nearest_nics(gpu_id)
+    named = [nic for nic in nearest if nic.name]
+    if not named:
+        return None
+    kind = topology.link(gpu_id, named[0].id).code
+    names = ",".join(nic.name for nic in named)  # type: ignore[misc]
+    return EnvVar("NCCL_IB_HCA", f"={names}",
+                  f"NIC(s) nearest {gpu_id} ({kind}); '=' makes NCCL match these names exactly, not as prefixes")
+
+
+def p2p_level(topology: Topology, gpu_ids: Sequence[str]) -> EnvVar | None:
+    """NCCL_P2P_LEVEL for ranks on a node using these GPUs; None unless P2P is known to fail between them."""
+    failing = []
+    for a, b in combinations(sorted(set(gpu_ids)), 2):
+        if not topology.graph.has_edge(a, b):
+            continue
+        link = topology.link(a, b)
+        bad = sorted(f"{test}={status}" for test, status in (link.p2p or {}).items() if status.upper() != "OK")
+        if bad:
+            failing.append((link.kind.rank, a, b, link, bad))
+    if not failing:
+        return None
+    _, a, b, link, bad = min(failing, key=lambda f: f[:3])
+    level = _LEVEL_BELOW[link.kind]
+    return EnvVar("NCCL_P2P_LEVEL", level,
+                  f"topo -p2p reports {', '.join(bad)} between {a} and {b} ({link.code}): P2P only up to {level}")

@@ -1,0 +1,25 @@
+"""Pick the renderer for a --format."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from topoplan.errors import TopoplanError
+from topoplan.launch.render_json import render_json
+from topoplan.launch.render_mpirun import render_mpirun
+from topoplan.launch.render_shell import render_shell
+from topoplan.launch.render_slurm import render_sbatch, render_srun
+from topoplan.launch.render_torchrun import render_torchrun
+from topoplan.launch.spec import LaunchSpec
+
+FORMATS = ("torchrun", "mpirun", "srun", "sbatch", "shell", "json")
+
+
+def render(spec: LaunchSpec, fmt: str) -> str:
+    renderers: dict[str, Callable[..., str]] = {
+        "torchrun": render_torchrun, "mpirun": render_mpirun, "srun": render_srun, "shell": render_shell,
+        "json": render_json, "sbatch": render_sbatch,
+    }
+    if fmt not in renderers:
+        raise TopoplanError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return renderers[fmt](spec)

@@ -1,0 +1,36 @@
+"""`--format shell`: one plain `env ... numactl ... COMMAND &` line per rank, then a wait that keeps failures.
+
+With several nodes the script is the same on every host and runs the block of the node named by
+TOPOPLAN_NODE (0-based), so nothing starts on the wrong host by accident.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from topoplan.launch.dispatch import env_words
+from topoplan.launch.spec import LaunchSpec, require_master_addr
+
+WAIT_ALL = 'status=0; for pid in $(jobs -p); do wait "$pid" || status=1; done; exit "$status"'
+
+
+def rank_line(spec: LaunchSpec, rank: int) -> str:
+    r = spec.ranks[rank]
+    return shlex.join([*env_words(r.env_dict()), *spec.rank_argv(r)]) + " &"
+
+
+def render_shell(spec: LaunchSpec) -> str:
+    require_master_addr(spec, "a shell launch")
+    out = ["#!/usr/bin/env bash",
+           f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)"]
+    if len(spec.nodes) == 1:
+        out += [rank_line(spec, r) for r in spec.nodes[0].ranks]
+    else:
+        out.append(': "${TOPOPLAN_NODE:?set TOPOPLAN_NODE to the node index of this host, 0 for node 0}"')
+        for node in spec.nodes:
+            out.append(f"# node {node.index}" + (f": {shlex.quote(node.host)}" if node.host else ""))
+            out.append(f'if [ "$TOPOPLAN_NODE" = {node.index} ]; then')
+            out += ["  " + rank_line(spec, r) for r in node.ranks]
+            out.append("fi")
+    out.append(WAIT_ALL)
+    return "\n".join(out) + "\n"

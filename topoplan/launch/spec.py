@@ -1,0 +1,247 @@
+"""The launch spec: for every rank, where it runs, what it sees and what it is bound to, with reasons.
+
+Built from (topology, layout, placements) alone, so it does not care how the placement was chosen. The
+renderers (torchrun, mpirun, srun/sbatch, shell, json) only format this; every decision is made here.
+
+GPU numbering: nvidia-smi and NVML number GPUs in PCI bus order, CUDA by default "fastest first". Every
+rank gets CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES lists the node's planned GPUs in
+local-rank order, so local rank i's `cuda:i` is exactly the GPU the planner chose (torchrun-style code
+that calls `set_device(LOCAL_RANK)` lands on the right GPU, and each TP group on its planned GPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from topoplan.errors import TopoplanError
+from topoplan.launch.binding import CpuFacts, format_cpu_list, memory_node, split_cpus
+from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
+from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.topology.model import Topology
+
+DEFAULT_PORT = 29500
+# Variables every launcher sets by itself (torchrun, Open MPI, Slurm under their own names): renderers for
+# those launchers leave them out so the launcher stays the one source of truth.
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """One rank: its place, its GPU, its binding and its environment."""
+
+    rank: int
+    node: int
+    local_rank: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    gpu: str  # "GPU5": nvidia-smi / NVML id
+    gpu_index: int  # nvidia-smi index = PCI bus order
+    pci_bus_id: str | None
+    uuid: str | None
+    cuda_index: int  # the rank's device inside its node's CUDA_VISIBLE_DEVICES (= local_rank)
+    cpus: tuple[int, ...] | None  # None: the topology gives no CPU affinity, so no CPU binding
+    physical_cores: int | None
+    mem_node: int | None  # None: allocate local to the bound CPUs
+    mem_reason: str
+    env: tuple[EnvVar, ...]
+
+    def env_dict(self, skip: Sequence[str] = ()) -> dict[str, str]:
+        return {v.name: v.value for v in self.env if v.name not in skip}
+
+    def reasons(self) -> dict[str, str]:
+        return {v.name: v.reason for v in self.env}
+
+    def binding_argv(self) -> list[str]:
+        """`numactl ... --` to put in front of the command; [] when there is nothing to bind."""
+        if self.cpus is None and self.mem_node is None:
+            return []
+        argv = ["numactl"]
+        if self.cpus is not None:
+            argv.append(f"--physcpubind={format_cpu_list(self.cpus)}")
+        argv.append(f"--membind={self.mem_node}" if self.mem_node is not None else "--localalloc")
+        return [*argv, "--"]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One host and the ranks it runs, in local-rank order."""
+
+    index: int
+    host: str | None
+    ranks: tuple[int, ...]
+    cuda_visible_devices: str
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    layout: Layout
+    ranks: tuple[RankSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    command: tuple[str, ...]
+    master_addr: str | None  # None: decided at run time (Slurm: the allocation's first node)
+    master_port: int
+    gpus_per_node: int  # GPUs of the machine (a Slurm job asks for all of them)
+    notes: tuple[str, ...]
+
+    @property
+    def world(self) -> int:
+        return len(self.ranks)
+
+    def node_ranks(self, node: int) -> list[RankSpec]:
+        return [self.ranks[r] for r in self.nodes[node].ranks]
+
+    def rank_argv(self, rank: RankSpec) -> list[str]:
+        """What this rank executes: binding, then the command."""
+        return [*rank.binding_argv(), *self.command]
+
+
+def _check_placements(topology: Topology, layout: Layout, placements: Sequence[RankPlacement],
+                      nodes: int) -> list[RankPlacement]:
+    source = topology.source or None
+    per_node = len(topology.gpus)
+    if layout.world > nodes * per_node:
+        raise TopoplanError(f"layout {layout} needs {layout.world} GPUs, but {nodes} node(s) of this topology "
+                            f"have {nodes * per_node} ({per_node} per node)", source=source)
+    by_rank = sorted(placements, key=lambda p: p.rank)
+    if [p.rank for p in by_rank] != list(range(layout.world)):
+        raise TopoplanError(f"placement covers ranks {[p.rank for p in by_rank]}, expected each of "
+                            f"0..{layout.world - 1} exactly once for {layout}")
+    seen: dict[tuple[int, str], int] = {}
+    for p in by_rank:
+        if not 0 <= p.node < nodes:
+            raise TopoplanError(f"rank {p.rank} is placed on node {p.node}, but there are {nodes} node(s)")
+        topology.gpu(p.gpu)
+        if (p.node, p.gpu) in seen:
+            raise TopoplanError(f"ranks {seen[p.node, p.gpu]} and {p.rank} are both placed on {p.gpu} of node "
+                                f"{p.node}")
+        seen[p.node, p.gpu] = p.rank
+        c = coords_of(layout, p.rank)
+        if (c.tp_rank, c.pp_rank, c.dp_rank) != (p.tp_rank, p.pp_rank, p.dp_rank):
+            raise TopoplanError(f"rank {p.rank} is placed as tp={p.tp_rank},pp={p.pp_rank},dp={p.dp_rank}, but "
+                                f"rank order puts it at tp={c.tp_rank},pp={c.pp_rank},dp={c.dp_rank}")
+    return by_rank
+
+
+def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> tuple[tuple[str | None, ...],
+                                                                                       str | None]:
+    """Host per node, and the rendezvous address: the host of rank 0, which serves the store."""
+    if hosts is None:
+        return (None,) * nodes, ("127.0.0.1" if nodes == 1 else None)
+    hosts = tuple(hosts)
+    for host in hosts:
+        if not host or any(ord(ch) < 32 or ord(ch) == 127 for ch in host):
+            raise TopoplanError(f"host name {host!r}: expected a non-empty name without control characters")
+    if len(hosts) < nodes:
+        raise TopoplanError(f"host list {','.join(hosts)!r} names {len(hosts)} host(s), but the plan uses {nodes} "
+                            "node(s): give one host name per node")
+    return hosts[:nodes], hosts[rank0_node]
+
+
+def build_spec(
+    topology: Topology,
+    layout: Layout,
+    placements: Sequence[RankPlacement],
+    *,
+    command: Sequence[str],
+    nodes: int | None = None,
+    hosts: Sequence[str] | None = None,
+    master_port: int = DEFAULT_PORT,
+    facts: CpuFacts | None = None,
+) -> LaunchSpec:
+    """The launch spec for these placements on `nodes` identical machines described by `topology`.
+
+    `facts` are the live machine's CPU facts (SMT siblings, NUMA nodes); without them the CPU lists of the
+    topology are read under binding.py's numbering assumption. `hosts` (one per node) give the rendezvous
+    address; for a single node without hosts, 127.0.0.1 is used.
+    """
+    nodes = nodes if nodes is not None else 1 + max((p.node for p in placements), default=0)
+    if nodes < 1:
+        raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
+    if not 1 <= master_port <= 65535:
+        raise TopoplanError(f"port {master_port} is not a TCP port (1..65535)")
+    if not command:
+        raise TopoplanError("no command to launch")
+    by_rank = _check_placements(topology, layout, placements, nodes)
+    host_names, master_addr = _resolve_hosts(hosts, nodes, by_rank[0].node)
+    source = topology.source or None
+    memory_only = {g.gpu_numa_id for g in topology.gpus if g.gpu_numa_id is not None}
+    notes: list[str] = []
+    if facts is None:
+        notes.append("SMT siblings assumed from Linux numbering (two equal CPU runs = cores, then their "
+                     "siblings); on the machine itself, pass --this-machine to read /sys instead")
+
+    node_specs: list[NodeSpec] = []
+    ranks: dict[int, RankSpec] = {}
+    for node in range(nodes):
+        mine = [p for p in by_rank if p.node == node]
+        if not mine:
+            raise TopoplanError(f"node {node} runs no rank of {layout}: use --nodes {nodes - 1} or a bigger layout")
+        gpus = [topology.gpu(p.gpu) for p in mine]
+        cvd = ",".join(str(g.index) for g in gpus)
+        node_specs.append(NodeSpec(node, host_names[node], tuple(p.rank for p in mine), cvd))
+        bindable = {p.rank: g.cpus for p, g in zip(mine, gpus) if g.cpus}
+        shares = split_cpus(bindable, facts, where=f"node {node}", source=source)
+        p2p = p2p_level(topology, [g.id for g in gpus])
+        for local_rank, (p, gpu) in enumerate(zip(mine, gpus)):
+            share = shares.get(p.rank)
+            mem_node, mem_reason = memory_node(share.cpus if share else None, gpu.numa_node, memory_only, facts)
+            env = [
+                EnvVar("RANK", str(p.rank), f"global rank: tp={p.tp_rank}, pp={p.pp_rank}, dp={p.dp_rank} "
+                       "in TP-fastest order"),
+                EnvVar("LOCAL_RANK", str(local_rank), f"position among the {len(mine)} ranks on node {node}"),
+                EnvVar("WORLD_SIZE", str(layout.world), f"tp*pp*dp of {layout}"),
+                EnvVar("LOCAL_WORLD_SIZE", str(len(mine)), f"ranks on node {node}"),
+            ]
+            if master_addr is not None:
+                env.append(EnvVar("MASTER_ADDR", master_addr, f"rendezvous host: node {by_rank[0].node}, which runs rank 0 "
+                                  "and serves the store"))
+            env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
+            env.append(EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); "
+                              "CUDA's default order is fastest-first"))
+            env.append(EnvVar("CUDA_VISIBLE_DEVICES", cvd, f"node {node}'s planned GPUs in local-rank order: "
+                              f"local rank {local_rank} uses cuda:{local_rank} = {gpu.id}"))
+            if share:
+                env.append(EnvVar("OMP_NUM_THREADS", str(share.physical_cores),
+                                  f"one thread per physical core bound to this rank ({share.physical_cores}); "
+                                  "torchrun would otherwise set 1"))
+            hca = ib_hca(topology, gpu.id)
+            if hca:
+                env.append(hca)
+            if p2p:
+                env.append(p2p)
+            ranks[p.rank] = RankSpec(
+                p.rank, node, local_rank, p.tp_rank, p.pp_rank, p.dp_rank, gpu.id, gpu.index, gpu.pci_bus_id,
+                gpu.uuid, local_rank, share.cpus if share else None, share.physical_cores if share else None,
+                mem_node, mem_reason, tuple(env))
+        if len(bindable) < len(mine):
+            notes.append(f"node {node}: no CPU affinity known for "
+                         f"{', '.join(g.id for p, g in zip(mine, gpus) if p.rank not in bindable)}: not CPU-bound")
+    if not any(v.name == "NCCL_IB_HCA" for r in ranks.values() for v in r.env):
+        notes.append("NCCL_IB_HCA not set: the topology names no NICs near the GPUs")
+    return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
+                      master_addr, master_port, len(topology.gpus), tuple(notes))
+
+
+def require_node_blocks(spec: LaunchSpec, launcher: str) -> int:
+    """Ranks per node, for launchers that number ranks node by node with the same count on every node.
+
+    torchrun and srun give node n the ranks n*k .. n*k+k-1; a placement that does not is refused rather
+    than started with the wrong ranks on the wrong GPUs.
+    """
+    per_node = len(spec.nodes[0].ranks)
+    for node in spec.nodes:
+        if node.ranks != tuple(range(node.index * per_node, (node.index + 1) * per_node)):
+            raise TopoplanError(
+                f"{launcher} numbers ranks node by node ({per_node} per node), but the placement puts ranks "
+                f"{list(node.ranks)} on node {node.index}; use --format mpirun or shell for this placement")
+    return per_node
+
+
+def require_master_addr(spec: LaunchSpec, launcher: str) -> str:
+    if spec.master_addr is None:
+        raise TopoplanError(f"{launcher} over {len(spec.nodes)} nodes needs their host names: give --hosts "
+                            "(one per node, node 0 first)")
+    return spec.master_addr
