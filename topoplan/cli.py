@@ -6,6 +6,7 @@ starts as fast as typer and rich allow.
 
 from __future__ import annotations
 
+import json
 import sys
 from enum import Enum
 
@@ -206,6 +207,141 @@ def run(
         raise fail(error) from None
     if code:
         raise typer.Exit(code)
+
+
+@app.command("bench")
+def bench_command(
+    ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all,sendrecv",
+                            "--ops", help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
+    sizes: str = typer.Option("4K:64M", "--sizes", help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
+    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2)."),
+    layout: str = typer.Option(None, "--layout", help="tp=..,pp=..,dp=..: run inside this layout's groups "
+                               "(see --groups); starts layout.world ranks."),
+    groups: str = typer.Option("tp", "--groups", help="With --layout: which groups run the collectives "
+                               "(tp, pp, dp), all at once, as the runner would."),
+    backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16, float16 or float8_e4m3fn."),
+    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per point."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each point."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds for rendezvous and each collective."),
+    plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+) -> None:
+    """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
+    from rich.console import Console
+
+    from topoplan.bench.launch import spawn_json
+    from topoplan.bench.output import check_folder, write_atomic
+    from topoplan.bench.plot import svg
+    from topoplan.bench.render import print_bench
+    from topoplan.bench.definitions import parse_ops, parse_sizes
+    from topoplan.layout import Layout
+
+    try:
+        parse_ops(ops), parse_sizes(sizes)  # refuse bad input before starting anything
+        if plot:
+            check_folder(plot)
+        if layout is not None and ranks is not None:
+            raise TopoplanError("--ranks and --layout both set the rank count: pass one")
+        if groups not in ("tp", "pp", "dp"):
+            raise TopoplanError(f"--groups {groups!r}: expected tp, pp or dp")
+        world = Layout.parse(layout).world if layout else (ranks or _default_ranks())
+        if world < 1:
+            raise TopoplanError(f"--ranks must be at least 1, got {world}")
+        args = ["--ops", ops, "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup), "--dtype", dtype,
+                "--timeout", str(timeout)] + (["--backend", backend] if backend else []) \
+            + (["--layout", layout, "--group", groups] if layout else [])
+        result = spawn_json(world, "topoplan.bench.worker", args, echo=not as_json, what="bench")
+        if plot:
+            write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
+                                                      f"groups of {result['group_size']}"))
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_bench(result, Console())
+
+
+def _default_ranks() -> int:
+    """Every GPU NVML sees, else 2 CPU ranks."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        return count or 2
+    except Exception:  # no driver, no library: a CPU machine
+        return 2
+
+
+@app.command("calibrate")
+def calibrate_command(
+    out: str = typer.Option("calibration.json", "--out", "-o", help="Calibration file to write (atomically)."),
+    sizes: str = typer.Option("1K:4M", "--sizes", help="Collective sizes swept per link class."),
+    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
+    warmup: int = typer.Option(5, "--warmup", min=0),
+    dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
+                              "fp32 on CPU)."),
+    topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
+                             "(default: NVML)."),
+    probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
+                                  "far above the last-level cache."),
+    as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
+) -> None:
+    """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
+    from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.bench.output import check_folder
+
+    try:
+        check_folder(out)
+        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
+        path = write_calibration(out, document)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        links = ", ".join(f"{k}: alpha {v['alpha_us']:.1f} us, {v.get('bandwidth_gbps', 0) or 0:.2f} GB/s"
+                          for k, v in document["links"].items() if v.get("bandwidth_gbps"))
+        print(f"wrote {path}: base {document['collective_base_us']:.1f} us; {links or 'no link measured'}; "
+              f"memory efficiency {document['memory_bandwidth_efficiency']:.2f}, "
+              f"layer overhead {document['layer_overhead_us']:.1f} us")
+
+
+@app.command("validate")
+def validate_command(
+    model: str = typer.Option("small", "--model", "-m", help="Runner model: tiny, small (~370 MB fp32, memory-bound "
+                              "decode on a CPU) or an HF checkpoint folder."),
+    layouts: str = typer.Option("all", "--layouts", help="`all` (every CPU-process layout that fits) or layouts "
+                                "separated by ';', e.g. 'tp=2;pp=2;tp=1,dp=2'."),
+    calibration: str = typer.Option(None, "--calibration", help="Calibration file from `topoplan calibrate` "
+                                    "(needs its `cpu` entry)."),
+    batch: int = typer.Option(2, "--batch", help="Prompts in the batch (split over DP replicas)."),
+    prompt_len: int = typer.Option(32, "--prompt-len", help="Tokens per prompt."),
+    gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+) -> None:
+    """Predicted vs measured prefill and decode time for every layout that fits this machine."""
+    from rich.console import Console
+
+    from topoplan.bench.render import print_validate
+    from topoplan.bench.validate import validate
+
+    try:
+        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                          repeats=repeats, timeout_s=timeout)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_validate(result, Console())
 
 
 def _usage_error_base() -> type[Exception]:

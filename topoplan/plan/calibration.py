@@ -24,6 +24,9 @@ from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.topology.links import LinkKind
 
+# Sections other tools own, accepted and left to them: `cpu` (the CPU hardware entry, topoplan.bench.cpu)
+# and `measured` (what `topoplan calibrate` fitted these constants from, kept for the record).
+PASSTHROUGH_KEYS = ("cpu", "measured")
 NET = "net"  # the inter-node link class (a NIC hop); the others are LinkKind values
 LINK_CLASSES = tuple(k.value for k in LinkKind) + (NET,)
 SCHEMA_VERSION = 1
@@ -86,7 +89,7 @@ def parse_calibration(raw: Any, path: Path) -> Calibration:
     if raw.get("version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise TopoplanError(f"version {raw.get('version')!r}: this topoplan reads version {SCHEMA_VERSION}",
                             source=path)
-    known = {f.name for f in fields(Calibration)} - {"source"} | {"version"}
+    known = {f.name for f in fields(Calibration)} - {"source"} | {"version", *PASSTHROUGH_KEYS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TopoplanError(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}", source=path)

@@ -1,0 +1,136 @@
+"""`topoplan calibrate` writes a file the planner accepts and that moves its answers as documented;
+`topoplan validate` runs the tiny model in two layouts and reports the JSON contract."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.bench.validate import model_spec
+from topoplan.errors import TopoplanError
+from topoplan.plan.calibration import load_calibration
+from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.cost import Workload
+from topoplan.plan.rank import plan
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def topoplan(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cal") / "calibration.json"
+    done = topoplan("calibrate", "--out", str(out), "--sizes", "1K:1M", "--iters", "3", "--warmup", "1",
+                    "--probe-mib", "8")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    return out
+
+
+def test_file_is_accepted_by_the_planner(calibration):
+    raw = json.loads(calibration.read_text())
+    cal = load_calibration(calibration)  # the planner's own parser
+    node = cal.link("node")
+    assert node.alpha_us == pytest.approx(raw["links"]["node"]["alpha_us"]) and node.bandwidth_gbps > 0
+    assert cal.layer_overhead_us == pytest.approx(raw["cpu"]["threads"][str(raw["cpu"]["cores"])]["layer_overhead_us"])
+    entry = load_cpu_entry(calibration)
+    assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
+    ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}
+    assert ("all_reduce", 2) in ops and ("sendrecv", 2) in ops
+
+
+def price(calibration: Path, tp: int, pp: int, cal=None):
+    spec, _ = model_spec("tiny")
+    entry = load_cpu_entry(calibration)
+    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1)
+    result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
+                  tp=tp, pp=pp, dp=1)
+    return result.layouts[0].cost, spec
+
+
+def test_calibration_moves_the_planner_as_documented(calibration, tmp_path):
+    """links.node.alpha_us is charged 2(n-1) times per all-reduce, two all-reduces per layer (TP2 decode: 4 x
+    layers x alpha), and once per pipeline hand-off; bandwidth_gbps replaces the link estimate."""
+    raw = json.loads(calibration.read_text())
+    raw["links"]["node"]["alpha_us"] += 100.0
+    slower = tmp_path / "slower.json"
+    slower.write_text(json.dumps(raw))
+    tp2, spec = price(calibration, 2, 1)
+    tp2_slow, _ = price(calibration, 2, 1, load_calibration(slower))
+    assert tp2_slow.decode_ms_per_token - tp2.decode_ms_per_token == pytest.approx(4 * spec.layers * 0.1, rel=1e-6)
+    pp2, _ = price(calibration, 1, 2)
+    pp2_slow, _ = price(calibration, 1, 2, load_calibration(slower))
+    assert pp2_slow.decode_ms_per_token - pp2.decode_ms_per_token == pytest.approx(0.1, rel=1e-6)
+    pricer = LinkPricer(cpu_topology(2), load_calibration(calibration), nic_gbps=1.0)
+    hop = pricer.hop((0, "CPU0"), (0, "CPU1"))
+    assert hop.link_class == "node" and hop.bandwidth_gbps == pytest.approx(raw["links"]["node"]["bandwidth_gbps"])
+
+
+def test_missing_cpu_entry_is_a_clear_error(tmp_path):
+    path = tmp_path / "gpu-only.json"
+    path.write_text(json.dumps({"version": 1}))
+    with pytest.raises(TopoplanError, match="no `cpu` entry"):
+        load_cpu_entry(path)
+
+
+def test_validate_tiny_two_layouts(calibration):
+    done = topoplan("validate", "--model", "tiny", "--layouts", "tp=1;tp=2", "--calibration", str(calibration),
+                    "--batch", "2", "--prompt-len", "4", "--gen-len", "4", "--repeats", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [(r["tp"], r["pp"], r["dp"]) for r in result["rows"]] == [(1, 1, 1), (2, 1, 1)]
+    cores = result["cores"]
+    assert [r["threads_per_rank"] for r in result["rows"]] == [cores, max(1, cores // 2)]
+    for row in result["rows"]:
+        for key in ("predicted_decode_ms", "measured_decode_ms", "predicted_prefill_ms", "measured_prefill_ms"):
+            assert row[key] > 0, key
+        assert row["error"] == pytest.approx((row["predicted_decode_ms"] - row["measured_decode_ms"])
+                                             / row["measured_decode_ms"])
+    best_p = min(result["rows"], key=lambda r: r["predicted_decode_ms"])
+    best_m = min(result["rows"], key=lambda r: r["measured_decode_ms"])
+    assert (result["best_predicted"]["tp"], result["best_measured"]["tp"]) == (best_p["tp"], best_m["tp"])
+    assert result["order_matches"] == (result["predicted_order"] == result["measured_order"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "tiny"], "--calibration FILE is needed"),
+    (["--model", "tiny", "--calibration", "nope.json"], "nope.json: no such calibration file"),
+])
+def test_validate_bad_input(args, message):
+    done = topoplan("validate", *args, timeout=60)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cpu_device_formulas(tmp_path):
+    """Hand-computed: 2 cores, GEMV 12 GB/s on one thread and 16 GB/s on both."""
+    path = tmp_path / "cal.json"
+    probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 100.0,
+              "matmul_tflops": {"1": 0.004, "2": 0.004, "8": 0.02, "64": 0.05}}
+    path.write_text(json.dumps({"version": 1, "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "threads": {
+        "1": {**probes, "gemv_gbps": 12.0}, "2": {**probes, "gemv_gbps": 16.0, "matmul_tflops": {"1": 0.09}}}}}))
+    entry = load_cpu_entry(path)
+    assert cpu_device(entry, 2, 1, 1).memory_bandwidth_gbps == 16.0  # TP1 on both cores: the whole socket
+    assert cpu_device(entry, 1, 1, 1).memory_bandwidth_gbps == 12.0  # one stage of PP2 streams alone: its core's limit
+    assert cpu_device(entry, 1, 2, 1).memory_bandwidth_gbps == 8.0  # TP2 / DP2: two ranks split the socket
+    assert cpu_device(entry, 2, 1, 64).tflops["fp32"] == 0.09 and cpu_device(entry, 1, 2, 1).memory_bytes == 4e9
+    # the FLOP rate follows the rows of the product: probed points, log2 interpolation, clamped at the ends
+    rates = [cpu_device(entry, 1, 2, rows).tflops["fp32"] for rows in (1, 2, 4, 8, 32, 64, 1000)]
+    assert rates == pytest.approx([0.004, 0.004, 0.012, 0.02, 0.04, 0.05, 0.05])
+    topology = cpu_topology(3)
+    assert [g.id for g in topology.gpus] == ["CPU0", "CPU1", "CPU2"] and topology.numa_nodes() == [0]
+    assert {l.kind.value for l in topology.links()} == {"node"} and len(topology.links()) == 3
+
+
+def test_gpu_calibration_sweeps_one_pair_per_link_class():
+    from topoplan.bench.calibrate import gpu_pairs_by_class
+
+    # H100 NVL: NVLink pairs, PCIe switches under one socket (NODE), and across sockets (SYS)
+    assert gpu_pairs_by_class(str(ROOT / "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt")) == {
+        "nvlink": (0, 1), "node": (0, 2), "sys": (0, 4)}

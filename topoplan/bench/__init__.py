@@ -1,0 +1,1 @@
+"""Measure, calibrate, validate: collective sweeps, hardware probes, the alpha-beta fit, predicted vs measured."""

@@ -1,0 +1,139 @@
+"""`topoplan calibrate`: measure this machine and write the calibration file the planner reads.
+
+1. a short all_reduce + sendrecv sweep over each link class present (on CPU: gloo between processes, one
+   per core; on GPUs: one pair of GPUs per `topo -m` link class, NCCL);
+2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the per-layer kernel overhead;
+3. least-squares alpha/beta per link class and group size (topoplan.bench.fit), turned into the planner's
+   constants (topoplan.plan.calibration), plus on CPU the `cpu` hardware entry (topoplan.bench.cpu).
+docs/bench.md describes the file and how each figure is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from topoplan.bench.cpu import CPU_LINK
+from topoplan.bench.definitions import parse_sizes
+from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
+from topoplan.bench.launch import cpu_cores, spawn_json
+from topoplan.bench.output import write_atomic
+from topoplan.bench import probes
+from topoplan.errors import TopoplanError
+from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
+from topoplan.topology.links import parse_link_code
+
+DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MBs: the range the planner prices
+
+
+def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int, backend: str | None,
+               env: dict[str, str] | None = None) -> list[CollectiveFit]:
+    args = ["--ops", "all_reduce,sendrecv", "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
+    result = spawn_json(ranks, "topoplan.bench.worker", args + (["--backend", backend] if backend else []),
+                        echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
+                        extra_env=env)
+    return fit_sweep(result["results"], link_class, ranks)
+
+
+def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, float]:
+    torch_dtype, nbytes = probes.DTYPES[dtype], probe_mib * probes.MiB
+    per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
+    return {"stream_gbps": probes.stream_gbps(device, nbytes), "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
+            "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
+            "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB)),
+            "layer_overhead_us": per_layer,
+            "step_overhead_us": per_step}
+
+
+def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
+    """Probes at one thread and at every core (topoplan.bench.cpu explains how the planner uses them)."""
+    cores, before = cpu_cores(), torch.get_num_threads()
+    threads = {}
+    try:
+        for count in sorted({1, cores}):
+            torch.set_num_threads(count)
+            threads[str(count)] = probe_all(torch.device("cpu"), dtype, probe_mib)
+    finally:
+        torch.set_num_threads(before)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"cores": cores, "numa_nodes": 1, "memory_bytes": memory, "dtype": dtype, "threads": threads}
+
+
+def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
+    """One GPU pair per link class present (the first in index order)."""
+    from topoplan.topology.sources import load_topology
+
+    topology = load_topology(topo, None)
+    pairs: dict[str, tuple[int, int]] = {}
+    for link in topology.links():
+        if link.a.startswith("GPU") and link.b.startswith("GPU"):
+            pairs.setdefault(link.kind.value, (topology.gpu(link.a).index, topology.gpu(link.b).index))
+    return pairs
+
+
+def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, dtype: str | None = None,
+              topo: str | None = None, probe_mib: int = 256) -> dict[str, Any]:
+    """Measure and fit; returns the file's JSON (already checked by the planner's own parser)."""
+    parse_sizes(sizes)
+    if probe_mib < 1:
+        raise TopoplanError(f"--probe-mib must be at least 1, got {probe_mib}")
+    gpu = torch.cuda.is_available()
+    dtype = dtype or ("bf16" if gpu else "fp32")
+    if dtype not in probes.DTYPES:
+        raise TopoplanError(f"--dtype {dtype!r}: expected one of {', '.join(probes.DTYPES)}")
+    started = time.time()
+    fits: list[CollectiveFit] = []
+    cal = Calibration()
+    extra: dict[str, Any] = {}
+    if gpu:
+        from topoplan.hardware import lookup_gpu
+
+        count = torch.cuda.device_count()
+        if count >= 2:
+            for link_class, (a, b) in gpu_pairs_by_class(topo).items():
+                fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl", {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
+        measured = probe_all(torch.device("cuda"), dtype, probe_mib)
+        name = torch.cuda.get_device_name(0)
+        spec = lookup_gpu(name)
+        extra["gpu"] = {"name": name, "catalog": spec.key if spec else None, **measured}
+        if spec is not None:  # efficiencies are against the catalog's peaks
+            peak_tflops = spec.bf16_tflops if dtype in ("bf16", "fp16") else spec.bf16_tflops / 2
+            cal = replace(cal, memory_bandwidth_efficiency=min(1.0, measured["gemv_gbps"] / spec.memory_bandwidth_gbps),
+                          flop_efficiency=min(1.0, measured["gemm_tflops"] / peak_tflops))
+        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"])
+    else:
+        cores = cpu_cores()
+        link_class = parse_link_code(CPU_LINK)[1].value
+        for ranks in sorted({2, cores}) if cores >= 2 else []:
+            fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")
+        entry = cpu_entry(dtype, probe_mib)
+        socket = entry["threads"][str(entry["cores"])]
+        # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
+        # there is no vendor peak to take a fraction of, so both efficiencies are 1.
+        cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
+                      layer_overhead_us=socket["layer_overhead_us"])
+        extra["cpu"] = entry
+    constants = link_constants(fits, cal.collective_base_us)
+    links = dict(cal.links)
+    for link_class, alpha in constants.alpha_us.items():
+        links[link_class] = LinkCalibration(alpha, constants.bandwidth_gbps.get(link_class))
+    cal = replace(cal, links=links, collective_base_us=constants.base_us if constants.base_us is not None
+                  else cal.collective_base_us)
+    document = to_json(cal) | extra | {"measured": {
+        "host": platform.node(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1), "load_average": list(os.getloadavg()),
+        "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters, "probe_mib": probe_mib,
+        "base_from_fit": constants.base_us is not None, "fits": [f.to_json() for f in fits]}}
+    parse_calibration(json.loads(json.dumps(document)), Path("<calibration>"))  # the planner must accept it
+    return document
+
+
+def write_calibration(path: str | Path, document: dict[str, Any]) -> Path:
+    return write_atomic(path, json.dumps(document, indent=2) + "\n")

@@ -1,0 +1,123 @@
+"""The `cpu` hardware entry: how the planner plans CPU-process layouts on this machine.
+
+A CPU "device" is the set of cores one rank runs on (`threads` of them; with one thread per rank, one
+core). `cpu_topology(n)` is n such devices, CPU0..CPU{n-1}, on one NUMA node, every pair joined by the
+`node` link class: gloo between processes of one NUMA node goes through the loopback TCP stack and
+shared memory, never a PCIe path, so the class exists only to carry the alpha and bandwidth that
+`topoplan calibrate` measured for it. `cpu_device` turns the probes of the calibration file's `cpu`
+entry into the three figures the roofline needs:
+
+  memory bandwidth per rank = min(gemv[threads], gemv[all cores] / concurrent)
+      (a rank is limited by what its own cores can pull and by its share of the socket: the ranks that
+       stream weights at the same time split the memory bus. For one request those are the tp x dp
+       ranks of one pipeline stage: stages run one after another, a waiting stage reads nothing).
+       GEMV, not the stream probe, is the device's bandwidth: it is what decode's matrix-vector
+       products reach, while a plain sum is compute-bound on some cores. The stream figure is recorded
+       beside it for comparison;
+  FLOP/s per rank           = matmul[threads][rows] (compute does not contend), the FLOP rate of a
+      product with `rows` rows (tokens) against a weight larger than the cache, interpolated in log2(rows):
+      the planner's device has one FLOP rate, and a CPU's rate for a decode step's few rows is a fraction
+      of its rate for prefill's many, so decode and prefill are priced with the device at their own rows;
+  memory per rank           = RAM x threads / cores.
+and `cpu_calibration` sets the planner's layer overhead to the probe's figure for that thread count.
+The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
+    "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
+            "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
+                              "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
+                              "layer_overhead_us": .., "step_overhead_us": ..},
+                        "2": {...}}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.device import DeviceSpec
+from topoplan.topology.model import Gpu, Topology, build_topology
+
+CPU_LINK = "NODE"  # the `topo -m` code, and so the calibration link class (`node`), of CPU rank pairs
+PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
+
+
+def cpu_topology(devices: int) -> Topology:
+    """`devices` CPU devices on one NUMA node, all pairs linked by the `node` class."""
+    gpus = [Gpu(f"CPU{i}", i, name="cpu", numa_node=0) for i in range(devices)]
+    codes = {(a.id, b.id): CPU_LINK for a in gpus for b in gpus if a.index < b.index}
+    return build_topology(gpus, [], codes, source="cpu")
+
+
+def load_cpu_entry(path: str | Path) -> dict[str, Any]:
+    """The `cpu` entry of a calibration file, checked."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TopoplanError("no such calibration file", source=path) from None
+    except json.JSONDecodeError as error:
+        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
+    entry = raw.get("cpu") if isinstance(raw, dict) else None
+    if not isinstance(entry, dict):
+        raise TopoplanError("no `cpu` entry: run `topoplan calibrate` on this machine to measure one", source=path)
+    threads = entry.get("threads")
+    if not isinstance(entry.get("cores"), int) or not isinstance(threads, dict) or str(entry["cores"]) not in threads:
+        raise TopoplanError("cpu: expected `cores` (an integer) and `threads` with an entry for all cores",
+                            source=path)
+    for count, probes in threads.items():
+        missing = [k for k in PROBES if not isinstance((probes or {}).get(k), (int, float)) or probes[k] <= 0]
+        curve = (probes or {}).get("matmul_tflops")
+        if not isinstance(curve, dict) or not curve or not all(
+                k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in curve.items()):
+            missing.append("matmul_tflops (rows -> TFLOP/s)")
+        if missing:
+            raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
+    return entry
+
+
+def _probes(entry: dict[str, Any], threads: int) -> dict[str, float]:
+    probes = entry["threads"].get(str(threads))
+    if probes is None:
+        raise TopoplanError(f"the calibration's cpu entry has no probes at {threads} thread(s); it has "
+                            f"{', '.join(sorted(entry['threads']))}")
+    return probes
+
+
+def concurrent_ranks(layout: Layout) -> int:
+    """Ranks streaming weights at once while one request decodes: one stage's TP group in every replica."""
+    return layout.tp * layout.dp
+
+
+def matmul_rate(curve: dict[str, float], rows: float) -> float:
+    """TFLOP/s at `rows` rows: linear in log2(rows) between the probed points, the end values beyond them."""
+    points = sorted((int(k), v) for k, v in curve.items())
+    if rows <= points[0][0]:
+        return points[0][1]
+    for (r0, v0), (r1, v1) in zip(points, points[1:]):
+        if rows <= r1:
+            f = (math.log2(rows) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
+            return v0 + f * (v1 - v0)
+    return points[-1][1]
+
+
+def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float) -> DeviceSpec:
+    """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus, for
+    matrix products of `rows` rows (formulas above)."""
+    mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
+    bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
+    tflops = matmul_rate(mine["matmul_tflops"], rows)
+    return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
+                      memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
+                      memory_bandwidth_gbps=bandwidth,
+                      tflops={"fp32": tflops, "bf16": tflops, "fp16": tflops, "fp8": tflops},
+                      nic_gbps=1.0)  # unused: one machine, no network hop
+
+
+def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int) -> Calibration:
+    """The calibration with the layer overhead measured at this thread count."""
+    return replace(calibration, layer_overhead_us=_probes(entry, threads)["layer_overhead_us"])

@@ -1,0 +1,95 @@
+"""What a bench measures, as nccl-tests defines it (NVIDIA/nccl-tests doc/PERFORMANCE.md), and its sizes.
+
+  * S, the size of an operation, is the largest buffer it touches on one rank: the whole buffer for
+    all_reduce, broadcast, reduce and sendrecv; the gathered (n x chunk) buffer for all_gather, gather,
+    reduce_scatter, scatter and all_to_all.
+  * t is the average time of one operation; algbw = S / t.
+  * busbw = algbw x factor(n), the factor that makes the figure comparable to the hardware's link speed
+    whatever the rank count: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather and
+    scatter (n-1)/n; broadcast, reduce and sendrecv 1.
+Sizes are written as nccl-tests writes them (`4K`, `256M`: powers of 1024). Imports no torch, so the CLI
+checks `--ops` and `--sizes` before starting any rank.
+"""
+
+from __future__ import annotations
+
+import re
+
+from topoplan.errors import TopoplanError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
+       "sendrecv")
+CHUNKED = ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all")  # S is n chunks of S/n
+
+
+def parse_ops(text: str) -> list[str]:
+    """`all_reduce,sendrecv` -> the list; unknown names are a TopoplanError naming the known ones."""
+    ops = [op.strip() for op in text.split(",") if op.strip()]
+    unknown = [op for op in ops if op not in OPS]
+    if unknown or not ops:
+        raise TopoplanError(f"--ops: unknown {', '.join(unknown) or '(none given)'}; expected some of {', '.join(OPS)}")
+    return ops
+
+
+def bus_factor(op: str, n: int) -> float:
+    """busbw / algbw for `op` over `n` ranks."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    if n < 2 or op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    return (n - 1) / n
+
+
+def algbw_gbps(size_bytes: int, time_us: float) -> float:
+    """S / t in GB/s (10^9 bytes per second, as nccl-tests prints)."""
+    return size_bytes / (time_us * 1e-6) / 1e9
+
+
+def busbw_gbps(op: str, n: int, size_bytes: int, time_us: float) -> float:
+    return algbw_gbps(size_bytes, time_us) * bus_factor(op, n)
+
+
+def element_count(op: str, size_bytes: int, n: int, itemsize: int) -> int:
+    """Elements in the S-sized buffer: whole elements, and a whole number of n-sized chunks where S is n chunks."""
+    count = max(1, size_bytes // itemsize)
+    if op in CHUNKED:
+        count = max(n, count - count % n)
+    return count
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """`4K` -> 4096, `256M` -> 268435456, `100` -> 100."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    if not match or int(match.group(1)) < 1:
+        raise TopoplanError(f"size {text!r}: expected a positive byte count like 4096, 4K, 256M or 1G")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_sizes(text: str, factor: int = 2) -> list[int]:
+    """`4K:256M` -> 4K, 8K, ... 256M (times `factor` each step, like nccl-tests' -b/-e/-f); `4K,1M` -> a list."""
+    if ":" in text:
+        lo_text, _, hi_text = text.partition(":")
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if lo > hi:
+            raise TopoplanError(f"--sizes {text!r}: the first size must not exceed the last")
+        sizes = [lo]
+        while sizes[-1] * factor <= hi:
+            sizes.append(sizes[-1] * factor)
+        return sizes
+    sizes = sorted({parse_size(part) for part in text.split(",") if part.strip()})
+    if not sizes:
+        raise TopoplanError(f"--sizes {text!r}: expected LO:HI (e.g. 4K:256M) or a list (4K,1M)")
+    return sizes
+
+
+def human_size(nbytes: int) -> str:
+    """4096 -> `4K` (the inverse of parse_size for exact multiples)."""
+    for unit in ("G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)

@@ -1,0 +1,111 @@
+"""Hardware probes: memory bandwidth, GEMV (decode's weight streaming), GEMM (prefill's FLOP rate), and the
+fixed per-layer and per-step costs of the runner's decode step at negligible size.
+
+Each probe runs its kernel `repeats` times and keeps the median (a shared machine has stalls; the median
+describes the typical run, which is what the runner will see). On GPU, CUDA events time the kernel.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+MiB = 1 << 20
+
+
+def median_us(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 2) -> float:
+    """Median microseconds of one fn() call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        else:
+            begin = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - begin) * 1e6)
+    return statistics.median(times)
+
+
+def stream_gbps(device: torch.device, nbytes: int = 256 * MiB, repeats: int = 7) -> float:
+    """Read bandwidth: a sum over a buffer far larger than any cache (fp32, so the read is the whole cost)."""
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    return nbytes / median_us(lambda: x.sum(), device, repeats) / 1e3
+
+
+def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB, cols: int = 4096,
+              repeats: int = 7) -> float:
+    """Weight bytes per second of y = W x at batch 1: how fast decode can stream a layer's weights."""
+    rows = nbytes // (cols * torch.empty((), dtype=dtype).element_size())
+    w = torch.randn(rows, cols, device=device).to(dtype)
+    x = torch.randn(1, cols, device=device).to(dtype)
+    real = w.numel() * w.element_size()
+    return real / median_us(lambda: F.linear(x, w), device, repeats) / 1e3
+
+
+MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...] = MATMUL_ROWS,
+                  nbytes: int = 64 * MiB, repeats: int = 5) -> dict[str, float]:
+    """FLOP rate of y = x W^T for x of `m` rows and a weight larger than the cache, per m.
+
+    A decode step multiplies a few rows by every weight; CPU kernels for such skinny products are far
+    slower than for square ones (torch 2.13 on this VM: 2 rows take twice as long as 1), so one GEMM
+    figure cannot price both decode and prefill. The curve can."""
+    cols = 4096
+    w = torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
+    out = {}
+    for m in rows:
+        x = torch.randn(m, cols, device=device).to(dtype)
+        out[str(m)] = 2 * m * w.numel() / median_us(lambda: F.linear(x, w), device, repeats) / 1e6
+    return out
+
+
+def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
+    """FLOP rate of an n x n x n matrix product (prefill's large GEMMs)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    return 2 * n**3 / median_us(lambda: a @ b, device, repeats) / 1e6
+
+
+def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 40,
+                       layer_counts: tuple[int, int] = (1, 5)) -> tuple[float, float]:
+    """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
+
+    The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
+    the slope is what each layer's kernels cost to launch whatever the model's size (the planner's
+    layer_overhead_us), the intercept what a step costs outside the layers (embedding, head, mask,
+    sampling, Python)."""
+    from topoplan.runner.config import parse_hf_config
+    from topoplan.runner.generate import generate
+    from topoplan.runner.model import Shard, build_stage
+    from topoplan.runner.tiny import BUILTIN
+
+    times = []
+    for layers in layer_counts:
+        raw = {**BUILTIN["tiny"], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "num_hidden_layers": layers}
+        model = build_stage(parse_hf_config(raw, source="<probe>"), Shard(), device, dtype)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.05)
+        runs = []
+        for _ in range(3):
+            gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
+            runs.append(gen.decode_s / gen.decode_steps * 1e6)
+        times.append(statistics.median(runs))
+    (l0, l1), (t0, t1) = layer_counts, times
+    per_layer = max(0.0, (t1 - t0) / (l1 - l0))
+    return per_layer, max(0.0, t0 - l0 * per_layer)

@@ -1,0 +1,168 @@
+"""`topoplan validate`: for every layout that fits this machine, the planner's prediction next to what the
+runner measured, and whether the planner ranks the layouts in the measured order.
+
+On a CPU machine the layouts are CPU-process layouts: one rank with every core as threads (TP1), and
+every tp x pp x dp over one single-threaded rank per core. Each is priced by the planner on the CPU
+topology and device of the calibration's `cpu` entry (topoplan.bench.cpu), then run by the runner with
+the same batch, prompt length and new-token count. Runs are interleaved across layouts (round-robin
+over `repeats`) so a burst of load from other processes does not land on one layout only; the median of
+the repeats is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
+from topoplan.bench.launch import cpu_cores, spawn_json
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.models import ModelSpec, spec_from_config
+from topoplan.plan.calibration import load_calibration
+from topoplan.plan.cost import LayoutCost, Workload
+from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.rank import plan
+from topoplan.runner.options import RunOptions
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    threads: int  # intra-op threads per rank
+
+
+def model_spec(model: str) -> tuple[ModelSpec, str]:
+    """The planner's view of the runner's model: a built-in name or a checkpoint folder's config.json."""
+    from topoplan.runner.worker import model_folder  # writes a built-in model's folder on first use
+
+    folder = model_folder(model)
+    path = Path(folder) / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError) as error:
+        raise TopoplanError(f"cannot read the model's config: {error}", source=path) from None
+    return spec_from_config(raw, model, source=path), str(folder)
+
+
+def parse_layouts(text: str) -> list[Layout] | None:
+    """`all` -> None (every layout that fits); else layouts separated by `;` (`tp=2;pp=2;tp=1,dp=2`)."""
+    if text.strip().lower() == "all":
+        return None
+    layouts = [Layout.parse(part) for part in text.split(";") if part.strip()]
+    if not layouts:
+        raise TopoplanError(f"--layouts {text!r}: expected `all` or layouts like tp=2;pp=2;dp=2")
+    return layouts
+
+
+def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int) -> list[Candidate]:
+    """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked)."""
+    if wanted is None:
+        found = [Candidate(Layout(), cores)]
+        if cores > 1:
+            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores) if l.world == cores and batch % l.dp == 0]
+        return found
+    out = []
+    for layout in wanted:
+        if layout.world > cores:
+            raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
+        if batch % layout.dp:
+            raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
+        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
+        out.append(Candidate(layout, max(1, cores // layout.world)))
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    prefill_ms: float
+    decode_ms_per_token: float
+    reasons: list[str]
+
+
+def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
+            prompt_len: int, gen_len: int) -> Prediction:
+    """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it).
+
+    Priced twice, with the CPU device at each phase's matrix rows (topoplan.bench.cpu): a decode step
+    multiplies `batch` rows by each weight, prefill `batch x prompt_len`; the planner's own formulas
+    do the rest."""
+    layout, per_replica = cand.layout, batch // cand.layout.dp
+    cal = cpu_calibration(load_calibration(calibration_path), entry, cand.threads)
+
+    def price(rows: int) -> LayoutCost:
+        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
+        return plan(cpu_topology(layout.world), spec, device, Workload(per_replica, prompt_len, gen_len, "fp32"),
+                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
+
+    decode = price(per_replica)
+    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons)
+
+
+def prompts(batch: int, prompt_len: int) -> list[str]:
+    """Deterministic prompts of exactly prompt_len byte tokens each (the same for every layout)."""
+    return [",".join(str((7 * i + 13 * b) % 256) for i in range(prompt_len)) for b in range(batch)]
+
+
+def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: int, timeout_s: float) -> dict:
+    layout = cand.layout
+    opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, prompt_ids=prompts(batch, prompt_len),
+                      max_new_tokens=gen_len, backend="gloo", ignore_eos=True, json=True, timeout=timeout_s)
+    return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
+                      what=f"runner {layout}", timeout_s=timeout_s)["timing"]
+
+
+def _rel(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 2, prompt_len: int = 32,
+             gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0) -> dict[str, Any]:
+    """Predict and measure every candidate layout; the `--json` contract of docs/bench.md."""
+    if calibration is None:
+        raise TopoplanError("--calibration FILE is needed on CPU: run `topoplan calibrate` first (the planner has "
+                            "no built-in CPU figures)")
+    for name, value in (("batch", batch), ("prompt-len", prompt_len), ("gen-len", gen_len), ("repeats", repeats)):
+        if value < 1:
+            raise TopoplanError(f"--{name} must be at least 1, got {value}")
+    if gen_len < 2:
+        raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
+    entry = load_cpu_entry(calibration)
+    load_before = os.getloadavg()[0]
+    spec, _ = model_spec(model)
+    cores = cpu_cores()
+    candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
+    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
+    runs: list[list[dict]] = [[] for _ in candidates]
+    for _ in range(repeats):
+        for i, cand in enumerate(candidates):
+            runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
+    rows = []
+    for cand, cost, timings in zip(candidates, predicted, runs):
+        decode = statistics.median(t["decode_ms_per_token"] for t in timings)
+        prefill = statistics.median(t["prefill_ms"] for t in timings)
+        comm = statistics.median(t["comm_ms"] for t in timings)
+        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
+                     "threads_per_rank": cand.threads,
+                     "predicted_decode_ms": cost.decode_ms_per_token, "measured_decode_ms": decode,
+                     "predicted_prefill_ms": cost.prefill_ms, "measured_prefill_ms": prefill,
+                     "error": _rel(cost.decode_ms_per_token, decode),
+                     "prefill_error": _rel(cost.prefill_ms, prefill),
+                     "measured_comm_ms": comm,
+                     "measured_decode_ms_runs": [t["decode_ms_per_token"] for t in timings],
+                     "reasons": cost.reasons})
+    by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
+    by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
+    name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
+    pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
+                                        "measured_decode_ms")}
+    return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
+            "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
+            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], "rows": rows,
+            "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
+            "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
+            "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

@@ -1,0 +1,125 @@
+"""One rank of `topoplan bench`: join the job, build the groups, sweep, and (rank 0) print the JSON result.
+
+Started by `topoplan bench` through topoplan.runner.spawn (the same machinery as `topoplan run`), or by any
+launcher: `torchrun --nproc-per-node 8 -m topoplan.bench.worker --ops all_reduce --sizes 4K:256M`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.rank_env import discover_rank_env
+from topoplan.bench.collectives import Group, sweep
+from topoplan.bench.definitions import OPS, parse_ops, parse_sizes
+from topoplan.runner.dist import group_ranks, join_world
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "float8_e4m3fn": torch.float8_e4m3fn}  # fp8: can this backend move fp8 activations? (gloo: no)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m topoplan.bench.worker")
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--sizes", default="4K:64M")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    parser.add_argument("--layout", default=None, help="tp=..,pp=..,dp=..: run within the groups of --group")
+    parser.add_argument("--group", default="world", choices=["world", "tp", "pp", "dp"])
+    parser.add_argument("--timeout", type=float, default=120.0)
+    return parser.parse_args(argv)
+
+
+def build_groups(world: int, layout: Layout | None, kind: str) -> list[tuple[int, ...]]:
+    """The rank lists the collectives run in: the world, or the layout's tp/pp/dp groups (standard rank order)."""
+    if layout is None or kind == "world":
+        return [tuple(range(world))]
+    if layout.world != world:
+        raise TopoplanError(f"--layout {layout} needs {layout.world} ranks; {world} were started")
+    return [tuple(r) for r in group_ranks(layout)[kind]]
+
+
+def my_group(groups: list[tuple[int, ...]], rank: int, world: int, timeout_s: float) -> Group:
+    """This rank's group; every rank creates every group, in the same order (new_group is collective)."""
+    mine = None
+    for ranks in groups:
+        handle = None
+        if len(ranks) != world:
+            handle = dist.new_group(list(ranks), timeout=timedelta(seconds=timeout_s))
+        if rank in ranks:
+            mine = Group(ranks, handle)
+    assert mine is not None, "every rank is in exactly one group"
+    return mine
+
+
+def progress_bar(total: int, enabled: bool):
+    """A rich progress bar on stderr (rank 0; forced on when the spawner pipes it to a terminal)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    forced = os.environ.get("TOPOPLAN_PROGRESS") == "1"
+    bar = Progress(transient=True, console=Console(stderr=True, force_terminal=forced or None),
+                   disable=not (enabled and (forced or sys.stderr.isatty())))
+    return bar, bar.add_task("sweeping", total=total)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any] | None:
+    env = discover_rank_env()
+    ops = parse_ops(args.ops)
+    sizes = parse_sizes(args.sizes)
+    layout = Layout.parse(args.layout) if args.layout else None
+    backend, device = join_world(env, args.backend, args.timeout)
+    groups = build_groups(env.world_size, layout, args.group)
+    group = my_group(groups, env.rank, env.world_size, args.timeout)
+    bar, task = progress_bar(len(ops) * len(sizes), env.rank == 0)
+    with bar:
+        found, skipped = sweep(ops, sizes, group, env.rank, device, DTYPES[args.dtype], args.iters, args.warmup,
+                               on_point=lambda op, n: bar.advance(task, n))
+    if env.rank != 0:
+        return None
+    return {
+        "backend": backend, "device": device.type, "dtype": args.dtype, "world": env.world_size,
+        "group": args.group, "groups": [list(g) for g in groups], "group_size": group.size,
+        "iters": args.iters, "warmup": args.warmup, "sizes": sizes,
+        "results": [asdict(m) for m in found], "skipped": skipped,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Each rank ends with os._exit, like the runner's worker, so a dead peer cannot hold it in shutdown."""
+    code = 0
+    try:
+        result = run(parse_args(argv))
+        if result is not None:
+            print(json.dumps(result), flush=True)
+        dist.destroy_process_group()
+    except TopoplanError as error:
+        print(f"topoplan-bench: error: {error}", file=sys.stderr)
+        code = error.exit_code
+    except (RuntimeError, TimeoutError, ConnectionError) as error:
+        first = (str(error).strip().splitlines() or [""])[0]
+        print(f"topoplan-bench: failed: {type(error).__name__}: {first}", file=sys.stderr)
+        code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
