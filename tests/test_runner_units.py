@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from runner_models import hf_generate, hf_model, save_byte_model, save_hf
+from runner_models import hf_generate, hf_model, save_byte_model
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, dp_groups, pp_groups, tp_groups
 from topoplan.models import spec_from_config

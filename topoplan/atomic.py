@@ -12,6 +12,14 @@ from pathlib import Path
 from topoplan.errors import TopoplanError
 
 
+def check_folder(path: str | Path) -> Path:
+    """Refuse an output path whose folder does not exist, before any time is spent computing what goes in it."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise TopoplanError("the folder does not exist", source=path.parent)
+    return path
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -231,7 +231,7 @@ def bench_command(
     from rich.console import Console
 
     from topoplan.bench.launch import spawn_json
-    from topoplan.bench.output import check_folder, write_atomic
+    from topoplan.atomic import check_folder, write_atomic
     from topoplan.bench.plot import svg
     from topoplan.bench.render import print_bench
     from topoplan.bench.definitions import parse_ops, parse_sizes
@@ -294,7 +294,7 @@ def calibrate_command(
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.bench.calibrate import calibrate, write_calibration
-    from topoplan.bench.output import check_folder
+    from topoplan.atomic import check_folder
 
     try:
         check_folder(out)

@@ -24,7 +24,7 @@ from topoplan.bench.cpu import CPU_LINK
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import cpu_cores, spawn_json
-from topoplan.bench.output import write_atomic
+from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
@@ -136,4 +136,6 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
 
 
 def write_calibration(path: str | Path, document: dict[str, Any]) -> Path:
-    return write_atomic(path, json.dumps(document, indent=2) + "\n")
+    path = check_folder(path)
+    write_atomic(path, json.dumps(document, indent=2) + "\n")
+    return path

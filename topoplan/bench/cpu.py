@@ -30,13 +30,13 @@ The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.device import DeviceSpec
@@ -56,12 +56,7 @@ def cpu_topology(devices: int) -> Topology:
 def load_cpu_entry(path: str | Path) -> dict[str, Any]:
     """The `cpu` entry of a calibration file, checked."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TopoplanError("no such calibration file", source=path) from None
-    except json.JSONDecodeError as error:
-        raise TopoplanError(f"not valid JSON: {error.msg}", source=path, line=error.lineno) from None
+    raw = read_json(path, "a topoplan calibration file")
     entry = raw.get("cpu") if isinstance(raw, dict) else None
     if not isinstance(entry, dict):
         raise TopoplanError("no `cpu` entry: run `topoplan calibrate` on this machine to measure one", source=path)

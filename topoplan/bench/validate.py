@@ -11,7 +11,6 @@ the repeats is kept.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
 from topoplan.bench.launch import cpu_cores, spawn_json
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec, spec_from_config
 from topoplan.plan.calibration import load_calibration
@@ -42,10 +42,7 @@ def model_spec(model: str) -> tuple[ModelSpec, str]:
 
     folder = model_folder(model)
     path = Path(folder) / "config.json"
-    try:
-        raw = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError) as error:
-        raise TopoplanError(f"cannot read the model's config: {error}", source=path) from None
+    raw = read_json(path, "the model's HF config.json")
     return spec_from_config(raw, model, source=path), str(folder)
 
 
