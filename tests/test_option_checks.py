@@ -49,7 +49,27 @@ def test_run_dtype_names_match_the_ranks():
     (["--top-p", "0"], "--top-p 0: expected a probability mass in (0, 1]"),
     (["--top-p", "2"], "--top-p 2: expected"),
     (["--seed", "-1"], "--seed -1: expected 0 to 2**64-1"),
+    (["--max-new-tokens", "100000000"], "--max-new-tokens 100000000 + a 3-token prompt exceed the model's context "
+                                        "of 4096 tokens"),
+    (["--max-new-tokens", "4094"], "--max-new-tokens 4094 + a 3-token prompt exceed"),
 ])
 def test_run_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
-    err = topoplan_error(monkeypatch, capsys, "run", "--model", "tiny", "--prompt", "Hi", *args)
+    err = topoplan_error(monkeypatch, capsys, "run", "-m", "tiny", "--prompt", "Hi", *args)
     assert message in err
+
+
+def test_run_context_counts_prompt_ids(no_ranks, monkeypatch, capsys):
+    err = topoplan_error(monkeypatch, capsys, "run", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "4092")
+    assert "--max-new-tokens 4092 + a 5-token prompt exceed the model's context of 4096" in err
+
+
+def test_run_save_refuses_a_file_a_missing_folder_and_run_options(no_ranks, monkeypatch, capsys, tmp_path):
+    existing = tmp_path / "empty.txt"
+    existing.write_text("")
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(existing))
+    assert f"{existing}: exists and is not a folder" in err
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(tmp_path / "nodir" / "x"))
+    assert f"{tmp_path / 'nodir'}: the folder does not exist" in err
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(tmp_path / "x"), "--tp", "2", "--ignore-eos")
+    assert "--save writes --model's checkpoint and exits; it takes no --tp, --ignore-eos" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]  # nothing created

@@ -171,7 +171,7 @@ def launch(
 
 @app.command()
 def run(
-    model: str = typer.Option("tiny", help="Built-in model (tiny, small) or an HF checkpoint folder."),
+    model: str = typer.Option("tiny", "--model", "-m", help="Built-in model (tiny, small) or an HF checkpoint folder."),
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
@@ -184,25 +184,24 @@ def run(
     temperature: float = typer.Option(0.0, help="0 is greedy."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature)."),
     seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
-    ignore_eos: bool = typer.Option(False, help="Always generate --max-new-tokens (benchmarks)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Always generate --max-new-tokens (benchmarks)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
-    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here, then exit."),
+    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in an existing one), then exit; takes no other option."),
 ) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
-    from topoplan.runner.local import run_local
+    from topoplan.runner.local import check_save, run_local
     from topoplan.runner.options import RunOptions
 
     try:
+        opts = RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
+                          temperature, top_p, seed, ignore_eos, json_out)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint
 
-            if model not in BUILTIN:
-                raise TopoplanError(f"--save writes a built-in model; --model {model!r} is not one of {', '.join(BUILTIN)}")
-            print(save_checkpoint(save, BUILTIN[model]))
+            print(save_checkpoint(check_save(save, opts), BUILTIN[model]))
             return
-        code = run_local(RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
-                                    temperature, top_p, seed, ignore_eos, json_out))
+        code = run_local(opts)
     except TopoplanError as error:
         raise fail(error) from None
     if code:
