@@ -11,6 +11,8 @@ import pytest
 import topoplan.bench.launch
 import topoplan.runner.local
 from topoplan import cli
+from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
+from topoplan.bench.options import BENCH_DTYPES, bench_job
 from topoplan.runner.options import DTYPE_NAMES
 
 
@@ -38,6 +40,12 @@ def test_run_dtype_names_match_the_ranks():
     import topoplan.runner.dist
 
     assert DTYPE_NAMES == tuple(topoplan.runner.dist.DTYPES)
+
+
+def test_bench_dtype_names_match_the_ranks():
+    import topoplan.bench.worker
+
+    assert BENCH_DTYPES == tuple(topoplan.bench.worker.DTYPES)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -73,3 +81,24 @@ def test_run_save_refuses_a_file_a_missing_folder_and_run_options(no_ranks, monk
     err = topoplan_error(monkeypatch, capsys, "run", "--save", str(tmp_path / "x"), "--tp", "2", "--ignore-eos")
     assert "--save writes --model's checkpoint and exits; it takes no --tp, --ignore-eos" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]  # nothing created
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "mpi"], "--backend 'mpi': expected nccl or gloo"),
+    (["--dtype", "int8"], "--dtype 'int8': expected one of float32, bfloat16, float16, float8_e4m3fn"),
+    (["--timeout", "0"], "--timeout 0: expected a positive"),
+    (["--ranks", "0"], "--ranks 0: expected at least 1"),
+    (["--ranks", "100000"], f"100000 ranks: at most {max_local_ranks()} ({RANKS_PER_CPU} per usable CPU)"),
+    (["--groups", "dp"], "--groups needs --layout"),
+    (["--plot", "out.png"], "--plot 'out.png': the chart is SVG; expected a file name ending in .svg"),
+])
+def test_bench_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
+    assert message in topoplan_error(monkeypatch, capsys, "bench", *args)
+
+
+def test_bench_job_argv_and_default_group():
+    job = bench_job(ops="all_reduce", sizes="4K", ranks=None, layout="tp=2,dp=2", groups=None, backend="gloo",
+                    dtype="float32", iters=3, warmup=1, timeout=9.0, plot=None)
+    assert job.world == 4
+    assert job.argv == ["--ops", "all_reduce", "--sizes", "4K", "--iters", "3", "--warmup", "1", "--dtype", "float32",
+                        "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,dp=2", "--group", "tp"]
