@@ -11,6 +11,7 @@ import pytest
 import topoplan.bench.launch
 import topoplan.runner.local
 from topoplan import cli
+from topoplan.bench import calibrate as calibrate_module
 from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
 from topoplan.bench.options import BENCH_DTYPES, bench_job
 from topoplan.runner.options import DTYPE_NAMES
@@ -94,6 +95,28 @@ def test_run_save_refuses_a_file_a_missing_folder_and_run_options(no_ranks, monk
 ])
 def test_bench_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
     assert message in topoplan_error(monkeypatch, capsys, "bench", *args)
+
+
+def test_output_directories_are_refused_up_front(no_ranks, monkeypatch, capsys, tmp_path):
+    folder = tmp_path / "adir.svg"
+    folder.mkdir()
+    assert f"{folder}: is a directory; expected a file name" in topoplan_error(monkeypatch, capsys, "bench",
+                                                                               "--plot", str(folder))
+
+    def no_measuring(**kwargs):
+        raise AssertionError("calibrate measured before checking --out")
+
+    monkeypatch.setattr(calibrate_module, "calibrate", no_measuring)
+    assert f"{tmp_path}: is a directory" in topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root may write anywhere")
+def test_unwritable_folder_is_refused_up_front(no_ranks, monkeypatch, capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    err = topoplan_error(monkeypatch, capsys, "bench", "--plot", str(locked / "x.svg"))
+    assert f"{locked}: the folder is not writable" in err
 
 
 def test_bench_job_argv_and_default_group():
