@@ -5,6 +5,7 @@ ranks is replaced by a function that fails the test if it is ever reached."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,24 @@ def test_bench_job_argv_and_default_group():
     assert job.world == 4
     assert job.argv == ["--ops", "all_reduce", "--sizes", "4K", "--iters", "3", "--warmup", "1", "--dtype", "float32",
                         "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,dp=2", "--group", "tp"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--probe-mib", "100000000"], "--probe-mib 100000000: the probes hold 3x it"),
+    (["--topo", "missing.txt"], "missing.txt"),
+])
+def test_calibrate_refuses_before_measuring(no_ranks, monkeypatch, capsys, tmp_path, args, message):
+    monkeypatch.setattr(calibrate_module, "probe_all", lambda *a: pytest.fail("measured"))
+    err = topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path / "c.json"), *args)
+    assert message in err and not (tmp_path / "c.json").exists()
+
+
+def test_calibrate_refuses_topo_on_a_cpu_machine(no_ranks, monkeypatch, capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this check is for CPU machines")
+    topo = next((Path(__file__).parents[1] / "fixtures" / "topo").glob("*dgx*a100*.txt"))
+    monkeypatch.setattr(calibrate_module, "probe_all", lambda *a: pytest.fail("measured"))
+    err = topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path / "c.json"), "--topo", str(topo))
+    assert f"--topo {topo}: names GPU link classes, but torch sees no GPU here" in err

@@ -255,7 +255,7 @@ def calibrate_command(
     out: str = typer.Option("calibration.json", "--out", "-o", help="Calibration file to write (atomically)."),
     sizes: str = typer.Option("1K:4M", "--sizes", help="Collective sizes swept per link class."),
     iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
-    warmup: int = typer.Option(5, "--warmup", min=0),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each size."),
     dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
                               "fp32 on CPU)."),
     topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
