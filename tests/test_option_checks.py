@@ -13,8 +13,9 @@ import topoplan.bench.launch
 import topoplan.runner.local
 from topoplan import cli
 from topoplan.bench import calibrate as calibrate_module
-from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
+from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks, physical_memory_bytes
 from topoplan.bench.options import BENCH_DTYPES, bench_job
+from topoplan.bench.validate import check_sizes, model_spec
 from topoplan.runner.options import DTYPE_NAMES
 
 
@@ -147,3 +148,18 @@ def test_calibrate_refuses_topo_on_a_cpu_machine(no_ranks, monkeypatch, capsys, 
     monkeypatch.setattr(calibrate_module, "probe_all", lambda *a: pytest.fail("measured"))
     err = topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path / "c.json"), "--topo", str(topo))
     assert f"--topo {topo}: names GPU link classes, but torch sees no GPU here" in err
+
+
+def test_validate_sizes_are_bounded_before_prompts_are_built():
+    from topoplan.errors import TopoplanError
+
+    spec, folder = model_spec("tiny")
+    check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=32)  # the defaults fit
+    with pytest.raises(TopoplanError, match=r"--prompt-len 100000000 \+ --gen-len 32 exceed the model's context "
+                                             r"of 4096 tokens"):
+        check_sizes(spec, folder, batch=2, prompt_len=100_000_000, gen_len=32)
+    with pytest.raises(TopoplanError, match=r"--prompt-len 32 \+ --gen-len 5000 exceed"):
+        check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=5000)
+    huge_batch = physical_memory_bytes() // (64 * spec.kv_bytes_per_token("fp32")) + 1
+    with pytest.raises(TopoplanError, match=rf"--batch {huge_batch} x 64 tokens need a .* KV cache, more than half"):
+        check_sizes(spec, folder, batch=huge_batch, prompt_len=32, gen_len=32)
