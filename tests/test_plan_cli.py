@@ -12,6 +12,7 @@ from topoplan.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_NVL = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
+DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
 DGX1 = "fixtures/topo/07_dgx1-v100-sxm2-16gb-cubemesh-mlx5-driver440.txt"
 
 
@@ -80,6 +81,26 @@ def test_table_output_names_groups_and_reasons():
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     run = topoplan("plan", *args)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
+
+
+A100_PLAN = ("-m", "70b", "--topo", DGX_A100, "--gpu", "a100-80gb")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--tp", "0", "--tp must be >= 1, got 0"), ("--tp", "-2", "--tp must be >= 1, got -2"),
+    ("--pp", "0", "--pp must be >= 1, got 0"), ("--dp", "0", "--dp must be >= 1, got 0"),
+    ("--max-tp", "0", "--max-tp must be >= 1, got 0"), ("--max-tp", "-1", "--max-tp must be >= 1, got -1"),
+    ("--top", "-1", "--top must be >= 0 (0: all), got -1"), ("--nodes", "0", "--nodes must be >= 1, got 0"),
+    ("--batch", "0", "--batch must be >= 1, got 0"), ("--prompt-len", "0", "--prompt-len must be >= 1, got 0"),
+    ("--gen-len", "0", "--gen-len must be >= 1, got 0"),
+    ("--nic-gbps", "nan", "--nic-gbps must be a positive finite number, got nan"),
+    ("--nic-gbps", "inf", "--nic-gbps must be a positive finite number, got inf"),
+    ("--nic-gbps", "-1", "--nic-gbps must be a positive finite number, got -1.0"),
+])
+def test_counts_and_bandwidth_must_be_positive(option, value, message):
+    run = topoplan("plan", *A100_PLAN, option, value)
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
 

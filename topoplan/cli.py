@@ -113,6 +113,8 @@ def plan_command(
     from topoplan.plan.render import plan_table
 
     try:
+        if top < 0:
+            raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         result = plan_from_options(model=model, topo=topo, gpu=gpu, nodes=nodes, batch=batch, prompt_len=prompt_len,
                                    gen_len=gen_len, dtype=dtype, objective=objective, max_tp=max_tp, tp=tp, pp=pp,
                                    dp=dp, nic_gbps=nic_gbps, calibration=calibration)

@@ -5,6 +5,8 @@ Kept out of cli.py so the command stays options-and-render, and so tests can dri
 
 from __future__ import annotations
 
+import math
+
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.models import DTYPE_BYTES, find_model
@@ -23,8 +25,8 @@ def device_for(topology: Topology, nic_gbps: float | None) -> DeviceSpec:
         guess = infer_gpu_family(topology)
         hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
         raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
-    if nic_gbps is not None and nic_gbps <= 0:
-        raise TopoplanError(f"--nic-gbps must be above 0, got {nic_gbps}")
+    if nic_gbps is not None and not (math.isfinite(nic_gbps) and nic_gbps > 0):
+        raise TopoplanError(f"--nic-gbps must be a positive finite number, got {nic_gbps}")
     return DeviceSpec.from_gpu(spec, nic_gbps)
 
 

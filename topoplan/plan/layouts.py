@@ -19,6 +19,8 @@ def _divisors(n: int) -> list[int]:
 
 def check_tp(model: ModelSpec, tp: int) -> None:
     """Refuse a TP degree the model's heads cannot be split over."""
+    if tp < 1:
+        raise TopoplanError(f"tp must be >= 1, got {tp}")
     if model.heads % tp:
         raise TopoplanError(f"tp={tp} does not divide the {model.heads} attention heads of {model.name}; "
                             f"possible: {', '.join(map(str, _divisors(model.heads)))}")

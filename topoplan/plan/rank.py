@@ -45,16 +45,21 @@ def _key(objective: str, cost: LayoutCost) -> tuple:
     return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
 
 
+def check_counts(**counts: int | None) -> None:
+    """Every given count option (None: not given) is at least 1, else a one-line error naming the option."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise TopoplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced, ranked best first."""
     if objective not in OBJECTIVES:
         raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
-    for name, value in (("batch", workload.batch), ("prompt-len", workload.prompt_len),
-                        ("gen-len", workload.gen_len), ("nodes", nodes)):
-        if value < 1:
-            raise TopoplanError(f"--{name} must be at least 1, got {value}")
+    check_counts(nodes=nodes, batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
+                 max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps)
