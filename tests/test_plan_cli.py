@@ -1,6 +1,7 @@
 """`topoplan plan` end to end: the JSON contract, ranking, pricing one layout, and bad input -> one line, exit 2."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_table_output_names_groups_and_reasons():
     (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--dtype", "int3"), "unknown --dtype 'int3'"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--calibration", "nope.json"),
-     "nope.json: no such file; expected a topoplan calibration file"),
+     "nope.json: cannot read it: No such file or directory; expected a topoplan calibration file"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     run = topoplan("plan", *args)
@@ -103,6 +104,25 @@ def test_counts_and_bandwidth_must_be_positive(option, value, message):
     run = topoplan("plan", *A100_PLAN, option, value)
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_unreadable_json_inputs_are_one_line(tmp_path):
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"{\n\xff\xfe\x00garbage")
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    locked.chmod(0)
+    cases = [(("-m", str(binary)), f"{binary}:2: not UTF-8 text (byte 0xff); expected"),
+             (("-m", "70b", "--calibration", str(binary)), f"{binary}:2: not UTF-8 text (byte 0xff); expected a topoplan "
+              "calibration file"),
+             (("-m", "70b", "--calibration", str(tmp_path)), f"{tmp_path}: cannot read it: Is a directory; expected"),
+             (("-m", "70b", "--topo", str(tmp_path / "none.txt")), "none.txt: cannot read it: No such file or directory")]
+    if not os.access(locked, os.R_OK):  # root reads any file: nothing to refuse then
+        cases.append((("-m", "70b", "--calibration", str(locked)), f"{locked}: cannot read it: Permission denied"))
+    for args, message in cases:
+        run = topoplan("plan", *args, *(("--topo", DGX_A100) if "--topo" not in args else ()), "--gpu", "a100-80gb")
+        assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
 
 
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
