@@ -99,3 +99,9 @@ def test_planner_counts_the_weights_the_runner_writes():
     layer = 3 * 128 * 128 + 3 * 128 * 384 + 2 * 128  # q, k+v (4 of 8 heads), o; SwiGLU; two norms
     by_hand = 2 * 264 * 128 + 4 * layer + 128  # embedding and untied head; 4 layers; final norm
     assert find_model("tiny").params == sum(t.numel() for t in tensors.values()) == by_hand == 855_168
+
+
+def test_max_context_comes_from_max_position_embeddings():
+    assert find_model("70b").max_context == 131072 and find_model("Llama-2-7B").max_context == 4096
+    assert find_model("dsv3").max_context == 163840
+    assert find_model("tiny").max_context == 0  # no max_position_embeddings: unknown, not checked

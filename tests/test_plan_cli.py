@@ -125,6 +125,19 @@ def test_unreadable_json_inputs_are_one_line(tmp_path):
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
 
 
+def test_context_beyond_the_model_is_refused(tmp_path):
+    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000000000")
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceeds the 131072-token context of "
+            "Llama-3.1-70B (max_position_embeddings)") in run.stderr
+    assert topoplan("plan", *A100_PLAN, "--prompt-len", "130944", "--top", "1").returncode == 0  # exactly 131072
+    config = tmp_path / "config.json"  # a config without max_position_embeddings: nothing to check against
+    config.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                                  "intermediate_size": 512, "vocab_size": 1000}))
+    run = topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--prompt-len", "200000")
+    assert run.returncode == 0, run.stderr
+
+
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))

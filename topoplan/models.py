@@ -45,6 +45,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    max_context: int = 0  # max_position_embeddings: prompt + generated tokens it was trained for (0: unknown)
 
     @property
     def is_mla(self) -> bool:
@@ -152,8 +153,9 @@ class ModelSpec:
 
 
 # Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).
-_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False}
-_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False}
+_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096}
+_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 8192}
+_LLAMA31 = {**_LLAMA3, "max_position_embeddings": 131072}
 CATALOG: dict[str, dict[str, Any]] = {
     "Llama-2-7B": {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "num_key_value_heads": 32},
@@ -165,20 +167,23 @@ CATALOG: dict[str, dict[str, Any]] = {
                    "num_attention_heads": 32, "num_key_value_heads": 8},
     "Llama-3-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8},
-    "Llama-3.1-8B": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "Llama-3.1-8B": {**_LLAMA31, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                      "num_attention_heads": 32, "num_key_value_heads": 8},
-    "Llama-3.1-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+    "Llama-3.1-70B": {**_LLAMA31, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                       "num_attention_heads": 64, "num_key_value_heads": 8},
-    "Llama-3.1-405B": {**_LLAMA3, "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
+    "Llama-3.1-405B": {**_LLAMA31, "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
                        "num_attention_heads": 128, "num_key_value_heads": 8},
     "Mixtral-8x7B": {"model_type": "mixtral", "vocab_size": 32000, "tie_word_embeddings": False,
-                     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "max_position_embeddings": 32768, "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_hidden_layers": 32,
                      "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
                      "num_experts_per_tok": 2},
     "Qwen2.5-72B": {"model_type": "qwen2", "vocab_size": 152064, "tie_word_embeddings": False,
+                    "max_position_embeddings": 32768,
                     "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8},
     "DeepSeek-V3": {"model_type": "deepseek_v3", "vocab_size": 129280, "tie_word_embeddings": False,
+                    "max_position_embeddings": 163840,
                     "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                     "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
@@ -239,6 +244,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         qk_nope_head_dim=need("qk_nope_head_dim") if kv_lora else 0,
         qk_rope_head_dim=need("qk_rope_head_dim") if kv_lora else 0,
         v_head_dim=need("v_head_dim") if kv_lora else 0,
+        max_context=need("max_position_embeddings") if "max_position_embeddings" in raw else 0,
     )
     if spec.heads % spec.kv_heads:
         raise TopoplanError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "

@@ -60,6 +60,11 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
         raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
     check_counts(nodes=nodes, batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
                  max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    context = workload.prompt_len + workload.gen_len
+    if model.max_context and context > model.max_context:
+        raise TopoplanError(f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} = {context} tokens "
+                            f"exceeds the {model.max_context}-token context of {model.name} "
+                            "(max_position_embeddings)")
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps)
