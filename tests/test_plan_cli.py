@@ -138,6 +138,17 @@ def test_context_beyond_the_model_is_refused(tmp_path):
     assert run.returncode == 0, run.stderr
 
 
+def test_nothing_fits_prints_the_rows_then_fails():
+    message = ("no layout of Llama-3.1-405B fits in GPU memory on 1 node(s) x 8 GPUs; closest: tp=8,pp=1,dp=1 does "
+               "not fit: needs 101.5 GB/GPU, 72.0 usable")
+    table = topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb")
+    assert table.returncode == 2 and message in table.stderr and table.stderr.count("\n") == 1
+    assert "tp8 pp1 dp1" in table.stdout  # the rows show how far off each layout is
+    as_json = topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb", "--json")
+    assert as_json.returncode == 2 and message in as_json.stderr
+    assert not any(entry["fits"] for entry in json.loads(as_json.stdout)["layouts"])
+
+
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))

@@ -109,7 +109,7 @@ def plan_command(
     from rich.console import Console
 
     from topoplan.plan.frontend import plan_from_options
-    from topoplan.plan.rank import plan_json
+    from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
 
     try:
@@ -124,6 +124,8 @@ def plan_command(
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
         Console().print(plan_table(result, top or None))
+    if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
+        raise fail(error)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

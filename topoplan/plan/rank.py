@@ -77,6 +77,18 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     return Plan(model, device, topology, nodes, workload, objective, calibration, ranked)
 
 
+def nothing_fits(result: Plan) -> TopoplanError | None:
+    """The error for a plan none of whose layouts fits in memory, naming the closest one; None when one fits.
+
+    The command still prints the table (or JSON) first, to show how far off each layout is, then exits 2.
+    """
+    if not result.layouts or any(entry.cost.fits for entry in result.layouts):
+        return None
+    closest = min(result.layouts, key=lambda entry: entry.cost.memory_per_gpu).cost
+    return TopoplanError(f"no layout of {result.model.name} fits in GPU memory on {result.nodes} node(s) x "
+                         f"{len(result.topology.gpus)} GPUs; closest: {closest.layout} {closest.reasons[0]}")
+
+
 def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
     c, layout = entry.cost, entry.cost.layout
     placements = expand(layout, nodes, entry.order)
