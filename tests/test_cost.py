@@ -25,7 +25,7 @@ def priced(topo_path, gpu, model, work, calibration=None, nodes=1, **fixed):
     topo = read_topology(topo_path).with_arch(spec.arch, spec.key)
     result = plan(topo, find_model(model), DeviceSpec.from_gpu(spec), work, calibration=calibration, nodes=nodes,
                   **fixed)
-    return {entry.cost.layout: entry.cost for entry in result.layouts}
+    return {entry.cost.layout: entry.cost for entry in result.layouts + result.hidden}  # priced, shown or not
 
 
 def test_memory_fit_and_max_batch_by_hand():

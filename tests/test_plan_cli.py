@@ -149,6 +149,24 @@ def test_nothing_fits_prints_the_rows_then_fails():
     assert not any(entry["fits"] for entry in json.loads(as_json.stdout)["layouts"])
 
 
+def test_partial_machine_layouts_that_add_nothing_are_hidden():
+    out = json.loads(topoplan("plan", *A100_PLAN, "--json", "--top", "0").stdout)
+    shown = [(e["tp"], e["pp"], e["dp"]) for e in out["layouts"]]
+    assert shown[:3] == [(8, 1, 1), (4, 1, 2), (4, 2, 1)]  # tp4 dp1 (identical numbers to tp4 dp2) is hidden
+    assert len({(tp, pp) for tp, pp, _ in shown}) == len(shown)  # no (tp, pp) twice
+    hidden = {(e["tp"], e["pp"], e["dp"]): e for e in out["hidden"]}
+    assert {(4, 1, 1), (2, 1, 3), (2, 1, 2), (2, 1, 1)} <= set(hidden)
+    assert hidden[(2, 1, 1)]["dominated_by"] == "tp=2,pp=1,dp=4" and "dominated_by" not in out["layouts"][0]
+    for (tp, pp, dp), entry in hidden.items():
+        better = next(e for e in out["layouts"] if f"tp={e['tp']},pp={e['pp']},dp={e['dp']}" == entry["dominated_by"])
+        assert (better["tp"], better["pp"]) == (tp, pp) and better["dp"] > dp
+        assert better["request_ms"] <= entry["request_ms"] and better["tokens_per_s"] > entry["tokens_per_s"]
+    table = topoplan("plan", *A100_PLAN, "--top", "8")
+    assert f"{len(hidden)} layout(s) hidden: a layout with the same tp and pp but more DP replicas" in table.stdout
+    fixed = json.loads(topoplan("plan", *A100_PLAN, "--json", "--dp", "1", "--top", "0").stdout)
+    assert fixed["hidden"] == [] and (4, 1, 1) in [(e["tp"], e["pp"], e["dp"]) for e in fixed["layouts"]]
+
+
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))

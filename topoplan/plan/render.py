@@ -28,7 +28,10 @@ def plan_table(result: Plan, top: int | None) -> Table:
     w = result.workload
     title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
              f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective}")
-    table = Table(title=title, title_justify="left")
+    hidden = len(result.hidden)
+    caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
+               "(--json lists them under \"hidden\")" if hidden else None)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for name in ("#", "layout", "fits", "GB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     table.add_column("GPU groups" + (" (per node)" if result.nodes > 1 else ""), overflow="fold")
