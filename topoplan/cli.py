@@ -79,8 +79,8 @@ def inspect(
 
 @app.command("plan")
 def plan_command(
-    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}) or a path to a HF "
-                              "config.json."),
+    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
+                              "folder or its config.json."),
     topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
                              "through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "

@@ -253,8 +253,11 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
 
 
 def find_model(name: str) -> ModelSpec:
-    """A catalog model by name or alias (case-insensitive), or a path to a HF config.json."""
+    """A catalog model by name or alias (case-insensitive), a path to a HF config.json, or a HF checkpoint folder
+    (its config.json), as `run --model` takes."""
     path = Path(name)
+    if path.is_dir():
+        return load_config(path / "config.json")
     if name.endswith(".json") or path.is_file():
         return load_config(path)
     by_lower = {k.lower(): k for k in CATALOG} | {k.lower(): v for k, v in ALIASES.items()}
@@ -263,7 +266,7 @@ def find_model(name: str) -> ModelSpec:
         close = difflib.get_close_matches(name.lower(), list(by_lower), n=4, cutoff=0.4)
         names = dict.fromkeys(by_lower[c] for c in close)
         hint = f"; close: {', '.join(names)}" if names else f"; known: {', '.join(CATALOG)}"
-        raise TopoplanError(f"unknown model {name!r}{hint} (or pass a path to a config.json)")
+        raise TopoplanError(f"unknown model {name!r}{hint} (or pass a HF checkpoint folder or its config.json)")
     return spec_from_config(CATALOG[key], key, source=f"catalog:{key}")
 
 
@@ -272,5 +275,5 @@ def load_config(path: Path) -> ModelSpec:
     raw = read_json(path, "a HF config.json")
     if not isinstance(raw, dict):
         raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
-    name = raw.get("_name_or_path") or path.parent.name or path.stem
+    name = raw.get("_name_or_path") or path.resolve().parent.name or path.stem
     return spec_from_config(raw, str(name), source=path)
