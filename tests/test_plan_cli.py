@@ -167,6 +167,17 @@ def test_partial_machine_layouts_that_add_nothing_are_hidden():
     assert fixed["hidden"] == [] and (4, 1, 1) in [(e["tp"], e["pp"], e["dp"]) for e in fixed["layouts"]]
 
 
+def test_table_is_readable_at_80_columns():
+    result = CliRunner().invoke(app, ["plan", *A100_PLAN, "--top", "8"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.split()[:7] == ["1", "tp8", "pp1", "dp1", "yes", "17.7", "65.7"] for line in lines if line.strip())
+    # each row's GPU groups unbroken and its reason under the table, numbered as the rows
+    assert "#1 [0,1,2,3,4,5,6,7]: TP8 on NVLink: ring bottleneck 192 GB/s" in result.stdout
+    assert "#4 [0,1] | [2,3] | [4,5] | [6,7]: TP2 on NVLink" in result.stdout
+
+
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))

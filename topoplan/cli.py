@@ -123,7 +123,8 @@ def plan_command(
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
-        Console().print(plan_table(result, top or None))
+        console = Console()
+        console.print(plan_table(result, top or None, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
 
