@@ -141,12 +141,20 @@ class ModelSpec:
         """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
         return self.kv_elements_per_token_layer(tp) * self.layers * DTYPE_BYTES[dtype]
 
+    def matmul_params(self, dense_layers: int, moe_layers: int, experts: float) -> float:
+        """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use
+        per MoE layer (dense layers: without their norms). The planner's cost model prices stages with this."""
+        moe = self.moe_layer_active_params(experts) if moe_layers else 0.0
+        return dense_layers * (self.dense_layer_params - 2 * self.hidden) + moe_layers * moe
+
+    def attention_flops(self, layers: int, queries: float, context: float) -> float:
+        """QK^T and AV FLOPs in `layers` layers for `queries` tokens each attending to `context` keys."""
+        return 2.0 * layers * self.heads * (self.qk_dim + self.v_dim) * queries * context
+
     def flops_per_token(self, context: int) -> float:
         """Forward FLOPs for one token attending to `context` earlier tokens: 2 x active weights + attention."""
-        dense = self.layers - self.moe_layers
-        matmul = (dense * (self.dense_layer_params - 2 * self.hidden)
-                  + self.moe_layers * self.moe_layer_active_params(self.experts_per_token) + self.head_params)
-        return 2.0 * matmul + 2.0 * self.layers * self.heads * (self.qk_dim + self.v_dim) * context
+        matmul = self.matmul_params(self.layers - self.moe_layers, self.moe_layers, self.experts_per_token)
+        return 2.0 * (matmul + self.head_params) + self.attention_flops(self.layers, 1, context)
 
     def weight_bytes(self, dtype: str) -> int:
         return self.params * DTYPE_BYTES[dtype]
