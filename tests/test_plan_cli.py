@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from topoplan.cli import app
+from topoplan.errors import TopoplanError
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_NVL = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
@@ -72,7 +73,7 @@ def test_table_output_names_groups_and_reasons():
 
 @pytest.mark.parametrize("args, message", [
     (("-m", "lama-70b", "--topo", H100_NVL, "--gpu", "h100-nvl"), "unknown model 'lama-70b'; close: "),
-    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"), "tp=3 does not divide the 64 attention heads"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"), "Llama-3.1-70B: num_attention_heads=64 is not divisible by tp=3;"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "8", "--dp", "2"),
      "tp=8 x pp=1 x dp=2 needs 16 GPUs; 1 node(s) x 8 GPUs have 8"),
     (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
@@ -176,6 +177,25 @@ def test_table_is_readable_at_80_columns():
     # each row's GPU groups unbroken and its reason under the table, numbered as the rows
     assert "#1 [0,1,2,3,4,5,6,7]: TP8 on NVLink: ring bottleneck 192 GB/s" in result.stdout
     assert "#4 [0,1] | [2,3] | [4,5] | [6,7]: TP2 on NVLink" in result.stdout
+
+
+def test_planner_and_runner_share_the_tp_rule(tmp_path):
+    """An MLP width tp cannot split: the planner never proposes that tp, and the runner refuses it the same way."""
+    from topoplan.runner.config import check_tp, parse_hf_config
+
+    raw = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 8,
+           "num_hidden_layers": 2, "intermediate_size": 300, "vocab_size": 1000}  # 300 = 4 x 75: tp 8 cannot split
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(raw))
+    out = json.loads(topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--json",
+                              "--top", "0").stdout)
+    assert {e["tp"] for e in out["layouts"] + out["hidden"]} == {1, 2, 4}
+    run = topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--tp", "8")
+    assert run.returncode == 2 and "intermediate_size=300 is not divisible by tp=8; possible tp: 1, 2, 4" in run.stderr
+    with pytest.raises(TopoplanError, match="intermediate_size=300 is not divisible by tp=8"):
+        check_tp(parse_hf_config(raw), 8)
+    with pytest.raises(TopoplanError, match="vocab_size=1000 is not divisible by tp=16"):  # the runner pads nothing
+        check_tp(parse_hf_config({**raw, "num_attention_heads": 16, "intermediate_size": 320}), 16)
 
 
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
