@@ -198,6 +198,30 @@ def test_planner_and_runner_share_the_tp_rule(tmp_path):
         check_tp(parse_hf_config({**raw, "num_attention_heads": 16, "intermediate_size": 320}), 16)
 
 
+def test_misleading_inputs_are_warned_on_stderr(tmp_path):
+    recording = "fixtures/nvml/hgx-h100-8gpu-nvswitch.json"
+    run = topoplan("plan", "-m", "70b", "--topo", recording, "--gpu", "a100-80gb", "--json", "--top", "1")
+    warning = "--gpu a100-80gb (a100-sxm4-80gb) overrides the h100-sxm the source named"
+    assert run.returncode == 0 and f"topoplan: warning: {warning}\n" == run.stderr
+    assert json.loads(run.stdout)["warnings"] == [warning]
+    assert topoplan("plan", "-m", "70b", "--topo", recording, "--top", "1").stderr == ""  # no --gpu: nothing
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"version": 1, "flop_efficiency": 1.0, "cpu": {"cores": 2}}))
+    run = topoplan("plan", *A100_PLAN, "--top", "1", "--calibration", str(cpu))
+    assert run.returncode == 0 and run.stderr == (f"topoplan: warning: {cpu} was measured on a CPU (it has a `cpu` "
+                                                  "entry): its efficiencies and link constants describe that CPU, "
+                                                  "not this plan's a100-sxm4-80gb\n")
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    run = topoplan("plan", *A100_PLAN, "--json", "--top", "1", "--calibration", str(empty))
+    assert run.returncode == 0 and run.stderr == f"topoplan: warning: {empty} sets no constant: the defaults apply\n"
+    default = topoplan("plan", *A100_PLAN, "--json", "--top", "1")
+    assert json.loads(run.stdout)["layouts"] == json.loads(default.stdout)["layouts"]
+    gpu = tmp_path / "gpu.json"  # what `calibrate` writes on a GPU machine: accepted, no warning
+    gpu.write_text(json.dumps({"version": 1, "flop_efficiency": 0.6, "gpu": {"name": "NVIDIA A100-SXM4-80GB"}}))
+    assert topoplan("plan", *A100_PLAN, "--top", "1", "--calibration", str(gpu)).stderr == ""
+
+
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))

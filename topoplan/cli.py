@@ -120,6 +120,8 @@ def plan_command(
                                    dp=dp, nic_gbps=nic_gbps, calibration=calibration)
     except TopoplanError as error:
         raise fail(error) from None
+    for warning in result.warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:

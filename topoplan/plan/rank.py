@@ -41,6 +41,7 @@ class Plan:
     calibration: Calibration
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
+    warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
 
 
 def _key(objective: str, cost: LayoutCost) -> tuple:
@@ -143,6 +144,7 @@ def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
         "workload": asdict(result.workload),
         "objective": result.objective,
         "calibration": result.calibration.source,
+        "warnings": list(result.warnings),
         "layouts": [layout_json(entry, result.nodes) for entry in layouts],
         "hidden": [layout_json(entry, result.nodes) for entry in (result.hidden[:top] if top else result.hidden)],
     }
