@@ -73,7 +73,8 @@ def test_table_output_names_groups_and_reasons():
 
 @pytest.mark.parametrize("args, message", [
     (("-m", "lama-70b", "--topo", H100_NVL, "--gpu", "h100-nvl"), "unknown model 'lama-70b'; close: "),
-    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"), "Llama-3.1-70B: num_attention_heads=64 is not divisible by tp=3;"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"),
+     "Llama-3.1-70B: num_attention_heads=64 is not divisible by tp=3;"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "8", "--dp", "2"),
      "tp=8 x pp=1 x dp=2 needs 16 GPUs; 1 node(s) x 8 GPUs have 8"),
     (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
@@ -114,10 +115,11 @@ def test_unreadable_json_inputs_are_one_line(tmp_path):
     locked.write_text("{}")
     locked.chmod(0)
     cases = [(("-m", str(binary)), f"{binary}:2: not UTF-8 text (byte 0xff); expected"),
-             (("-m", "70b", "--calibration", str(binary)), f"{binary}:2: not UTF-8 text (byte 0xff); expected a topoplan "
-              "calibration file"),
+             (("-m", "70b", "--calibration", str(binary)),
+              f"{binary}:2: not UTF-8 text (byte 0xff); expected a topoplan calibration file"),
              (("-m", "70b", "--calibration", str(tmp_path)), f"{tmp_path}: cannot read it: Is a directory; expected"),
-             (("-m", "70b", "--topo", str(tmp_path / "none.txt")), "none.txt: cannot read it: No such file or directory")]
+             (("-m", "70b", "--topo", str(tmp_path / "none.txt")),
+              "none.txt: cannot read it: No such file or directory")]
     if not os.access(locked, os.R_OK):  # root reads any file: nothing to refuse then
         cases.append((("-m", "70b", "--calibration", str(locked)), f"{locked}: cannot read it: Permission denied"))
     for args, message in cases:

@@ -3,8 +3,9 @@
 tp must divide the attention heads (and, for GQA, either divide the KV heads or be a multiple of them, so
 KV heads replicate evenly) and the MLP widths (column-parallel GEMMs split evenly; vLLM and Megatron
 require the same). The vocabulary is not checked here: vLLM pads it to a multiple of tp; the bundled
-runner does not, so it adds vocab_size to the same check (`tp_problems`). pp at most the layer count (uneven splits are priced); groups must tile the
-nodes. Fewer GPUs than present are allowed: a node may run k <= gpus_per_node ranks.
+runner does not, so it adds vocab_size to the same check (`tp_problems`). pp at most the layer count
+(uneven splits are priced); groups must tile the nodes. Fewer GPUs than present are allowed: a node may
+run k <= gpus_per_node ranks.
 """
 
 from __future__ import annotations
