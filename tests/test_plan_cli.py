@@ -170,6 +170,15 @@ def test_partial_machine_layouts_that_add_nothing_are_hidden():
     assert fixed["hidden"] == [] and (4, 1, 1) in [(e["tp"], e["pp"], e["dp"]) for e in fixed["layouts"]]
 
 
+def test_a_node_spanning_tp_group_on_part_of_the_nodes_is_hidden():
+    """405B on 4 nodes: tp8 pp2 dp1 (4 GPUs a node, TP across nodes) loses to tp8 pp2 dp2 (TP inside a node)."""
+    out = json.loads(topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb", "--nodes", "4",
+                              "--json", "--top", "0").stdout)
+    spanning = next(e for e in out["hidden"] if (e["tp"], e["pp"], e["dp"]) == (8, 2, 1))
+    assert spanning["dominated_by"] == "tp=8,pp=2,dp=2" and spanning["reasons"][0].startswith("TP8 spans nodes")
+    assert (8, 2, 2) in [(e["tp"], e["pp"], e["dp"]) for e in out["layouts"]]
+
+
 def test_table_is_readable_at_80_columns():
     result = CliRunner().invoke(app, ["plan", *A100_PLAN, "--top", "8"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.stderr
