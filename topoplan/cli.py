@@ -82,8 +82,8 @@ def inspect(
 
 @app.command("plan")
 def plan_command(
-    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}) or a path to a HF "
-                              "config.json."),
+    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
+                              "folder or its config.json."),
     topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
                              "through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
@@ -112,19 +112,26 @@ def plan_command(
     from rich.console import Console
 
     from topoplan.plan.frontend import plan_from_options
-    from topoplan.plan.rank import plan_json
+    from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
 
     try:
+        if top < 0:
+            raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         result = plan_from_options(model=model, topo=topo, gpu=gpu, nodes=nodes, batch=batch, prompt_len=prompt_len,
                                    gen_len=gen_len, dtype=dtype, objective=objective, max_tp=max_tp, tp=tp, pp=pp,
                                    dp=dp, nic_gbps=nic_gbps, calibration=calibration)
     except TopoplanError as error:
         raise fail(error) from None
+    for warning in result.warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
-        Console().print(plan_table(result, top or None))
+        console = Console()
+        console.print(plan_table(result, top or None, console.width))
+    if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
+        raise fail(error)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
