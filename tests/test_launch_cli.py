@@ -26,12 +26,14 @@ def launch(*args: str):
 
 @pytest.mark.parametrize("fmt", ["torchrun", "mpirun", "srun", "sbatch", "shell", "json"])
 def test_every_format_renders(fmt):
-    result = launch("--topo", DGX, "--layout", "tp=4,pp=2", "--model", "70b", "--format", fmt)
+    result = launch("--topo", DGX, "--layout", "tp=4,pp=2", "--model", "70b", "--checkpoint", "/m/llama 70b",
+                    "--format", fmt)
     assert result.exit_code == 0, result.output
     if fmt == "json":
         data = json.loads(result.stdout)
         assert [r["rank"] for r in data["ranks"]] == list(range(8)) and len(data["commands"]) == 9
-        assert data["ranks"][0]["command"][-8:] == ["--model", "70b", "--tp", "4", "--pp", "2", "--dp", "1"]
+        assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
+                                                     "--prompt-ids", "1,2,3"]
     else:  # the whole text is valid shell: every word quoted
         assert shlex.split(result.stdout, comments=True)
 
@@ -114,7 +116,8 @@ def test_rank_launches_the_plans_row():
     assert plan.exit_code == 0, plan.output
     rows = json.loads(plan.stdout)["layouts"]
     for n in (1, 2):
-        result = launch("--topo", DGX, "--model", "70b", "--gpu", "a100", "--rank", str(n), "--format", "json")
+        result = launch("--topo", DGX, "--model", "70b", "--gpu", "a100", "--rank", str(n), "--format", "json", "--",
+                        "my-server")
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         row = rows[n - 1]
@@ -140,3 +143,35 @@ def test_p2p_matrix_is_read():
     assert result.exit_code == 0, result.output
     ranks = json.loads(result.stdout)["ranks"]
     assert [r["cpus"] for r in ranks] == [[4, 6, 9], [15, 17]] and "NCCL_P2P_LEVEL" not in ranks[0]["env"]
+
+
+@pytest.mark.parametrize("args, model", [
+    ([], "tiny"), (["--model", "small"], "small"), (["--model", "70b", "--checkpoint", "/ckpt/70b"], "/ckpt/70b"),
+])
+def test_default_command_gets_a_loadable_model_and_a_prompt(args, model):
+    result = launch("--topo", DGX, "--layout", "tp=2", *args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    command = json.loads(result.stdout)["ranks"][0]["command"]
+    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", "--model", model, "--tp", "2",
+                                                  "--pp", "1", "--dp", "1", "--prompt-ids", "1,2,3"]
+
+
+def test_prompts_are_forwarded_to_the_runner():
+    result = launch("--topo", DGX, "--layout", "tp=2", "--model", "tiny", "--prompt", "Hello there", "--prompt", "x",
+                    "--prompt-ids", "4,5", "--format", "json")
+    assert result.exit_code == 0, result.output
+    command = json.loads(result.stdout)["ranks"][0]["command"]
+    assert command[-6:] == ["--prompt", "Hello there", "--prompt", "x", "--prompt-ids", "4,5"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "70b"], "--model '70b' is a planner model: pass --checkpoint DIR, or your own command after --"),
+    (["--model", "tiny", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated token ids"),
+    (["--checkpoint", " "], "--checkpoint: expected a folder"),
+])
+def test_default_command_refuses_what_the_runner_cannot_run(args, message, tmp_path):
+    out = tmp_path / "launch.sh"
+    result = launch("--topo", DGX, "--layout", "tp=2", *args, "-o", str(out))
+    assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
+        result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []

@@ -135,6 +135,12 @@ def launch(
     rank: int = typer.Option(None, "--rank", help="launch the N-th layout of `topoplan plan` (1 = best) for the "
                              "same --model/--topo/--gpu/--nodes/--objective"),
     model: str = typer.Option(None, "--model", help="model for the plan (--rank) and the default runner command"),
+    checkpoint: str = typer.Option(None, "--checkpoint", help="HF checkpoint folder (on the launch hosts) the default "
+                                   "runner command loads; needed unless --model is a runner built-in (tiny, small)"),
+    prompt: list[str] = typer.Option([], "--prompt", help="prompt text for the default runner command (repeat for a "
+                                     "batch)"),
+    prompt_ids: list[str] = typer.Option([], "--prompt-ids", help="prompt token ids for the default runner command, "
+                                         "e.g. 1,2,3 (repeat for a batch); default without --prompt: 1,2,3"),
     gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text)"),
     objective: str = typer.Option("latency", "--objective", help="plan objective for --rank: latency | throughput"),
     nodes: int = typer.Option(1, "--nodes", help="identical nodes to spread the layout over"),
@@ -157,7 +163,7 @@ def launch(
     try:
         spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
                            nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
-                           this_machine=this_machine)
+                           this_machine=this_machine, checkpoint=checkpoint, prompts=prompt, prompt_ids=prompt_ids)
         text = render(spec, fmt)
     except TopoplanError as error:
         raise fail(error) from None
