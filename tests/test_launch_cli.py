@@ -175,3 +175,18 @@ def test_default_command_refuses_what_the_runner_cannot_run(args, message, tmp_p
     assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
         result.output
     assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objective", "bogus"], "--objective 'bogus': expected one of latency, throughput"),
+    (["--gpu", "nosuch"], "unknown GPU 'nosuch'"),
+    (["--model", "nosuch", "--", "x"], "unknown model 'nosuch'"),
+    (["--model", "70b", "--", "x"], "tp=3 does not divide the 64 attention heads"),
+])
+def test_plan_options_are_checked_with_layout(args, message, tmp_path):
+    out = tmp_path / "launch.sh"
+    layout = "tp=3" if "70b" in args else "tp=2"
+    result = launch("--topo", DGX, "--layout", layout, *args, "-o", str(out))
+    assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
+        result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []

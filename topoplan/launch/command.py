@@ -69,6 +69,24 @@ def check_choice(layout: str | None, rank: int | None) -> None:
         raise TopoplanError("choose a layout: --layout tp=N,pp=N,dp=N, or --rank N (the N-th row of `topoplan plan`)")
 
 
+def check_plan_options(layout: Layout | None, model: str | None, gpu: str | None, objective: str) -> None:
+    """Check the planner's options even where --layout makes the plan unneeded: a typo is refused, not ignored,
+    and a fixed layout's TP degree must split the model's heads as the planner requires."""
+    from topoplan.hardware import find_gpu
+    from topoplan.models import find_model
+    from topoplan.plan.layouts import check_tp
+    from topoplan.plan.rank import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        raise TopoplanError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    if gpu is not None:
+        find_gpu(gpu)
+    if model is not None:
+        spec = find_model(model)
+        if layout is not None:
+            check_tp(spec, layout.tp)
+
+
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
     """The `topo -m` paste or NVML recording (with `-p2p` statuses), or this machine (NVML, then nvidia-smi)."""
     from topoplan.topology.sources import load_topology
@@ -112,9 +130,11 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
         raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
     if hosts is not None and len(hosts) < nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s) but --nodes is {nodes}: give one host per node")
+    fixed = Layout.parse(layout) if layout is not None else None
+    check_plan_options(fixed, model, gpu, objective)
     topology = read_launch_topology(topo, p2p)
-    if layout is not None:
-        chosen = Layout.parse(layout)
+    if fixed is not None:
+        chosen = fixed
         if chosen.world > nodes * len(topology.gpus):
             raise TopoplanError(f"layout {chosen} needs {chosen.world} GPUs, but {nodes} node(s) of this topology "
                                 f"have {nodes * len(topology.gpus)} ({len(topology.gpus)} per node); add --nodes or "
