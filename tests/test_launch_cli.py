@@ -71,6 +71,7 @@ def small_affinity_paste(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--topo", DGX, "--layout", "tp=8,pp=2"], "needs 16 GPUs, but 1 node(s) of this topology have 8"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--hosts", "a"], "names 1 host(s) but --nodes is 2"),
+    (["--topo", DGX, "--layout", "tp=2", "--hosts", "a,b,c"], "names 3 host(s) but --nodes is 1"),
     (["--topo", DGX, "--layout", "tp=8", "--rank", "1"], "--layout and --rank both choose the layout"),
     (["--topo", DGX], "choose a layout"),
     (["--topo", DGX, "--layout", "tp=2", "--format", "pbs"], "--format 'pbs': expected one of"),

@@ -228,3 +228,10 @@ def test_rendezvous_is_where_rank_0_runs_and_no_node_is_empty():
     assert spec.master_addr == "b" and spec.ranks[3].env_dict()["MASTER_ADDR"] == "b"
     with pytest.raises(TopoplanError, match="node 2 runs no rank"):
         build_spec(topo, layout, flipped, command=CMD, nodes=3, hosts=["a", "b", "c"])
+
+
+def test_extra_hosts_are_refused():
+    topo = expected_topology(DGX_A100)
+    layout = Layout(tp=2)
+    with pytest.raises(TopoplanError, match="names 3 host\\(s\\), but the plan uses 1 node"):
+        build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), command=CMD, hosts=["a", "b", "c"])

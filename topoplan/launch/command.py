@@ -128,7 +128,7 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
     check_choice(layout, rank)
     if nodes < 1:
         raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
-    if hosts is not None and len(hosts) < nodes:
+    if hosts is not None and len(hosts) != nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s) but --nodes is {nodes}: give one host per node")
     fixed = Layout.parse(layout) if layout is not None else None
     check_plan_options(fixed, model, gpu, objective)
