@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from launch_support import DGX_A100, FIXTURES, block_placements, expected_topology
 from topoplan.cli import app
 from topoplan.errors import TopoplanError
+from topoplan.launch.binding import CpuFacts
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
@@ -190,4 +191,14 @@ def test_plan_options_are_checked_with_layout(args, message, tmp_path):
     result = launch("--topo", DGX, "--layout", layout, *args, "-o", str(out))
     assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
         result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_this_machine_refuses_a_paste_from_another_machine(tmp_path):
+    online = CpuFacts.read_sysfs().online
+    if online is not None and set(range(256)) <= set(online):
+        pytest.skip("this machine has every CPU of the DGX paste online")
+    out = tmp_path / "launch.sh"
+    result = launch("--topo", DGX, "--layout", "tp=2", "--this-machine", "-o", str(out))
+    assert result.exit_code == 2 and "which are not online on this machine" in result.stderr, result.output
     assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []

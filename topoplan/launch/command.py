@@ -144,6 +144,8 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
         chosen, placements = planned_placement(topo=topo, model=model, gpu=gpu, nodes=nodes, objective=objective,
                                                rank=rank)  # type: ignore[arg-type]
     facts = CpuFacts.read_sysfs() if this_machine or topo is None else None
+    if facts is not None:
+        facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
     return build_spec(topology, chosen, placements, command=command or runner_command(chosen, model, checkpoint, prompts, prompt_ids), nodes=nodes,
                       hosts=hosts, master_port=port, facts=facts)
 
