@@ -32,7 +32,9 @@ def test_every_format_renders(fmt):
     assert result.exit_code == 0, result.output
     if fmt == "json":
         data = json.loads(result.stdout)
-        assert [r["rank"] for r in data["ranks"]] == list(range(8)) and len(data["commands"]) == 9
+        assert [r["rank"] for r in data["ranks"]] == list(range(8))
+        starts = [line for line in data["commands"] if line.startswith("env RANK=")]
+        assert [int(line.split()[1][5:]) for line in starts] == list(range(8)) and data["commands"][-1] == 'exit "$status"'
         assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
                                                      "--prompt-ids", "1,2,3"]
     else:  # the whole text is valid shell: every word quoted
