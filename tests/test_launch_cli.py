@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -204,3 +205,14 @@ def test_this_machine_refuses_a_paste_from_another_machine(tmp_path):
     result = launch("--topo", DGX, "--layout", "tp=2", "--this-machine", "-o", str(out))
     assert result.exit_code == 2 and "which are not online on this machine" in result.stderr, result.output
     assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["torchrun", "mpirun", "srun", "sbatch", "shell"])
+def test_output_files_are_scripts_the_kernel_can_start(fmt, tmp_path):
+    """An executable file needs a `#!` line: without one, exec fails (ENOEXEC) and only some shells fall back."""
+    out = tmp_path / "launch"
+    result = launch("--topo", DGX, "--layout", "tp=2", "--format", fmt, "-o", str(out), "--", "true")
+    assert result.exit_code == 0, result.output
+    first = out.read_text().splitlines()[0]
+    assert first in ("#!/usr/bin/env bash", "#!/bin/bash") and out.stat().st_mode & 0o111
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0  # valid bash, as the #! line promises
