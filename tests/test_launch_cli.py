@@ -133,6 +133,8 @@ def test_rank_launches_the_plans_row():
 
 @pytest.mark.parametrize("args, message", [
     (["--topo", DGX, "--rank", "1"], "needs --model"),
+    (["--topo", DGX, "--rank", "0"], "--rank 0: expected a row number of `topoplan plan`, counted from 1"),
+    (["--topo", DGX, "--rank", "-1", "--model", "70b"], "--rank -1: expected a row number"),
     (["--topo", DGX, "--rank", "999", "--model", "70b", "--gpu", "a100"], "--rank 999: the plan has"),
     (["--topo", DGX, "--rank", "1", "--model", "70b"], "pass --gpu NAME"),
 ])

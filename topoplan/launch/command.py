@@ -67,6 +67,8 @@ def check_choice(layout: str | None, rank: int | None) -> None:
         raise TopoplanError("--layout and --rank both choose the layout: give one of them")
     if layout is None and rank is None:
         raise TopoplanError("choose a layout: --layout tp=N,pp=N,dp=N, or --rank N (the N-th row of `topoplan plan`)")
+    if rank is not None and rank < 1:
+        raise TopoplanError(f"--rank {rank}: expected a row number of `topoplan plan`, counted from 1 (the best)")
 
 
 def check_plan_options(layout: Layout | None, model: str | None, gpu: str | None, objective: str) -> None:
