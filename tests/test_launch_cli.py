@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from launch_support import DGX_A100, FIXTURES, block_placements, expected_topology
-from topoplan.cli import app
+from launch_support import DGX_A100, FIXTURES, ROOT, block_placements, expected_topology
+from topoplan.cli import LaunchFormat, app
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import CpuFacts
-from topoplan.launch.render import render
+from topoplan.launch.render import FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
 
@@ -78,7 +79,6 @@ def small_affinity_paste(tmp_path):
     (["--topo", DGX, "--layout", "tp=2", "--hosts", "a,b,c"], "names 3 host(s) but --nodes is 1"),
     (["--topo", DGX, "--layout", "tp=8", "--rank", "1"], "--layout and --rank both choose the layout"),
     (["--topo", DGX], "choose a layout"),
-    (["--topo", DGX, "--layout", "tp=2", "--format", "pbs"], "--format 'pbs': expected one of"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "torchrun"], "needs their host names"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "shell"], "needs their host names"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "mpirun"], "needs their host names"),
@@ -218,3 +218,31 @@ def test_output_files_are_scripts_the_kernel_can_start(fmt, tmp_path):
     first = out.read_text().splitlines()[0]
     assert first in ("#!/usr/bin/env bash", "#!/bin/bash") and out.stat().st_mode & 0o111
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0  # valid bash, as the #! line promises
+
+
+def test_format_choices_are_the_renderers():
+    assert tuple(f.value for f in LaunchFormat) == FORMATS
+
+
+def test_help_reads_like_the_other_commands():
+    import click
+    import typer.main
+
+    command = typer.main.get_command(app).commands["launch"]
+    helps = {p.name: p.help for p in command.params if isinstance(p, click.Option)}
+    for name, text in helps.items():
+        assert text[0].isupper() and text.endswith("."), (name, text)
+    model = next(p for p in command.params if p.name == "model")
+    assert "-m" in model.opts
+    result = launch("--topo", DGX, "--layout", "tp=2", "-m", "tiny", "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-10:-8] == ["--model", "tiny"]
+
+
+def test_unknown_format_is_one_line(tmp_path):
+    """Typer refuses a --format outside the choices; the console entry point makes that one line too."""
+    out = tmp_path / "launch.sh"
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--topo", DGX, "--layout", "tp=2", "--format",
+                           "pbs", "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("topoplan: error: Invalid value for '--format': 'pbs' is not one of 'torchrun',")
+    assert list(tmp_path.iterdir()) == []
