@@ -16,7 +16,8 @@ from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 
-ARGS = ["--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json"]
+PROMPT_IDS = "1,2,3"
+OPTIONS = ["--max-new-tokens", "4", "--json"]
 
 
 def tokens(stdout: str) -> list:
@@ -25,7 +26,7 @@ def tokens(stdout: str) -> list:
 
 @pytest.fixture(scope="module")
 def unsharded() -> list:
-    done = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", *ARGS], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", "--prompt-ids", PROMPT_IDS, *OPTIONS], cwd=ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=300, check=True)
     return tokens(done.stdout)
 
@@ -37,7 +38,7 @@ def test_runner_through_emitted_lines(fmt, unsharded, tmp_path):
     layout = Layout(tp=2)
     topo = local_topology(2)
     spec = build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS, master_port=free_port(),
-                      command=[*runner_command(layout, "tiny"), *ARGS])
+                      command=[*runner_command(layout, "tiny", prompt_ids=[PROMPT_IDS]), *OPTIONS])
     script = tmp_path / "launch.sh"
     script.write_text(render(spec, fmt))
     done = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True,
