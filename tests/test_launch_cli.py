@@ -175,6 +175,8 @@ def test_prompts_are_forwarded_to_the_runner():
     (["--model", "70b"], "--model '70b' is a planner model: pass --checkpoint DIR, or your own command after --"),
     (["--model", "tiny", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated token ids"),
     (["--checkpoint", " "], "--checkpoint: expected a folder"),
+    (["--checkpoint", "/ckpt", "--", "my-server"], "with your own COMMAND after --, put them in it"),
+    (["--prompt", "hi", "--", "my-server"], "with your own COMMAND after --, put them in it"),
 ])
 def test_default_command_refuses_what_the_runner_cannot_run(args, message, tmp_path):
     out = tmp_path / "launch.sh"

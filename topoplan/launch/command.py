@@ -24,8 +24,8 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
 
     The runner loads a built-in model (tiny, small) or an HF checkpoint folder, never a planner catalog name:
     `checkpoint` (a folder on the launch hosts) wins, else `model` must be a built-in (none: `tiny`, a smoke
-    test of the launch). Without a prompt the
-    runner refuses to start, so `--prompt-ids 1,2,3` stands in when neither prompts nor ids are given.
+    test of the launch). Without a prompt the runner refuses to start, so `--prompt-ids 1,2,3` stands in when
+    neither prompts nor ids are given.
     """
     from topoplan.runner.builtin import BUILTIN
 
@@ -128,6 +128,9 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
     from topoplan.plan.placement import place
 
     check_choice(layout, rank)
+    if command and (checkpoint is not None or prompts or prompt_ids):
+        raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default command; "
+                            "with your own COMMAND after --, put them in it")
     if nodes < 1:
         raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
     if hosts is not None and len(hosts) != nodes:
