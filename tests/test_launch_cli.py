@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from launch_support import DGX_A100, FIXTURES, block_placements, expected_topology
-from topoplan.cli import app
+from launch_support import DGX_A100, FIXTURES, ROOT, block_placements, expected_topology
+from topoplan.cli import LaunchFormat, app
 from topoplan.errors import TopoplanError
-from topoplan.launch.render import render
+from topoplan.launch.binding import CpuFacts
+from topoplan.launch.render import FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
 
@@ -26,12 +29,16 @@ def launch(*args: str):
 
 @pytest.mark.parametrize("fmt", ["torchrun", "mpirun", "srun", "sbatch", "shell", "json"])
 def test_every_format_renders(fmt):
-    result = launch("--topo", DGX, "--layout", "tp=4,pp=2", "--model", "70b", "--format", fmt)
+    result = launch("--topo", DGX, "--layout", "tp=4,pp=2", "--model", "70b", "--checkpoint", "/m/llama 70b",
+                    "--format", fmt)
     assert result.exit_code == 0, result.output
     if fmt == "json":
         data = json.loads(result.stdout)
-        assert [r["rank"] for r in data["ranks"]] == list(range(8)) and len(data["commands"]) == 9
-        assert data["ranks"][0]["command"][-8:] == ["--model", "70b", "--tp", "4", "--pp", "2", "--dp", "1"]
+        assert [r["rank"] for r in data["ranks"]] == list(range(8))
+        starts = [line for line in data["commands"] if line.startswith("env RANK=")]
+        assert [int(line.split()[1][5:]) for line in starts] == list(range(8)) and data["commands"][-1] == 'exit "$status"'
+        assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
+                                                     "--prompt-ids", "1,2,3"]
     else:  # the whole text is valid shell: every word quoted
         assert shlex.split(result.stdout, comments=True)
 
@@ -69,9 +76,9 @@ def small_affinity_paste(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--topo", DGX, "--layout", "tp=8,pp=2"], "needs 16 GPUs, but 1 node(s) of this topology have 8"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--hosts", "a"], "names 1 host(s) but --nodes is 2"),
+    (["--topo", DGX, "--layout", "tp=2", "--hosts", "a,b,c"], "names 3 host(s) but --nodes is 1"),
     (["--topo", DGX, "--layout", "tp=8", "--rank", "1"], "--layout and --rank both choose the layout"),
     (["--topo", DGX], "choose a layout"),
-    (["--topo", DGX, "--layout", "tp=2", "--format", "pbs"], "--format 'pbs': expected one of"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "torchrun"], "needs their host names"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "shell"], "needs their host names"),
     (["--topo", DGX, "--layout", "tp=8,dp=2", "--nodes", "2", "--format", "mpirun"], "needs their host names"),
@@ -114,7 +121,8 @@ def test_rank_launches_the_plans_row():
     assert plan.exit_code == 0, plan.output
     rows = json.loads(plan.stdout)["layouts"]
     for n in (1, 2):
-        result = launch("--topo", DGX, "--model", "70b", "--gpu", "a100", "--rank", str(n), "--format", "json")
+        result = launch("--topo", DGX, "--model", "70b", "--gpu", "a100", "--rank", str(n), "--format", "json", "--",
+                        "my-server")
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         row = rows[n - 1]
@@ -125,6 +133,8 @@ def test_rank_launches_the_plans_row():
 
 @pytest.mark.parametrize("args, message", [
     (["--topo", DGX, "--rank", "1"], "needs --model"),
+    (["--topo", DGX, "--rank", "0"], "--rank 0: expected a row number of `topoplan plan`, counted from 1"),
+    (["--topo", DGX, "--rank", "-1", "--model", "70b"], "--rank -1: expected a row number"),
     (["--topo", DGX, "--rank", "999", "--model", "70b", "--gpu", "a100"], "--rank 999: the plan has"),
     (["--topo", DGX, "--rank", "1", "--model", "70b"], "pass --gpu NAME"),
 ])
@@ -140,3 +150,101 @@ def test_p2p_matrix_is_read():
     assert result.exit_code == 0, result.output
     ranks = json.loads(result.stdout)["ranks"]
     assert [r["cpus"] for r in ranks] == [[4, 6, 9], [15, 17]] and "NCCL_P2P_LEVEL" not in ranks[0]["env"]
+
+
+@pytest.mark.parametrize("args, model", [
+    ([], "tiny"), (["--model", "small"], "small"), (["--model", "70b", "--checkpoint", "/ckpt/70b"], "/ckpt/70b"),
+])
+def test_default_command_gets_a_loadable_model_and_a_prompt(args, model):
+    result = launch("--topo", DGX, "--layout", "tp=2", *args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    command = json.loads(result.stdout)["ranks"][0]["command"]
+    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", "--model", model, "--tp", "2",
+                                                  "--pp", "1", "--dp", "1", "--prompt-ids", "1,2,3"]
+
+
+def test_prompts_are_forwarded_to_the_runner():
+    result = launch("--topo", DGX, "--layout", "tp=2", "--model", "tiny", "--prompt", "Hello there", "--prompt", "x",
+                    "--prompt-ids", "4,5", "--format", "json")
+    assert result.exit_code == 0, result.output
+    command = json.loads(result.stdout)["ranks"][0]["command"]
+    assert command[-6:] == ["--prompt", "Hello there", "--prompt", "x", "--prompt-ids", "4,5"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "70b"], "--model '70b' is a planner model: pass --checkpoint DIR, or your own command after --"),
+    (["--model", "tiny", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated token ids"),
+    (["--checkpoint", " "], "--checkpoint: expected a folder"),
+    (["--checkpoint", "/ckpt", "--", "my-server"], "with your own COMMAND after --, put them in it"),
+    (["--prompt", "hi", "--", "my-server"], "with your own COMMAND after --, put them in it"),
+])
+def test_default_command_refuses_what_the_runner_cannot_run(args, message, tmp_path):
+    out = tmp_path / "launch.sh"
+    result = launch("--topo", DGX, "--layout", "tp=2", *args, "-o", str(out))
+    assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
+        result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objective", "bogus"], "--objective 'bogus': expected one of latency, throughput"),
+    (["--gpu", "nosuch"], "unknown GPU 'nosuch'"),
+    (["--model", "nosuch", "--", "x"], "unknown model 'nosuch'"),
+    (["--model", "70b", "--", "x"], "tp=3 does not divide the 64 attention heads"),
+])
+def test_plan_options_are_checked_with_layout(args, message, tmp_path):
+    out = tmp_path / "launch.sh"
+    layout = "tp=3" if "70b" in args else "tp=2"
+    result = launch("--topo", DGX, "--layout", layout, *args, "-o", str(out))
+    assert result.exit_code == 2 and result.stderr.startswith("topoplan: error:") and message in result.stderr, \
+        result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_this_machine_refuses_a_paste_from_another_machine(tmp_path):
+    online = CpuFacts.read_sysfs().online
+    if online is not None and set(range(256)) <= set(online):
+        pytest.skip("this machine has every CPU of the DGX paste online")
+    out = tmp_path / "launch.sh"
+    result = launch("--topo", DGX, "--layout", "tp=2", "--this-machine", "-o", str(out))
+    assert result.exit_code == 2 and "which are not online on this machine" in result.stderr, result.output
+    assert result.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["torchrun", "mpirun", "srun", "sbatch", "shell"])
+def test_output_files_are_scripts_the_kernel_can_start(fmt, tmp_path):
+    """An executable file needs a `#!` line: without one, exec fails (ENOEXEC) and only some shells fall back."""
+    out = tmp_path / "launch"
+    result = launch("--topo", DGX, "--layout", "tp=2", "--format", fmt, "-o", str(out), "--", "true")
+    assert result.exit_code == 0, result.output
+    first = out.read_text().splitlines()[0]
+    assert first in ("#!/usr/bin/env bash", "#!/bin/bash") and out.stat().st_mode & 0o111
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0  # valid bash, as the #! line promises
+
+
+def test_format_choices_are_the_renderers():
+    assert tuple(f.value for f in LaunchFormat) == FORMATS
+
+
+def test_help_reads_like_the_other_commands():
+    import click
+    import typer.main
+
+    command = typer.main.get_command(app).commands["launch"]
+    helps = {p.name: p.help for p in command.params if isinstance(p, click.Option)}
+    for name, text in helps.items():
+        assert text[0].isupper() and text.endswith("."), (name, text)
+    model = next(p for p in command.params if p.name == "model")
+    assert "-m" in model.opts
+    result = launch("--topo", DGX, "--layout", "tp=2", "-m", "tiny", "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-10:-8] == ["--model", "tiny"]
+
+
+def test_unknown_format_is_one_line(tmp_path):
+    """Typer refuses a --format outside the choices; the console entry point makes that one line too."""
+    out = tmp_path / "launch.sh"
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--topo", DGX, "--layout", "tp=2", "--format",
+                           "pbs", "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("topoplan: error: Invalid value for '--format': 'pbs' is not one of 'torchrun',")
+    assert list(tmp_path.iterdir()) == []

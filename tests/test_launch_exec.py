@@ -103,3 +103,16 @@ def test_shell_script_on_two_loopback_nodes(tmp_path):
     check_results(spec, out)
     unset = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True)
     assert unset.returncode != 0 and "TOPOPLAN_NODE" in unset.stderr
+
+
+@needs_numactl
+def test_shell_ends_every_rank_when_one_fails(tmp_path):
+    """Rank 1 fails at once; rank 0 would sleep for minutes (like a rank stuck in a collective): the script
+    must kill it and exit with rank 1's status, well inside the subprocess timeout."""
+    layout = Layout(tp=2)
+    topo = local_topology(2)
+    stuck = 'if [ "$RANK" = 1 ]; then exit 7; fi; exec sleep 600'
+    spec = build_spec(topo, layout, block_placements(layout, [g.id for g in topo.gpus]), facts=FACTS,
+                      master_port=free_port(), command=["bash", "-c", stuck])
+    done = run(render(spec, "shell"), tmp_path, timeout=60)
+    assert done.returncode == 7, done.stderr

@@ -228,3 +228,30 @@ def test_rendezvous_is_where_rank_0_runs_and_no_node_is_empty():
     assert spec.master_addr == "b" and spec.ranks[3].env_dict()["MASTER_ADDR"] == "b"
     with pytest.raises(TopoplanError, match="node 2 runs no rank"):
         build_spec(topo, layout, flipped, command=CMD, nodes=3, hosts=["a", "b", "c"])
+
+
+def test_extra_hosts_are_refused():
+    topo = expected_topology(DGX_A100)
+    layout = Layout(tp=2)
+    with pytest.raises(TopoplanError, match="names 3 host\\(s\\), but the plan uses 1 node"):
+        build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), command=CMD, hosts=["a", "b", "c"])
+
+
+def fake_sysfs(root: Path, online: str) -> Path:
+    """A /sys/devices/system with two single-thread CPUs on node 0 and the given online list."""
+    for cpu in (0, 1):
+        (root / "cpu" / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (root / "cpu" / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(f"{cpu}\n")
+    (root / "cpu" / "online").write_text(online)
+    (root / "node" / "node0").mkdir(parents=True)
+    (root / "node" / "node0" / "cpulist").write_text("0-1\n")
+    return root
+
+
+def test_online_cpus_are_read_and_checked(tmp_path):
+    facts = CpuFacts.read_sysfs(fake_sysfs(tmp_path, "0-1\n"))
+    assert facts.online == (0, 1)
+    facts.check_online([0, 1], "paste.txt")
+    with pytest.raises(TopoplanError, match="paste.txt: the topology's GPUs are near CPUs 2-3,7, which are not online "
+                                            "on this machine \\(online: 0-1\\)"):
+        facts.check_online([0, 2, 3, 7], "paste.txt")

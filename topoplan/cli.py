@@ -134,27 +134,48 @@ def plan_command(
         raise fail(error)
 
 
+class LaunchFormat(str, Enum):  # the keys of topoplan.launch.render.RENDERERS (not imported here: start-up time)
+    torchrun = "torchrun"
+    mpirun = "mpirun"
+    srun = "srun"
+    sbatch = "sbatch"
+    shell = "shell"
+    json = "json"
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def launch(
-    command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --); default: the "
-                                        "bundled runner with the layout's options"),
-    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` output of one node (- for stdin); "
-                             "default: this machine through NVML"),
-    p2p: str = typer.Option(None, "--p2p", help="`nvidia-smi topo -p2p` output of the same node"),
-    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N (placed by the planner's placement)"),
-    rank: int = typer.Option(None, "--rank", help="launch the N-th layout of `topoplan plan` (1 = best) for the "
-                             "same --model/--topo/--gpu/--nodes/--objective"),
-    model: str = typer.Option(None, "--model", help="model for the plan (--rank) and the default runner command"),
-    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text)"),
-    objective: str = typer.Option("latency", "--objective", help="plan objective for --rank: latency | throughput"),
-    nodes: int = typer.Option(1, "--nodes", help="identical nodes to spread the layout over"),
-    hosts: str = typer.Option(None, "--hosts", help="host names, one per node, node 0 first: a,b"),
-    port: int = typer.Option(29500, "--port", help="rendezvous TCP port on node 0"),
-    fmt: str = typer.Option("shell", "--format", help="torchrun | mpirun | srun | sbatch | shell | json"),
-    explain: bool = typer.Option(False, "--explain", help="also print every variable's reason (on stderr)"),
-    this_machine: bool = typer.Option(False, "--this-machine", help="the --topo file is of this machine: read SMT "
-                                      "siblings and NUMA nodes from /sys instead of assuming Linux numbering"),
-    output: str = typer.Option(None, "--output", "-o", help="write to this file (atomically) instead of stdout"),
+    command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --). Default: the "
+                                        "bundled runner with the layout's degrees, --checkpoint or a built-in "
+                                        "--model, and the prompt."),
+    topo: str = typer.Option(None, "--topo", metavar="FILE", help="`nvidia-smi topo -m` output of one node ('-': "
+                             "stdin). Default: this machine, through NVML."),
+    p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` output of the same node."),
+    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N, placed by the planner's placement."),
+    rank: int = typer.Option(None, "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same "
+                             "--model, --topo, --gpu, --nodes and --objective."),
+    model: str = typer.Option(None, "--model", "-m", help=f"Planner model: catalog name, alias ({ALIAS_HELP}) or a "
+                              "path to a HF config.json. Also the runner's model when it is a built-in (tiny, small)."),
+    checkpoint: str = typer.Option(None, "--checkpoint", metavar="DIR", help="HF checkpoint folder (on the launch "
+                                   "hosts) for the default runner command; needed unless --model is a built-in."),
+    prompt: list[str] = typer.Option([], "--prompt", metavar="TEXT", help="Prompt text for the default runner "
+                                     "command (repeat for a batch)."),
+    prompt_ids: list[str] = typer.Option([], "--prompt-ids", metavar="IDS", help="Prompt token ids for the default "
+                                         "runner command, e.g. 1,2,3 (repeat for a batch). Default without --prompt: "
+                                         "1,2,3."),
+    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text, which names no "
+                            "GPU)."),
+    objective: str = typer.Option("latency", "--objective", help="Plan objective for --rank: latency or throughput."),
+    nodes: int = typer.Option(1, "--nodes", help="Identical nodes to spread the layout over."),
+    hosts: str = typer.Option(None, "--hosts", help="Host names, one per node, node 0 first: a,b."),
+    port: int = typer.Option(29500, "--port", help="Rendezvous TCP port on node 0."),
+    fmt: LaunchFormat = typer.Option(LaunchFormat.shell, "--format", help="Launcher to write the lines for."),
+    explain: bool = typer.Option(False, "--explain", help="Also print every variable's reason (on stderr)."),
+    this_machine: bool = typer.Option(False, "--this-machine", help="The --topo file is of this machine: read SMT "
+                                      "siblings, NUMA nodes and online CPUs from /sys instead of assuming Linux "
+                                      "numbering."),
+    output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of "
+                               "stdout."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
     from rich.console import Console
@@ -167,14 +188,14 @@ def launch(
     try:
         spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
                            nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
-                           this_machine=this_machine)
-        text = render(spec, fmt)
+                           this_machine=this_machine, checkpoint=checkpoint, prompts=prompt, prompt_ids=prompt_ids)
+        text = render(spec, fmt.value)
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
         explain_spec(spec, Console(stderr=True, width=160))
     if output:
-        write_atomic(output, text, executable=fmt != "json")
+        write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
         sys.stdout.write(text)
 

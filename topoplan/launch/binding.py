@@ -41,6 +41,7 @@ class CpuFacts:
 
     siblings: Mapping[int, Core]  # logical CPU -> all threads of its core
     node_cpus: Mapping[int, tuple[int, ...]]  # NUMA node -> its CPUs (empty for memory-only nodes)
+    online: tuple[int, ...] | None = None  # /sys/devices/system/cpu/online; None: not known
 
     @classmethod
     def read_sysfs(cls, root: Path = Path("/sys/devices/system")) -> "CpuFacts":
@@ -50,7 +51,19 @@ class CpuFacts:
             siblings[cpu] = read_cpu_list(path)
         node_cpus = {int(p.parent.name[4:]): read_cpu_list(p)
                      for p in sorted((root / "node").glob("node[0-9]*/cpulist"))}
-        return cls(siblings, node_cpus)
+        online_path = root / "cpu" / "online"
+        return cls(siblings, node_cpus, read_cpu_list(online_path) if online_path.exists() else None)
+
+    def check_online(self, cpus: Sequence[int], source: str | None) -> None:
+        """Refuse to bind to CPUs this machine does not have online: a paste from another machine, read as if
+        it were this one (--this-machine), would make numactl fail on every rank."""
+        if self.online is None:
+            return
+        missing = sorted(set(cpus) - set(self.online))
+        if missing:
+            raise TopoplanError(f"the topology's GPUs are near CPUs {format_cpu_list(missing)}, which are not online on "
+                                f"this machine (online: {format_cpu_list(self.online)}): is it a paste from another "
+                                "machine? Drop --this-machine", source=source)
 
 
 def assumed_cores(cpus: Sequence[int]) -> list[Core]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
+SHEBANG = "#!/usr/bin/env bash"  # first line of every bash text we emit, so `-o FILE` makes a runnable script
 WRAPPER_NAME = "topoplan-rank"  # $0 of the wrapper script, shown by ps and in bash's error messages
 
 

@@ -12,14 +12,14 @@ from topoplan.launch.render_slurm import render_sbatch, render_srun
 from topoplan.launch.render_torchrun import render_torchrun
 from topoplan.launch.spec import LaunchSpec
 
-FORMATS = ("torchrun", "mpirun", "srun", "sbatch", "shell", "json")
+RENDERERS: dict[str, Callable[[LaunchSpec], str]] = {
+    "torchrun": render_torchrun, "mpirun": render_mpirun, "srun": render_srun, "sbatch": render_sbatch,
+    "shell": render_shell, "json": render_json,
+}
+FORMATS = tuple(RENDERERS)
 
 
 def render(spec: LaunchSpec, fmt: str) -> str:
-    renderers: dict[str, Callable[..., str]] = {
-        "torchrun": render_torchrun, "mpirun": render_mpirun, "srun": render_srun, "shell": render_shell,
-        "json": render_json, "sbatch": render_sbatch,
-    }
-    if fmt not in renderers:
+    if fmt not in RENDERERS:
         raise TopoplanError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    return renderers[fmt](spec)
+    return RENDERERS[fmt](spec)

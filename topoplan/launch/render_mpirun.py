@@ -7,7 +7,7 @@ OMPI_COMM_WORLD_RANK (topoplan.rank_env); RANK/LOCAL_RANK/WORLD_SIZE are therefo
 
 from __future__ import annotations
 
-from topoplan.launch.dispatch import continued
+from topoplan.launch.dispatch import SHEBANG, continued
 from topoplan.launch.spec import LAUNCHER_VARS, LaunchSpec, require_master_addr
 
 
@@ -19,5 +19,5 @@ def render_mpirun(spec: LaunchSpec) -> str:
         exports = [w for name, value in r.env_dict(LAUNCHER_VARS).items() for w in ("-x", f"{name}={value}")]
         groups.append([*([":"] if r.rank else []), "-np", "1", "-H", f"{node.host or 'localhost'}:{len(node.ranks)}", *exports,
                        *spec.rank_argv(r)])
-    return f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)\n" \
+    return f"{SHEBANG}\n# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)\n" \
            + continued(groups) + "\n"

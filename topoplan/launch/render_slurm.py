@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.dispatch import dispatch_argv, env_words
+from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.spec import LAUNCHER_VARS, RENDEZVOUS_VARS, LaunchSpec, RankSpec, require_node_blocks
 
 FIRST_NODE = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
@@ -65,7 +65,7 @@ def srun_lines(spec: LaunchSpec) -> list[str]:
 
 
 def render_srun(spec: LaunchSpec) -> str:
-    return "\n".join([f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); run "
+    return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); run "
                       "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from topoplan.launch.dispatch import dispatch_argv, env_words
+from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.spec import LAUNCHER_VARS, RENDEZVOUS_VARS, LaunchSpec, require_master_addr, require_node_blocks
 
 RDZV_ID = "topoplan"
@@ -24,7 +24,7 @@ def render_torchrun(spec: LaunchSpec) -> str:
     skip = (*LAUNCHER_VARS, *RENDEZVOUS_VARS)  # torchrun sets these itself
     wrapper = dispatch_argv("RANK", {r.rank: [*env_words(r.env_dict(skip)), *r.binding_argv()]
                                      for r in spec.ranks})
-    out = [f"# topoplan launch: {spec.layout}, {spec.world} rank(s), {per_node} per node on {len(spec.nodes)} node(s)"]
+    out = [SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s), {per_node} per node on {len(spec.nodes)} node(s)"]
     for node in spec.nodes:
         out.append(f"# node {node.index}" + (f": run on {shlex.quote(node.host)}" if node.host else ""))
         out.append(shlex.join([

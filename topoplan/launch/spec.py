@@ -135,10 +135,10 @@ def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> 
     for host in hosts:
         if not host or any(ord(ch) < 32 or ord(ch) == 127 for ch in host):
             raise TopoplanError(f"host name {host!r}: expected a non-empty name without control characters")
-    if len(hosts) < nodes:
+    if len(hosts) != nodes:
         raise TopoplanError(f"host list {','.join(hosts)!r} names {len(hosts)} host(s), but the plan uses {nodes} "
                             "node(s): give one host name per node")
-    return hosts[:nodes], hosts[rank0_node]
+    return hosts, hosts[rank0_node]
 
 
 def build_spec(
