@@ -208,7 +208,7 @@ def test_table_of_18_nics_fits_a_100_column_terminal():
 
 
 def test_stdin_and_json_alias():
-    result = runner.invoke(app, ["inspect", "--file", "-", "--format", "dot", "--json"],
+    result = runner.invoke(app, ["inspect", "--file", "-", "--json"],
                            input=fixture("11").read_text())
     assert result.exit_code == 0
     assert json.loads(result.stdout)["links"][0]["code"] == "PIX"

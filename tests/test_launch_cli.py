@@ -190,7 +190,7 @@ def test_default_command_refuses_what_the_runner_cannot_run(args, message, tmp_p
     (["--objective", "bogus"], "--objective 'bogus': expected one of latency, throughput"),
     (["--gpu", "nosuch"], "unknown GPU 'nosuch'"),
     (["--model", "nosuch", "--", "x"], "unknown model 'nosuch'"),
-    (["--model", "70b", "--", "x"], "tp=3 does not divide the 64 attention heads"),
+    (["--model", "70b", "--", "x"], "num_attention_heads=64 is not divisible by tp=3"),
 ])
 def test_plan_options_are_checked_with_layout(args, message, tmp_path):
     out = tmp_path / "launch.sh"
