@@ -56,3 +56,30 @@ def test_taken_rendezvous_port_is_retried(tmp_path, monkeypatch):
     busy.close()
     assert result.returncode == 0, result.stderr
     assert next(ports, None) is None  # the second port was used
+
+
+def test_local_ranks_get_their_own_cpus_from_the_start():
+    """`topoplan run` and bench pin each rank to its own CPUs (launch's split) with OMP_NUM_THREADS to match;
+    the child sees the pinning as soon as it runs."""
+    from topoplan.runner.local import cpu_cores, local_ranks
+
+    available = cpu_cores()
+    world = min(2, len(available))
+    ranks = local_ranks(world, progress=False)
+    given = [set(r.cpus) for r in ranks]
+    assert all(given) and set().union(*given) <= set(available)
+    assert sum(len(g) for g in given) == len(set().union(*given))  # no CPU given twice
+    assert [r.env["OMP_NUM_THREADS"] for r in ranks] == [str(len(g)) for g in given]
+    code = "import os, json; print(json.dumps(sorted(os.sched_getaffinity(0))), flush=True)"
+    result = spawn_ranks(world, py(code), cpus_per_rank=lambda r: ranks[r].cpus, capture_stdout=True, echo=False)
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == sorted(ranks[0].cpus)
+    if world == 2:
+        assert any(line == f"[rank 1] {json.dumps(sorted(ranks[1].cpus))}" for line in result.stderr)
+
+
+def test_more_ranks_than_cpus_are_not_pinned():
+    from topoplan.runner.local import cpu_cores, local_ranks
+
+    ranks = local_ranks(len(cpu_cores()) + 1, progress=False)
+    assert all(r.cpus is None and r.env["OMP_NUM_THREADS"] == "1" for r in ranks)

@@ -24,7 +24,8 @@ import torch
 from topoplan.bench.cpu import CPU_LINK
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
-from topoplan.bench.launch import cpu_cores, spawn_json
+from topoplan.bench.launch import spawn_json
+from topoplan.runner.local import cpu_cores
 from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
 from topoplan.errors import TopoplanError
@@ -55,7 +56,7 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, flo
 
 def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
     """Probes at one thread and at every core (topoplan.bench.cpu explains how the planner uses them)."""
-    cores, before = cpu_cores(), torch.get_num_threads()
+    cores, before = len(cpu_cores()), torch.get_num_threads()
     threads = {}
     try:
         for count in sorted({1, cores}):
@@ -110,7 +111,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
                           flop_efficiency=min(1.0, measured["gemm_tflops"] / peak_tflops))
         cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"], step_overhead_us=measured["step_overhead_us"])
     else:
-        cores = cpu_cores()
+        cores = len(cpu_cores())
         link_class = parse_link_code(CPU_LINK)[1].value
         for ranks in sorted({2, cores}) if cores >= 2 else []:
             fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")

@@ -7,29 +7,24 @@ Imports no torch: the parent process only starts children and reads their output
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.runner.local import rank_env
+from topoplan.runner.local import local_ranks
 from topoplan.runner.spawn import spawn_ranks
-
-
-def cpu_cores() -> int:
-    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def spawn_json(world: int, module: str, args: Sequence[str], *, timeout_s: float | None = None, echo: bool = True,
                what: str = "ranks", extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run `python -m module args` as `world` ranks, each with `topoplan run`'s per-rank environment (the
-    cores shared out as OMP_NUM_THREADS; rank 0 draws its progress bar on our terminal when `echo`);
+    """Run `python -m module args` as `world` ranks, each with `topoplan run`'s per-rank environment (each
+    pinned to its own CPUs with OMP_NUM_THREADS to match; rank 0 draws its progress bar on our terminal when `echo`);
     rank 0's last stdout line parsed as JSON."""
-    cores, progress = cpu_cores(), echo and sys.stderr.isatty()
+    ranks = local_ranks(world, progress=echo and sys.stderr.isatty())
     result = spawn_ranks(world, [sys.executable, "-m", module, *args],
-                         env_per_rank=lambda rank: {**rank_env(rank, world, cores, progress), **(extra_env or {})},
+                         env_per_rank=lambda rank: {**ranks[rank].env, **(extra_env or {})},
+                         cpus_per_rank=lambda rank: ranks[rank].cpus,
                          timeout_s=timeout_s, capture_stdout=True, echo=echo)
     if result.returncode != 0:
         tail = [line for line in result.stderr if "error" in line.lower() or "failed" in line.lower()][-1:]

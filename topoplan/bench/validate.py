@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
-from topoplan.bench.launch import cpu_cores, spawn_json
+from topoplan.bench.launch import spawn_json
+from topoplan.runner.local import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
@@ -131,7 +132,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     entry = load_cpu_entry(calibration)
     load_before = os.getloadavg()[0]
     spec, _ = model_spec(model)
-    cores = cpu_cores()
+    cores = len(cpu_cores())
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
     runs: list[list[dict]] = [[] for _ in candidates]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from topoplan.errors import TopoplanError
+from topoplan.launch.binding import CpuFacts, split_cpus
 from topoplan.layout import Layout
 from topoplan.runner.builtin import BUILTIN
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
@@ -39,21 +41,45 @@ def check_run(opts: RunOptions) -> Layout:
     return layout
 
 
-def rank_env(rank: int, world: int, cores: int, progress: bool) -> dict[str, str]:
-    """Extra environment of one local rank (spawn.py adds RANK, WORLD_SIZE, MASTER_ADDR/PORT...)."""
-    env = {"OMP_NUM_THREADS": str(max(1, cores // world))}  # share this machine's cores, don't oversubscribe
-    if progress and rank == 0:
-        env["TOPOPLAN_PROGRESS"] = "1"  # rank 0's stderr is a pipe to our terminal: draw the bar anyway
-    return env
+def cpu_cores() -> list[int]:
+    """The CPUs this process may run on (the affinity mask, which containers and taskset narrow)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class LocalRank:
+    """What one local rank is started with: its extra environment and the CPUs it is pinned to."""
+
+    env: dict[str, str]
+    cpus: tuple[int, ...] | None  # None: more ranks than CPUs, so every rank may run anywhere
+
+
+def local_ranks(world: int, progress: bool) -> list[LocalRank]:
+    """Each local rank's own CPUs, split as `topoplan launch` splits a GPU's affinity set (whole cores
+    first, no CPU twice), and OMP_NUM_THREADS to match, so ranks never fight over cores."""
+    cpus = cpu_cores()
+    shares = None
+    if len(cpus) >= world:
+        shares = split_cpus({rank: cpus for rank in range(world)}, CpuFacts.read_sysfs(), where="this machine")
+    ranks = []
+    for rank in range(world):
+        share = shares[rank].cpus if shares else None
+        threads = len(share) if share else max(1, len(cpus) // world)
+        env = {"OMP_NUM_THREADS": str(threads)}  # torch's intra-op pool: one thread per CPU the rank owns
+        if progress and rank == 0:
+            env["TOPOPLAN_PROGRESS"] = "1"  # rank 0's stderr is a pipe to our terminal: draw the bar anyway
+        ranks.append(LocalRank(env, share))
+    return ranks
 
 
 def run_local(opts: RunOptions, timeout_s: float | None = None) -> int:
     """Run the job on this machine; returns the exit code (0, or the first failing rank's)."""
     layout = check_run(opts)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    progress = sys.stderr.isatty() and not opts.json
+    ranks = local_ranks(layout.world, progress=sys.stderr.isatty() and not opts.json)
     argv = [sys.executable, "-m", "topoplan.runner", *opts.to_argv()]
-    result = spawn_ranks(layout.world, argv, env_per_rank=lambda r: rank_env(r, layout.world, cores, progress),
+    result = spawn_ranks(layout.world, argv, env_per_rank=lambda r: ranks[r].env, cpus_per_rank=lambda r: ranks[r].cpus,
                          timeout_s=timeout_s)
     if result.returncode == 124:
         print(f"topoplan: error: the ranks did not finish within {timeout_s:.0f} s", file=sys.stderr)

@@ -80,7 +80,7 @@ def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
 
 
 def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int], Mapping[str, str]] | None,
-              timeout_s: float | None, grace_s: float, capture_stdout: bool, echo: bool, port: int,
+              cpus_per_rank: Callable[[int], Sequence[int] | None] | None, timeout_s: float | None, grace_s: float, capture_stdout: bool, echo: bool, port: int,
               cwd: str | None) -> SpawnResult:
     procs, threads = [], []
     out_lines: list[str] = []
@@ -91,8 +91,11 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
                "RANK": str(rank), "WORLD_SIZE": str(world_size),  # who am I, read by topoplan.rank_env
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size),  # all ranks are on this node
                **(env_per_rank(rank) if env_per_rank else {})}
+        cpus = cpus_per_rank(rank) if cpus_per_rank else None
+        # Pin before exec, as taskset would: the rank's threads and first allocations start on its own CPUs.
+        pin = (lambda cpus=tuple(cpus): os.sched_setaffinity(0, cpus)) if cpus else None
         proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, preexec_fn=pin)
         procs.append(proc)
         out_sink = None if capture_stdout else (sys.stdout if rank == 0 else sys.stderr)
         threads.append(threading.Thread(target=_pump, args=(proc.stdout, rank, out_sink if echo else None,
@@ -127,6 +130,7 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
 
 
 def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[[int], Mapping[str, str]] | None = None,
+                cpus_per_rank: Callable[[int], Sequence[int] | None] | None = None,
                 timeout_s: float | None = None, grace_s: float = 10.0, capture_stdout: bool = False,
                 echo: bool = True, port_retries: int = 3, cwd: str | None = None) -> SpawnResult:
     """Run `argv` as ranks 0..world_size-1 on this machine and wait for all of them.
@@ -134,11 +138,11 @@ def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[
     Rank 0's stdout goes to ours (or is captured), every rank's stderr to ours (rank 0's unprefixed, the
     others' prefixed "[rank N]"). When a rank fails, the others get `grace_s` to end on their own (the
     runner's timeouts make them), then are terminated. After `timeout_s` everything is stopped and the
-    result's code is 124."""
+    result's code is 124. `cpus_per_rank` pins each rank to its CPUs from the moment it starts."""
     if world_size < 1:
         raise TopoplanError(f"world size must be at least 1, got {world_size}")
     for _ in range(port_retries):
-        result = _run_once(world_size, argv, env_per_rank, timeout_s, grace_s, capture_stdout, echo, free_port(), cwd)
+        result = _run_once(world_size, argv, env_per_rank, cpus_per_rank, timeout_s, grace_s, capture_stdout, echo, free_port(), cwd)
         taken = any(marker in line.lower() for line in result.stderr for marker in PORT_TAKEN)
         if result.returncode == 0 or not taken:
             return result
