@@ -260,7 +260,7 @@ class CostModel:
                 "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
             comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3 for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
-                       f"{2 * self.model.layers + 1} all-reduces + 1 logits all-gather per token cost "
+                       f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
                        f"{comm_ms:.2f} ms")
             if all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
