@@ -299,3 +299,17 @@ def test_cli_does_not_import_torch_or_pynvml():
             "assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy import'" % str(fixture("00")))
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_json_and_another_format_conflict():
+    done = run_cli("inspect", "--file", str(fixture("11")), "--json", "--format", "mermaid")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == "topoplan: error: --json and --format mermaid ask for two formats: pass one"
+    assert inspect_json(fixture("11"), "--format", "json")["gpus"][0]["id"] == "GPU0"  # the same format twice is fine
+
+
+def test_table_headline_counts_in_singular_and_plural():
+    result = runner.invoke(app, ["inspect", "--file", str(fixture("23"))])
+    assert result.exit_code == 0 and "1 GPU, 4 NICs" in result.stdout
+    result = runner.invoke(app, ["inspect", "--file", str(fixture("11"))])
+    assert "4 GPUs, 0 NICs" in result.stdout

@@ -112,3 +112,13 @@ def test_read_topology_attaches_p2p(tmp_path):
         read_topology(str(TOPO / "14_rtx3090-2gpu-nv4-lxc-cpuset.txt"), str(other))
     assert info.value.source == str(other)
     assert info.value.message.startswith("the P2P matrix has 4 GPUs but the topology")
+
+
+def test_an_empty_p2p_file_is_named_as_a_p2p_file(tmp_path):
+    empty = tmp_path / "p2p.txt"
+    empty.write_text("")
+    topo = str(Path(__file__).resolve().parents[1] / "fixtures/topo/11_rtx2080ti-4gpu-all-pix.txt")
+    with pytest.raises(TopoplanError) as caught:
+        read_topology(topo, str(empty))
+    assert caught.value.source == str(empty)
+    assert caught.value.message == "the file is empty; expected the text output of `nvidia-smi topo -p2p r|w|n|a|p`"

@@ -17,7 +17,7 @@ def test_recording_or_topo_text():
     assert detect_format(GH200.read_text()) == "recording"
     assert detect_format(TOPO.read_text()) == "smi-text"
     assert detect_format('\n  {"format": "topoplan-nvml-recording", "truncated') == "recording"  # gets the JSON error
-    assert detect_format('{"gpus": []}') == "JSON"
+    assert detect_format('{"gpus": []}') == "other JSON"
 
 
 @pytest.mark.parametrize(("text", "message", "line"), [

@@ -168,7 +168,7 @@ def test_missing_file():
 
 def test_json_is_refused_for_now(tmp_path):
     error = _error(tmp_path, '{"gpus": []}')
-    assert error.line == 1 and error.message.startswith("this looks like JSON, which topoplan cannot read yet")
+    assert error.line == 1 and error.message.startswith("JSON, but not a topoplan NVML recording")
 
 
 # --- recovered damage: right values, and a note -------------------------------------------------------

@@ -63,7 +63,7 @@ def inspect(
     gpu: str | None = typer.Option(None, "--gpu", metavar="NAME",
                                    help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
     p2p: str | None = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
-    fmt: InspectFormat = typer.Option(InspectFormat.table, "--format", help="Output format; svg/png need -o."),
+    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:
@@ -72,7 +72,10 @@ def inspect(
     from topoplan.topology.sources import load_topology
 
     try:
-        emit(load_topology(file, p2p, source.value, save, gpu), "json" if as_json else fmt.value, output)
+        if as_json and fmt not in (None, InspectFormat.json):
+            raise TopoplanError(f"--json and --format {fmt.value} ask for two formats: pass one")
+        chosen = "json" if as_json else (fmt or InspectFormat.table).value
+        emit(load_topology(file, p2p, source.value, save, gpu), chosen, output)
     except TopoplanError as error:
         raise fail(error) from None
 
@@ -367,7 +370,7 @@ def main() -> None:
     except _usage_error_base() as error:
         ctx = getattr(error, "ctx", None)
         if type(error).__name__ == "NoArgsIsHelpError":
-            error.show()  # `topoplan` alone: the help text, on stderr
+            error.show()  # `topoplan` alone: the help text (click prints it on stdout), exit 2
         else:
             where = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
             print(f"topoplan: error: {error.format_message()}{where}", file=sys.stderr)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankPlacement
+from topoplan.layout import Layout, RankPlacement, coords_of
 from topoplan.topology.model import Topology
 
 _DFS_BUDGET = 20_000  # ring search steps per threshold before falling back (only reached on odd graphs)
@@ -204,12 +204,11 @@ class NodePlacer:
 
 def expand(layout: Layout, nodes: int, order: Sequence[str]) -> list[RankPlacement]:
     """Every rank's placement from the per-node order (ranks are node-major)."""
-    k, tp, pp = len(order), layout.tp, layout.pp
+    k = len(order)
     placements = []
     for rank in range(layout.world):
-        rest, tp_rank = divmod(rank, tp)
-        dp_rank, pp_rank = divmod(rest, pp)  # the inverse of layout.rank_of, inlined for 10^4-rank plans
-        placements.append(RankPlacement(rank, rank // k, order[rank % k], tp_rank, pp_rank, dp_rank))
+        c = coords_of(layout, rank)
+        placements.append(RankPlacement(rank, rank // k, order[rank % k], c.tp_rank, c.pp_rank, c.dp_rank))
     return placements
 
 

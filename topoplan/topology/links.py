@@ -27,10 +27,6 @@ class LinkKind(str, Enum):
         """0 for the closest kind; larger is farther. Used to pick nearest NICs and to order links."""
         return list(LinkKind).index(self)
 
-    @property
-    def is_pcie(self) -> bool:
-        return self is not LinkKind.NVLINK
-
 
 _NV_CODE = re.compile(r"^NV(\d+)$")
 _PLAIN_CODES = {

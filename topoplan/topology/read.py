@@ -17,6 +17,7 @@ from topoplan.topology.smi_text import parse_topo_text
 STDIN = "-"
 RECORDING_FORMAT = "topoplan-nvml-recording"  # the "format" of an NVML recording (topology/recording.py)
 _EXPECTED = "expected the text output of `nvidia-smi topo -m`"
+_EXPECTED_P2P = "expected the text output of `nvidia-smi topo -p2p r|w|n|a|p`"
 _CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
 
 
@@ -33,24 +34,25 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
                                 source=_display(p2p_path))
         return topology_from_recording(parse_recording(text, source), source)
     if fmt != "smi-text":
-        raise TopoplanError(f"this looks like {fmt}, which topoplan cannot read yet; {_EXPECTED}", source=source, line=1)
+        raise TopoplanError(f'JSON, but not a topoplan NVML recording (no "format": "{RECORDING_FORMAT}"); '
+                            f"{_EXPECTED} or a recording written by `topoplan inspect --save`", source=source, line=1)
     topology = parse_topo_text(text, source=source)
     if p2p_path is None:
         return topology
-    return attach_p2p(topology, parse_p2p_text(read_text(p2p_path), source=_display(p2p_path)))
+    return attach_p2p(topology, parse_p2p_text(read_text(p2p_path, _EXPECTED_P2P), source=_display(p2p_path)))
 
 
 def detect_format(text: str) -> str:
     """What kind of topology file this is: "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan NVML
     recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
-    should get the JSON error), or "JSON" (other JSON)."""
+    should get the JSON error), or "other JSON"."""
     start = text.lstrip()[:1]
     if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
         try:
             data = json.loads(text)
         except ValueError:
             return "recording" if start == "{" else "smi-text"
-        return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "JSON"
+        return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "other JSON"
     return "smi-text"
 
 
@@ -65,8 +67,9 @@ def attach_p2p(topology: Topology, p2p: P2pMatrices) -> Topology:
                           notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)))
 
 
-def read_text(path: str) -> str:
-    """The file's text, refusing what cannot be a paste: nothing, binary data, an unknown encoding."""
+def read_text(path: str, expected: str = _EXPECTED) -> str:
+    """The file's text, refusing what cannot be a paste: nothing, binary data, an unknown encoding.
+    `expected` ends each message: what the file should have held."""
     source = _display(path)
     try:
         data = sys.stdin.buffer.read() if path == STDIN else open(path, "rb").read()
@@ -78,13 +81,13 @@ def read_text(path: str) -> str:
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as error:
-            raise TopoplanError(f"not UTF-8 text (byte 0x{data[error.start]:02x}); {_EXPECTED}",
+            raise TopoplanError(f"not UTF-8 text (byte 0x{data[error.start]:02x}); {expected}",
                                 source=source, line=data.count(b"\n", 0, error.start) + 1) from None
     if not text.strip():
-        raise TopoplanError(f"the file is empty; {_EXPECTED}", source=source, line=1)
+        raise TopoplanError(f"the file is empty; {expected}", source=source, line=1)
     bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in _CONTROL_OK or ch == "\x7f"), None)
     if bad is not None:
-        raise TopoplanError(f"binary data (control byte 0x{ord(text[bad]):02x}), not text; {_EXPECTED}",
+        raise TopoplanError(f"binary data (control byte 0x{ord(text[bad]):02x}), not text; {expected}",
                             source=source, line=text.count("\n", 0, bad) + 1)
     return text
 

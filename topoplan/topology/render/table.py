@@ -127,7 +127,7 @@ def render_table(topo: Topology, warnings: list[Warning]) -> Group:
     """Everything, as one rich renderable to print."""
     parts = []
     if topo.source:
-        parts.append(Text(f"{topo.source}: {len(topo.gpus)} GPUs, {len(topo.nics)} NICs", style="bold"))
+        parts.append(Text(f"{topo.source}: {_count(len(topo.gpus), 'GPU')}, {_count(len(topo.nics), 'NIC')}", style="bold"))
     parts += [_matrix(topo), Text(""), _kinds(topo), _gpus(topo)]
     if topo.nics:
         parts.append(_nics(topo))
@@ -136,3 +136,8 @@ def render_table(topo: Topology, warnings: list[Warning]) -> Group:
         parts.append(Text("Notes from reading the input:", style="bold"))
         parts += [Text(f"- {note}") for note in topo.notes]
     return Group(*parts)
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 GPU`, `8 GPUs`, `0 NICs`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
