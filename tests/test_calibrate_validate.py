@@ -115,7 +115,8 @@ def test_validate_tiny_two_layouts(calibration):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "tiny"], "--calibration FILE is needed"),
-    (["--model", "tiny", "--calibration", "nope.json"], "nope.json: no such file; expected a topoplan calibration file"),
+    (["--model", "tiny", "--calibration", "nope.json"],
+     "nope.json: cannot read it: No such file or directory; expected a topoplan calibration file"),
 ])
 def test_validate_bad_input(args, message):
     done = topoplan("validate", *args, timeout=60)

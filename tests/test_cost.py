@@ -25,7 +25,7 @@ def priced(topo_path, gpu, model, work, calibration=None, nodes=1, **fixed):
     topo = read_topology(topo_path).with_arch(spec.arch, spec.key)
     result = plan(topo, find_model(model), DeviceSpec.from_gpu(spec), work, calibration=calibration, nodes=nodes,
                   **fixed)
-    return {entry.cost.layout: entry.cost for entry in result.layouts}
+    return {entry.cost.layout: entry.cost for entry in result.layouts + result.hidden}  # priced, shown or not
 
 
 def test_memory_fit_and_max_batch_by_hand():
@@ -103,3 +103,13 @@ def test_calibration_overrides_change_the_price():
     half_hbm = priced(DGX_A100, "a100-80gb", "70b", work, tp=8, pp=1, dp=1,
                       calibration=replace(Calibration(), memory_bandwidth_efficiency=0.4))[Layout(8)]
     assert half_hbm.decode_ms_per_token > base.decode_ms_per_token * 1.3
+
+
+@pytest.mark.parametrize("name", ["70b", "mixtral", "dsv3"])
+def test_decode_flops_are_the_models_flops_per_token(name):
+    """One formula: a whole-model stage's decode FLOPs at tp 1 are ModelSpec.flops_per_token per sequence."""
+    model = find_model(name)
+    stage = StageModel(model, stages_of(model, 1)[0], 1, 2)
+    assert sum(w.flops for w in stage.decode(3, 1000)) == pytest.approx(3 * model.flops_per_token(1000), rel=1e-12)
+    halves = [StageModel(model, s, 2, 2) for s in stages_of(model, 2)]  # stages and TP ranks add up to the same
+    assert sum(2 * w.flops for h in halves for w in h.decode(3, 1000)) == pytest.approx(3 * model.flops_per_token(1000))

@@ -99,3 +99,24 @@ def test_planner_counts_the_weights_the_runner_writes():
     layer = 3 * 128 * 128 + 3 * 128 * 384 + 2 * 128  # q, k+v (4 of 8 heads), o; SwiGLU; two norms
     by_hand = 2 * 264 * 128 + 4 * layer + 128  # embedding and untied head; 4 layers; final norm
     assert find_model("tiny").params == sum(t.numel() for t in tensors.values()) == by_hand == 855_168
+
+
+def test_max_context_comes_from_max_position_embeddings():
+    assert find_model("70b").max_context == 131072 and find_model("Llama-2-7B").max_context == 4096
+    assert find_model("dsv3").max_context == 163840
+    assert find_model("tiny").max_context == 0  # no max_position_embeddings: unknown, not checked
+
+
+def test_a_checkpoint_folder_is_read_through_its_config(tmp_path):
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    raw = {**CATALOG["Llama-3.1-8B"]}
+    (folder / "config.json").write_text(json.dumps(raw))
+    spec = find_model(str(folder))
+    assert spec.name == "my-llama" and spec.params == find_model("8b").params
+    (folder / "config.json").write_text(json.dumps({**raw, "_name_or_path": "meta-llama/Llama-3.1-8B"}))
+    assert find_model(str(folder)).name == "meta-llama/Llama-3.1-8B"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TopoplanError, match="config.json: cannot read it: No such file or directory; expected a HF"):
+        find_model(str(empty))

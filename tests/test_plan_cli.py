@@ -1,6 +1,7 @@
 """`topoplan plan` end to end: the JSON contract, ranking, pricing one layout, and bad input -> one line, exit 2."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,9 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from topoplan.cli import app
+from topoplan.errors import TopoplanError
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_NVL = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
+DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
 DGX1 = "fixtures/topo/07_dgx1-v100-sxm2-16gb-cubemesh-mlx5-driver440.txt"
 
 
@@ -70,18 +73,164 @@ def test_table_output_names_groups_and_reasons():
 
 @pytest.mark.parametrize("args, message", [
     (("-m", "lama-70b", "--topo", H100_NVL, "--gpu", "h100-nvl"), "unknown model 'lama-70b'; close: "),
-    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"), "tp=3 does not divide the 64 attention heads"),
+    (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "3"),
+     "Llama-3.1-70B: num_attention_heads=64 is not divisible by tp=3;"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--tp", "8", "--dp", "2"),
      "tp=8 x pp=1 x dp=2 needs 16 GPUs; 1 node(s) x 8 GPUs have 8"),
     (("-m", "70b", "--topo", H100_NVL), "pass --gpu NAME"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--dtype", "int3"), "unknown --dtype 'int3'"),
     (("-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--calibration", "nope.json"),
-     "nope.json: no such file; expected a topoplan calibration file"),
+     "nope.json: cannot read it: No such file or directory; expected a topoplan calibration file"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     run = topoplan("plan", *args)
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
+
+
+A100_PLAN = ("-m", "70b", "--topo", DGX_A100, "--gpu", "a100-80gb")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--tp", "0", "--tp must be >= 1, got 0"), ("--tp", "-2", "--tp must be >= 1, got -2"),
+    ("--pp", "0", "--pp must be >= 1, got 0"), ("--dp", "0", "--dp must be >= 1, got 0"),
+    ("--max-tp", "0", "--max-tp must be >= 1, got 0"), ("--max-tp", "-1", "--max-tp must be >= 1, got -1"),
+    ("--top", "-1", "--top must be >= 0 (0: all), got -1"), ("--nodes", "0", "--nodes must be >= 1, got 0"),
+    ("--batch", "0", "--batch must be >= 1, got 0"), ("--prompt-len", "0", "--prompt-len must be >= 1, got 0"),
+    ("--gen-len", "0", "--gen-len must be >= 1, got 0"),
+    ("--nic-gbps", "nan", "--nic-gbps must be a positive finite number, got nan"),
+    ("--nic-gbps", "inf", "--nic-gbps must be a positive finite number, got inf"),
+    ("--nic-gbps", "-1", "--nic-gbps must be a positive finite number, got -1.0"),
+])
+def test_counts_and_bandwidth_must_be_positive(option, value, message):
+    run = topoplan("plan", *A100_PLAN, option, value)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_unreadable_json_inputs_are_one_line(tmp_path):
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"{\n\xff\xfe\x00garbage")
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    locked.chmod(0)
+    cases = [(("-m", str(binary)), f"{binary}:2: not UTF-8 text (byte 0xff); expected"),
+             (("-m", "70b", "--calibration", str(binary)),
+              f"{binary}:2: not UTF-8 text (byte 0xff); expected a topoplan calibration file"),
+             (("-m", "70b", "--calibration", str(tmp_path)), f"{tmp_path}: cannot read it: Is a directory; expected"),
+             (("-m", "70b", "--topo", str(tmp_path / "none.txt")),
+              "none.txt: cannot read it: No such file or directory")]
+    if not os.access(locked, os.R_OK):  # root reads any file: nothing to refuse then
+        cases.append((("-m", "70b", "--calibration", str(locked)), f"{locked}: cannot read it: Permission denied"))
+    for args, message in cases:
+        run = topoplan("plan", *args, *(("--topo", DGX_A100) if "--topo" not in args else ()), "--gpu", "a100-80gb")
+        assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+
+
+def test_context_beyond_the_model_is_refused(tmp_path):
+    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000000000")
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceeds the 131072-token context of "
+            "Llama-3.1-70B (max_position_embeddings)") in run.stderr
+    assert topoplan("plan", *A100_PLAN, "--prompt-len", "130944", "--top", "1").returncode == 0  # exactly 131072
+    config = tmp_path / "config.json"  # a config without max_position_embeddings: nothing to check against
+    config.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+                                  "intermediate_size": 512, "vocab_size": 1000}))
+    run = topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--prompt-len", "200000")
+    assert run.returncode == 0, run.stderr
+
+
+def test_nothing_fits_prints_the_rows_then_fails():
+    message = ("no layout of Llama-3.1-405B fits in GPU memory on 1 node(s) x 8 GPUs; closest: tp=8,pp=1,dp=1 does "
+               "not fit: needs 101.5 GB/GPU, 72.0 usable")
+    table = topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb")
+    assert table.returncode == 2 and message in table.stderr and table.stderr.count("\n") == 1
+    assert "tp8 pp1 dp1" in table.stdout  # the rows show how far off each layout is
+    as_json = topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb", "--json")
+    assert as_json.returncode == 2 and message in as_json.stderr
+    assert not any(entry["fits"] for entry in json.loads(as_json.stdout)["layouts"])
+
+
+def test_partial_machine_layouts_that_add_nothing_are_hidden():
+    out = json.loads(topoplan("plan", *A100_PLAN, "--json", "--top", "0").stdout)
+    shown = [(e["tp"], e["pp"], e["dp"]) for e in out["layouts"]]
+    assert shown[:3] == [(8, 1, 1), (4, 1, 2), (4, 2, 1)]  # tp4 dp1 (identical numbers to tp4 dp2) is hidden
+    assert len({(tp, pp) for tp, pp, _ in shown}) == len(shown)  # no (tp, pp) twice
+    hidden = {(e["tp"], e["pp"], e["dp"]): e for e in out["hidden"]}
+    assert {(4, 1, 1), (2, 1, 3), (2, 1, 2), (2, 1, 1)} <= set(hidden)
+    assert hidden[(2, 1, 1)]["dominated_by"] == "tp=2,pp=1,dp=4" and "dominated_by" not in out["layouts"][0]
+    for (tp, pp, dp), entry in hidden.items():
+        better = next(e for e in out["layouts"] if f"tp={e['tp']},pp={e['pp']},dp={e['dp']}" == entry["dominated_by"])
+        assert (better["tp"], better["pp"]) == (tp, pp) and better["dp"] > dp
+        assert better["request_ms"] <= entry["request_ms"] and better["tokens_per_s"] > entry["tokens_per_s"]
+    table = topoplan("plan", *A100_PLAN, "--top", "8")
+    assert f"{len(hidden)} layout(s) hidden: a layout with the same tp and pp but more DP replicas" in table.stdout
+    fixed = json.loads(topoplan("plan", *A100_PLAN, "--json", "--dp", "1", "--top", "0").stdout)
+    assert fixed["hidden"] == [] and (4, 1, 1) in [(e["tp"], e["pp"], e["dp"]) for e in fixed["layouts"]]
+
+
+def test_a_node_spanning_tp_group_on_part_of_the_nodes_is_hidden():
+    """405B on 4 nodes: tp8 pp2 dp1 (4 GPUs a node, TP across nodes) loses to tp8 pp2 dp2 (TP inside a node)."""
+    out = json.loads(topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb", "--nodes", "4",
+                              "--json", "--top", "0").stdout)
+    spanning = next(e for e in out["hidden"] if (e["tp"], e["pp"], e["dp"]) == (8, 2, 1))
+    assert spanning["dominated_by"] == "tp=8,pp=2,dp=2" and spanning["reasons"][0].startswith("TP8 spans nodes")
+    assert (8, 2, 2) in [(e["tp"], e["pp"], e["dp"]) for e in out["layouts"]]
+
+
+def test_table_is_readable_at_80_columns():
+    result = CliRunner().invoke(app, ["plan", *A100_PLAN, "--top", "8"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.split()[:7] == ["1", "tp8", "pp1", "dp1", "yes", "17.7", "65.7"] for line in lines if line.strip())
+    # each row's GPU groups unbroken and its reason under the table, numbered as the rows
+    assert "#1 [0,1,2,3,4,5,6,7]: TP8 on NVLink: ring bottleneck 192 GB/s" in result.stdout
+    assert "#4 [0,1] | [2,3] | [4,5] | [6,7]: TP2 on NVLink" in result.stdout
+
+
+def test_planner_and_runner_share_the_tp_rule(tmp_path):
+    """An MLP width tp cannot split: the planner never proposes that tp, and the runner refuses it the same way."""
+    from topoplan.runner.config import check_tp, parse_hf_config
+
+    raw = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 8,
+           "num_hidden_layers": 2, "intermediate_size": 300, "vocab_size": 1000}  # 300 = 4 x 75: tp 8 cannot split
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(raw))
+    out = json.loads(topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--json",
+                              "--top", "0").stdout)
+    assert {e["tp"] for e in out["layouts"] + out["hidden"]} == {1, 2, 4}
+    run = topoplan("plan", "-m", str(config), "--topo", DGX_A100, "--gpu", "a100-80gb", "--tp", "8")
+    assert run.returncode == 2 and "intermediate_size=300 is not divisible by tp=8; possible tp: 1, 2, 4" in run.stderr
+    with pytest.raises(TopoplanError, match="intermediate_size=300 is not divisible by tp=8"):
+        check_tp(parse_hf_config(raw), 8)
+    with pytest.raises(TopoplanError, match="vocab_size=1000 is not divisible by tp=16"):  # the runner pads nothing
+        check_tp(parse_hf_config({**raw, "num_attention_heads": 16, "intermediate_size": 320}), 16)
+
+
+def test_misleading_inputs_are_warned_on_stderr(tmp_path):
+    recording = "fixtures/nvml/hgx-h100-8gpu-nvswitch.json"
+    run = topoplan("plan", "-m", "70b", "--topo", recording, "--gpu", "a100-80gb", "--json", "--top", "1")
+    warning = "--gpu a100-80gb (a100-sxm4-80gb) overrides the h100-sxm the source named"
+    assert run.returncode == 0 and f"topoplan: warning: {warning}\n" == run.stderr
+    assert json.loads(run.stdout)["warnings"] == [warning]
+    assert topoplan("plan", "-m", "70b", "--topo", recording, "--top", "1").stderr == ""  # no --gpu: nothing
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps({"version": 1, "flop_efficiency": 1.0, "cpu": {"cores": 2}}))
+    run = topoplan("plan", *A100_PLAN, "--top", "1", "--calibration", str(cpu))
+    assert run.returncode == 0 and run.stderr == (f"topoplan: warning: {cpu} was measured on a CPU (it has a `cpu` "
+                                                  "entry): its efficiencies and link constants describe that CPU, "
+                                                  "not this plan's a100-sxm4-80gb\n")
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    run = topoplan("plan", *A100_PLAN, "--json", "--top", "1", "--calibration", str(empty))
+    assert run.returncode == 0 and run.stderr == f"topoplan: warning: {empty} sets no constant: the defaults apply\n"
+    default = topoplan("plan", *A100_PLAN, "--json", "--top", "1")
+    assert json.loads(run.stdout)["layouts"] == json.loads(default.stdout)["layouts"]
+    gpu = tmp_path / "gpu.json"  # what `calibrate` writes on a GPU machine: accepted, no warning
+    gpu.write_text(json.dumps({"version": 1, "flop_efficiency": 0.6, "gpu": {"name": "NVIDIA A100-SXM4-80GB"}}))
+    assert topoplan("plan", *A100_PLAN, "--top", "1", "--calibration", str(gpu)).stderr == ""
 
 
 def test_config_missing_fields_and_topology_without_gpus(tmp_path):

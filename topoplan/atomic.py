@@ -13,10 +13,15 @@ from topoplan.errors import TopoplanError
 
 
 def check_folder(path: str | Path) -> Path:
-    """Refuse an output path whose folder does not exist, before any time is spent computing what goes in it."""
+    """Refuse an output path that cannot be written (its folder missing or not writable, or the path itself a
+    directory), before any time is spent computing what goes in it."""
     path = Path(path)
     if not path.parent.is_dir():
         raise TopoplanError("the folder does not exist", source=path.parent)
+    if path.is_dir():
+        raise TopoplanError("is a directory; expected a file name to write", source=path)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise TopoplanError("the folder is not writable", source=path.parent)
     return path
 
 

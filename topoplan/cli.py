@@ -82,8 +82,8 @@ def inspect(
 
 @app.command("plan")
 def plan_command(
-    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}) or a path to a HF "
-                              "config.json."),
+    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
+                              "folder or its config.json."),
     topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
                              "through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
@@ -112,19 +112,26 @@ def plan_command(
     from rich.console import Console
 
     from topoplan.plan.frontend import plan_from_options
-    from topoplan.plan.rank import plan_json
+    from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
 
     try:
+        if top < 0:
+            raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         result = plan_from_options(model=model, topo=topo, gpu=gpu, nodes=nodes, batch=batch, prompt_len=prompt_len,
                                    gen_len=gen_len, dtype=dtype, objective=objective, max_tp=max_tp, tp=tp, pp=pp,
                                    dp=dp, nic_gbps=nic_gbps, calibration=calibration)
     except TopoplanError as error:
         raise fail(error) from None
+    for warning in result.warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
-        Console().print(plan_table(result, top or None))
+        console = Console()
+        console.print(plan_table(result, top or None, console.width))
+    if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
+        raise fail(error)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -174,7 +181,7 @@ def launch(
 
 @app.command()
 def run(
-    model: str = typer.Option("tiny", help="Built-in model (tiny, small) or an HF checkpoint folder."),
+    model: str = typer.Option("tiny", "--model", "-m", help="Built-in model (tiny, small) or an HF checkpoint folder."),
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
@@ -187,25 +194,24 @@ def run(
     temperature: float = typer.Option(0.0, help="0 is greedy."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature)."),
     seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
-    ignore_eos: bool = typer.Option(False, help="Always generate --max-new-tokens (benchmarks)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Always generate --max-new-tokens (benchmarks)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
-    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here, then exit."),
+    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in an existing one), then exit; takes no other option."),
 ) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
-    from topoplan.runner.local import run_local
+    from topoplan.runner.local import check_save, run_local
     from topoplan.runner.options import RunOptions
 
     try:
+        opts = RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
+                          temperature, top_p, seed, ignore_eos, json_out)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint
 
-            if model not in BUILTIN:
-                raise TopoplanError(f"--save writes a built-in model; --model {model!r} is not one of {', '.join(BUILTIN)}")
-            print(save_checkpoint(save, BUILTIN[model]))
+            print(save_checkpoint(check_save(save, opts), BUILTIN[model]))
             return
-        code = run_local(RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
-                                    temperature, top_p, seed, ignore_eos, json_out))
+        code = run_local(opts)
     except TopoplanError as error:
         raise fail(error) from None
     if code:
@@ -217,44 +223,32 @@ def bench_command(
     ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all,sendrecv",
                             "--ops", help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
     sizes: str = typer.Option("4K:64M", "--sizes", help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
-    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2)."),
+    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2; at most 8 per CPU)."),
     layout: str = typer.Option(None, "--layout", help="tp=..,pp=..,dp=..: run inside this layout's groups "
                                "(see --groups); starts layout.world ranks."),
-    groups: str = typer.Option("tp", "--groups", help="With --layout: which groups run the collectives "
-                               "(tp, pp, dp), all at once, as the runner would."),
+    groups: str = typer.Option(None, "--groups", help="With --layout: which groups run the collectives "
+                               "(tp, pp, dp; default tp), all at once, as the runner would."),
     backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16, float16 or float8_e4m3fn."),
     iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per point."),
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each point."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds for rendezvous and each collective."),
-    plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this file."),
+    plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
     from rich.console import Console
 
+    from topoplan.atomic import write_atomic
     from topoplan.bench.launch import spawn_json
-    from topoplan.atomic import check_folder, write_atomic
+    from topoplan.bench.options import bench_job
     from topoplan.bench.plot import svg
     from topoplan.bench.render import print_bench
-    from topoplan.bench.definitions import parse_ops, parse_sizes
-    from topoplan.layout import Layout
 
     try:
-        parse_ops(ops), parse_sizes(sizes)  # refuse bad input before starting anything
-        if plot:
-            check_folder(plot)
-        if layout is not None and ranks is not None:
-            raise TopoplanError("--ranks and --layout both set the rank count: pass one")
-        if groups not in ("tp", "pp", "dp"):
-            raise TopoplanError(f"--groups {groups!r}: expected tp, pp or dp")
-        world = Layout.parse(layout).world if layout else (ranks or _default_ranks())
-        if world < 1:
-            raise TopoplanError(f"--ranks must be at least 1, got {world}")
-        args = ["--ops", ops, "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup), "--dtype", dtype,
-                "--timeout", str(timeout)] + (["--backend", backend] if backend else []) \
-            + (["--layout", layout, "--group", groups] if layout else [])
-        result = spawn_json(world, "topoplan.bench.worker", args, echo=not as_json, what="bench")
+        job = bench_job(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups, backend=backend, dtype=dtype,
+                        iters=iters, warmup=warmup, timeout=timeout, plot=plot)
+        result = spawn_json(job.world, "topoplan.bench.worker", job.argv, echo=not as_json, what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))
@@ -266,27 +260,12 @@ def bench_command(
         print_bench(result, Console())
 
 
-def _default_ranks() -> int:
-    """Every GPU NVML sees, else 2 CPU ranks."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-        return count or 2
-    except Exception:  # no driver, no library: a CPU machine
-        return 2
-
-
 @app.command("calibrate")
 def calibrate_command(
     out: str = typer.Option("calibration.json", "--out", "-o", help="Calibration file to write (atomically)."),
     sizes: str = typer.Option("1K:4M", "--sizes", help="Collective sizes swept per link class."),
     iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
-    warmup: int = typer.Option(5, "--warmup", min=0),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each size."),
     dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
                               "fp32 on CPU)."),
     topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "

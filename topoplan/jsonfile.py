@@ -1,4 +1,4 @@
-"""Reading JSON input: one wording for a missing file and for bad JSON (with its line), whoever reads it."""
+"""Reading JSON input: one wording for an unreadable file and for bad JSON (with its line), whoever reads it."""
 
 from __future__ import annotations
 
@@ -19,10 +19,16 @@ def parse_json(text: str, source: str | Path, what: str) -> Any:
 
 
 def read_json(path: str | Path, what: str) -> Any:
-    """The JSON in file `path`; a missing file or bad JSON is a TopoplanError naming the file and `what`."""
+    """The JSON in file `path`; a file that cannot be read (missing, a folder, no permission, not UTF-8) or bad
+    JSON is a TopoplanError naming the file and `what`."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise TopoplanError(f"no such file; expected {what}", source=path) from None
+        data = path.read_bytes()
+    except OSError as error:
+        raise TopoplanError(f"cannot read it: {error.strerror or error}; expected {what}", source=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise TopoplanError(f"not UTF-8 text (byte 0x{data[error.start]:02x}); expected {what}", source=path,
+                            line=data.count(b"\n", 0, error.start) + 1) from None
     return parse_json(text, path, what)

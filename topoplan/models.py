@@ -45,6 +45,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    max_context: int = 0  # max_position_embeddings: prompt + generated tokens it was trained for (0: unknown)
 
     @property
     def is_mla(self) -> bool:
@@ -140,20 +141,29 @@ class ModelSpec:
         """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
         return self.kv_elements_per_token_layer(tp) * self.layers * DTYPE_BYTES[dtype]
 
+    def matmul_params(self, dense_layers: int, moe_layers: int, experts: float) -> float:
+        """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use
+        per MoE layer (dense layers: without their norms). The planner's cost model prices stages with this."""
+        moe = self.moe_layer_active_params(experts) if moe_layers else 0.0
+        return dense_layers * (self.dense_layer_params - 2 * self.hidden) + moe_layers * moe
+
+    def attention_flops(self, layers: int, queries: float, context: float) -> float:
+        """QK^T and AV FLOPs in `layers` layers for `queries` tokens each attending to `context` keys."""
+        return 2.0 * layers * self.heads * (self.qk_dim + self.v_dim) * queries * context
+
     def flops_per_token(self, context: int) -> float:
         """Forward FLOPs for one token attending to `context` earlier tokens: 2 x active weights + attention."""
-        dense = self.layers - self.moe_layers
-        matmul = (dense * (self.dense_layer_params - 2 * self.hidden)
-                  + self.moe_layers * self.moe_layer_active_params(self.experts_per_token) + self.head_params)
-        return 2.0 * matmul + 2.0 * self.layers * self.heads * (self.qk_dim + self.v_dim) * context
+        matmul = self.matmul_params(self.layers - self.moe_layers, self.moe_layers, self.experts_per_token)
+        return 2.0 * (matmul + self.head_params) + self.attention_flops(self.layers, 1, context)
 
     def weight_bytes(self, dtype: str) -> int:
         return self.params * DTYPE_BYTES[dtype]
 
 
 # Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).
-_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False}
-_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False}
+_LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096}
+_LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 8192}
+_LLAMA31 = {**_LLAMA3, "max_position_embeddings": 131072}
 CATALOG: dict[str, dict[str, Any]] = {
     "Llama-2-7B": {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "num_key_value_heads": 32},
@@ -165,20 +175,23 @@ CATALOG: dict[str, dict[str, Any]] = {
                    "num_attention_heads": 32, "num_key_value_heads": 8},
     "Llama-3-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8},
-    "Llama-3.1-8B": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "Llama-3.1-8B": {**_LLAMA31, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                      "num_attention_heads": 32, "num_key_value_heads": 8},
-    "Llama-3.1-70B": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+    "Llama-3.1-70B": {**_LLAMA31, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                       "num_attention_heads": 64, "num_key_value_heads": 8},
-    "Llama-3.1-405B": {**_LLAMA3, "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
+    "Llama-3.1-405B": {**_LLAMA31, "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
                        "num_attention_heads": 128, "num_key_value_heads": 8},
     "Mixtral-8x7B": {"model_type": "mixtral", "vocab_size": 32000, "tie_word_embeddings": False,
-                     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "max_position_embeddings": 32768, "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_hidden_layers": 32,
                      "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
                      "num_experts_per_tok": 2},
     "Qwen2.5-72B": {"model_type": "qwen2", "vocab_size": 152064, "tie_word_embeddings": False,
+                    "max_position_embeddings": 32768,
                     "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
                     "num_attention_heads": 64, "num_key_value_heads": 8},
     "DeepSeek-V3": {"model_type": "deepseek_v3", "vocab_size": 129280, "tie_word_embeddings": False,
+                    "max_position_embeddings": 163840,
                     "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                     "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
@@ -239,6 +252,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         qk_nope_head_dim=need("qk_nope_head_dim") if kv_lora else 0,
         qk_rope_head_dim=need("qk_rope_head_dim") if kv_lora else 0,
         v_head_dim=need("v_head_dim") if kv_lora else 0,
+        max_context=need("max_position_embeddings") if "max_position_embeddings" in raw else 0,
     )
     if spec.heads % spec.kv_heads:
         raise TopoplanError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
@@ -247,8 +261,11 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
 
 
 def find_model(name: str) -> ModelSpec:
-    """A catalog model by name or alias (case-insensitive), or a path to a HF config.json."""
+    """A catalog model by name or alias (case-insensitive), a path to a HF config.json, or a HF checkpoint folder
+    (its config.json), as `run --model` takes."""
     path = Path(name)
+    if path.is_dir():
+        return load_config(path / "config.json")
     if name.endswith(".json") or path.is_file():
         return load_config(path)
     by_lower = {k.lower(): k for k in CATALOG} | {k.lower(): v for k, v in ALIASES.items()}
@@ -257,7 +274,7 @@ def find_model(name: str) -> ModelSpec:
         close = difflib.get_close_matches(name.lower(), list(by_lower), n=4, cutoff=0.4)
         names = dict.fromkeys(by_lower[c] for c in close)
         hint = f"; close: {', '.join(names)}" if names else f"; known: {', '.join(CATALOG)}"
-        raise TopoplanError(f"unknown model {name!r}{hint} (or pass a path to a config.json)")
+        raise TopoplanError(f"unknown model {name!r}{hint} (or pass a HF checkpoint folder or its config.json)")
     return spec_from_config(CATALOG[key], key, source=f"catalog:{key}")
 
 
@@ -266,5 +283,5 @@ def load_config(path: Path) -> ModelSpec:
     raw = read_json(path, "a HF config.json")
     if not isinstance(raw, dict):
         raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
-    name = raw.get("_name_or_path") or path.parent.name or path.stem
+    name = raw.get("_name_or_path") or path.resolve().parent.name or path.stem
     return spec_from_config(raw, str(name), source=path)

@@ -25,6 +25,7 @@ from topoplan.bench.cpu import CPU_LINK
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
+from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.runner.local import cpu_cores
 from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
@@ -80,16 +81,33 @@ def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
     return pairs
 
 
+PROBE_COPIES = 3  # the GEMV probe holds an fp32 random matrix and its --dtype copy: up to 3x the buffer at once
+
+
+def check_probe_mib(probe_mib: int) -> None:
+    """Refuse a probe buffer that cannot fit: PROBE_COPIES of it must stay within half of this machine's RAM."""
+    if probe_mib < 1:
+        raise TopoplanError(f"--probe-mib must be at least 1, got {probe_mib}")
+    need, have = PROBE_COPIES * probe_mib * probes.MiB, physical_memory_bytes()
+    if need > have // 2:
+        raise TopoplanError(f"--probe-mib {probe_mib}: the probes hold {PROBE_COPIES}x it ({gib(need)}), more than "
+                            f"half of this machine's {gib(have)} of memory; expected at most "
+                            f"{have // 2 // PROBE_COPIES // probes.MiB}")
+
+
 def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, dtype: str | None = None,
               topo: str | None = None, probe_mib: int = 256) -> dict[str, Any]:
     """Measure and fit; returns the file's JSON (already checked by the planner's own parser)."""
     parse_sizes(sizes)
-    if probe_mib < 1:
-        raise TopoplanError(f"--probe-mib must be at least 1, got {probe_mib}")
+    check_probe_mib(probe_mib)
     gpu = torch.cuda.is_available()
     dtype = dtype or ("bf16" if gpu else "fp32")
     if dtype not in probes.DTYPES:
         raise TopoplanError(f"--dtype {dtype!r}: expected one of {', '.join(probes.DTYPES)}")
+    pairs = gpu_pairs_by_class(topo) if topo is not None or (gpu and torch.cuda.device_count() >= 2) else {}  # before measuring
+    if topo is not None and not gpu:
+        raise TopoplanError(f"--topo {topo}: names GPU link classes, but torch sees no GPU here (on CPU the "
+                            "sweep runs between processes; drop --topo)")
     started = time.time()
     fits: list[CollectiveFit] = []
     cal = Calibration()
@@ -99,7 +117,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
 
         count = torch.cuda.device_count()
         if count >= 2:
-            for link_class, (a, b) in gpu_pairs_by_class(topo).items():
+            for link_class, (a, b) in pairs.items():
                 fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl", {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
         measured = probe_all(torch.device("cuda"), dtype, probe_mib)
         name = torch.cuda.get_device_name(0)

@@ -30,9 +30,6 @@ class LineFit:
     beta_us_per_byte: float
     rel_rms: float
 
-    def predict_us(self, size_bytes: float) -> float:
-        return self.alpha_us + self.beta_us_per_byte * size_bytes
-
 
 def fit_line(sizes: Sequence[float], times_us: Sequence[float]) -> LineFit:
     """Weighted least squares (weights 1/t^2) with alpha, beta >= 0.

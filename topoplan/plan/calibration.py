@@ -24,9 +24,10 @@ from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.topology.links import LinkKind
 
-# Sections other tools own, accepted and left to them: `cpu` (the CPU hardware entry, topoplan.bench.cpu)
-# and `measured` (what `topoplan calibrate` fitted these constants from, kept for the record).
-PASSTHROUGH_KEYS = ("cpu", "measured")
+# Sections other tools own, accepted and left to them: `cpu` / `gpu` (the hardware it was measured on,
+# topoplan.bench.cpu and bench/calibrate.py) and `measured` (what `topoplan calibrate` fitted these constants
+# from, kept for the record).
+PASSTHROUGH_KEYS = ("cpu", "gpu", "measured")
 NET = "net"  # the inter-node link class (a NIC hop); the others are LinkKind values
 LINK_CLASSES = tuple(k.value for k in LinkKind) + (NET,)
 SCHEMA_VERSION = 1
@@ -69,6 +70,8 @@ class Calibration:
     step_overhead_us: float = 0.0
     runtime_reserve: float = 0.10  # share of GPU memory kept for the runtime (CUDA context, workspaces)
     source: str = "defaults"
+    measured_on: str | None = None  # "cpu" when the file has a `cpu` entry, else its `gpu` name, else None
+    sets_nothing: bool = False  # the file overrides no constant (e.g. `{}`): the defaults apply
 
     def link(self, link_class: str) -> LinkCalibration:
         return self.links[link_class]
@@ -93,7 +96,8 @@ def parse_calibration(raw: Any, path: Path) -> Calibration:
     if raw.get("version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise TopoplanError(f"version {raw.get('version')!r}: this topoplan reads version {SCHEMA_VERSION}",
                             source=path)
-    known = {f.name for f in fields(Calibration)} - {"source"} | {"version", *PASSTHROUGH_KEYS}
+    known = {f.name for f in fields(Calibration)} - {"source", "measured_on", "sets_nothing"} | {"version",
+                                                                                           *PASSTHROUGH_KEYS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TopoplanError(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}", source=path)
@@ -115,7 +119,11 @@ def parse_calibration(raw: Any, path: Path) -> Calibration:
     values |= {k: _number(raw[k], k, path) for k in _TIMES if k in raw}
     if values.get("runtime_reserve") == 1.0:
         raise TopoplanError("runtime_reserve: 1.0 leaves no memory for the model", source=path)
-    return replace(Calibration(), links=links, source=str(path), **values)
+    gpu = raw.get("gpu")
+    measured_on = "cpu" if "cpu" in raw else (gpu.get("name") if isinstance(gpu, dict) else None)
+    sets_nothing = not values and links == DEFAULT_LINKS
+    return replace(Calibration(), links=links, source=str(path), measured_on=measured_on, sets_nothing=sets_nothing,
+                   **values)
 
 
 def load_calibration(path: str | Path | None) -> Calibration:

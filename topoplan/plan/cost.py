@@ -130,21 +130,18 @@ class StageModel:
     def _matmul_params(self, tokens: float) -> float:
         """Weights the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
         m = self.m
-        moe = m.moe_layer_active_params(m.experts_touched(tokens)) if self.moe else 0.0
-        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe + (m.head_params if self.s.last else 0)
+        return m.matmul_params(self.dense, self.moe, m.experts_touched(tokens)) + (m.head_params if self.s.last else 0)
 
     def _active_params(self) -> float:
         """Weights one token multiplies by (MoE: its k experts)."""
-        m = self.m
-        moe = m.moe_layer_active_params(m.experts_per_token) if self.moe else 0.0
-        return self.dense * (m.dense_layer_params - 2 * m.hidden) + self.moe * moe
+        return self.m.matmul_params(self.dense, self.moe, self.m.experts_per_token)
 
     def kv_bytes_per_token(self) -> float:
         return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
 
     def attention_flops(self, queries: float, context: float) -> float:
         """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
-        return 2.0 * self.s.layers * self.m.heads * (self.m.qk_dim + self.m.v_dim) * queries * context
+        return self.m.attention_flops(self.s.layers, queries, context)
 
     def prefill(self, batch: int, prompt: int) -> list[Work]:
         """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""

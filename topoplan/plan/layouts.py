@@ -1,8 +1,11 @@
 """Every (tp, pp, dp) worth pricing for a model on `nodes` identical nodes of `gpus_per_node` GPUs.
 
 tp must divide the attention heads (and, for GQA, either divide the KV heads or be a multiple of them, so
-KV heads replicate evenly); pp at most the layer count (uneven splits are priced); groups must tile the
-nodes. Fewer GPUs than present are allowed: a node may run k <= gpus_per_node ranks.
+KV heads replicate evenly) and the MLP widths (column-parallel GEMMs split evenly; vLLM and Megatron
+require the same). The vocabulary is not checked here: vLLM pads it to a multiple of tp; the bundled
+runner does not, so it adds vocab_size to the same check (`tp_problems`). pp at most the layer count
+(uneven splits are priced); groups must tile the nodes. Fewer GPUs than present are allowed: a node may
+run k <= gpus_per_node ranks.
 """
 
 from __future__ import annotations
@@ -17,14 +20,31 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tp_problems(tp: int, heads: int, kv_heads: int | None, widths: dict[str, int]) -> list[str]:
+    """Why `tp` cannot split a model: heads, KV heads (None: MLA, replicated) and each named width must divide
+    evenly. The one TP rule of the planner and the runner (which passes its vocabulary as a width too)."""
+    problems = [f"{name}={value} is not divisible by tp={tp}"
+                for name, value in {"num_attention_heads": heads, **widths}.items() if value % tp]
+    if kv_heads is not None and kv_heads % tp and tp % kv_heads:
+        problems.append(f"num_key_value_heads={kv_heads} neither divides nor is divisible by tp={tp}")
+    return problems
+
+
+def _model_tp_problems(model: ModelSpec, tp: int) -> list[str]:
+    widths = {"intermediate_size": model.intermediate}
+    if model.is_moe:
+        widths["moe_intermediate_size"] = model.expert_intermediate
+    return tp_problems(tp, model.heads, None if model.is_mla else model.kv_heads, widths)
+
+
 def check_tp(model: ModelSpec, tp: int) -> None:
-    """Refuse a TP degree the model's heads cannot be split over."""
-    if model.heads % tp:
-        raise TopoplanError(f"tp={tp} does not divide the {model.heads} attention heads of {model.name}; "
-                            f"possible: {', '.join(map(str, _divisors(model.heads)))}")
-    if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
-        raise TopoplanError(f"tp={tp} neither divides nor is a multiple of the {model.kv_heads} KV heads of "
-                            f"{model.name}")
+    """Refuse a TP degree the model cannot be split by, listing the degrees that work."""
+    if tp < 1:
+        raise TopoplanError(f"tp must be >= 1, got {tp}")
+    problems = _model_tp_problems(model, tp)
+    if problems:
+        possible = [d for d in _divisors(model.heads) if not _model_tp_problems(model, d)]
+        raise TopoplanError(f"{model.name}: {'; '.join(problems)}; possible tp: {', '.join(map(str, possible))}")
 
 
 def _tiles(layout: Layout, k: int) -> bool:
@@ -60,7 +80,7 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         for t in _divisors(world):
             if (tp is not None and t != tp) or (max_tp is not None and t > max_tp):
                 continue
-            if model.heads % t or (not model.is_mla and model.kv_heads % t and t % model.kv_heads):
+            if _model_tp_problems(model, t):
                 continue
             for p in _divisors(world // t):
                 if (pp is not None and p != pp) or p > model.layers:

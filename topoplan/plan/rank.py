@@ -6,10 +6,11 @@ output token), throughput by decode tokens/s per GPU.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
@@ -26,6 +27,7 @@ OBJECTIVES = ("latency", "throughput")
 class RankedLayout:
     cost: LayoutCost
     order: tuple[str, ...]  # the per-node GPU order (every node the same)
+    dominated_by: Layout | None = None  # a layout with more replicas that is no worse: this one is hidden
 
 
 @dataclass
@@ -37,12 +39,37 @@ class Plan:
     workload: Workload
     objective: str
     calibration: Calibration
-    layouts: list[RankedLayout]  # best first
+    layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
+    hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
+    warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
 
 
 def _key(objective: str, cost: LayoutCost) -> tuple:
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
     return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
+
+
+def _no_worse(better: LayoutCost, other: LayoutCost) -> bool:
+    return (better.fits >= other.fits and better.request_ms <= other.request_ms * (1 + 1e-9)
+            and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
+
+
+def mark_dominated(ranked: list[RankedLayout]) -> None:
+    """Mark each layout that a layout with the same tp and pp but more DP replicas matches or beats on fit,
+    request time and tokens/s per GPU: the larger one serves more requests at no cost, so the smaller one is
+    only a subset of the machine left idle."""
+    for entry in ranked:
+        own = entry.cost.layout
+        entry.dominated_by = next((other.cost.layout for other in ranked
+                                   if (other.cost.layout.tp, other.cost.layout.pp) == (own.tp, own.pp)
+                                   and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
+
+
+def check_counts(**counts: int | None) -> None:
+    """Every given count option (None: not given) is at least 1, else a one-line error naming the option."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise TopoplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
@@ -51,10 +78,13 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     """Every candidate layout placed on the topology and priced, ranked best first."""
     if objective not in OBJECTIVES:
         raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
-    for name, value in (("batch", workload.batch), ("prompt-len", workload.prompt_len),
-                        ("gen-len", workload.gen_len), ("nodes", nodes)):
-        if value < 1:
-            raise TopoplanError(f"--{name} must be at least 1, got {value}")
+    check_counts(nodes=nodes, batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
+                 max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    context = workload.prompt_len + workload.gen_len
+    if model.max_context and context > model.max_context:
+        raise TopoplanError(f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} = {context} tokens "
+                            f"exceeds the {model.max_context}-token context of {model.name} "
+                            "(max_position_embeddings)")
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps)
@@ -64,7 +94,22 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
         order = placer.local_order(layout, nodes)
         ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
     ranked.sort(key=lambda r: _key(objective, r.cost))
-    return Plan(model, device, topology, nodes, workload, objective, calibration, ranked)
+    mark_dominated(ranked)
+    return Plan(model, device, topology, nodes, workload, objective, calibration,
+                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
+
+
+def nothing_fits(result: Plan) -> TopoplanError | None:
+    """The error for a plan none of whose layouts fits in memory, naming the closest one; None when one fits.
+
+    The command still prints the table (or JSON) first, to show how far off each layout is, then exits 2.
+    """
+    every = result.layouts + result.hidden
+    if not every or any(entry.cost.fits for entry in every):
+        return None
+    closest = min(every, key=lambda entry: entry.cost.memory_per_gpu).cost
+    return TopoplanError(f"no layout of {result.model.name} fits in GPU memory on {result.nodes} node(s) x "
+                         f"{len(result.topology.gpus)} GPUs; closest: {closest.layout} {closest.reasons[0]}")
 
 
 def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
@@ -80,6 +125,7 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
         "reasons": c.reasons,
+        **({"dominated_by": str(entry.dominated_by)} if entry.dominated_by else {}),
     }
 
 
@@ -98,5 +144,7 @@ def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
         "workload": asdict(result.workload),
         "objective": result.objective,
         "calibration": result.calibration.source,
+        "warnings": list(result.warnings),
         "layouts": [layout_json(entry, result.nodes) for entry in layouts],
+        "hidden": [layout_json(entry, result.nodes) for entry in (result.hidden[:top] if top else result.hidden)],
     }

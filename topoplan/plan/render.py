@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from topoplan.plan.rank import Plan, RankedLayout
+
+
+NARROW = 120  # below this many columns the GPU groups and reasons move under the table, one line per row
 
 
 def gpu_groups(entry: RankedLayout) -> str:
@@ -24,18 +30,30 @@ def headline(entry: RankedLayout) -> str:
     return entry.cost.reasons[0]
 
 
-def plan_table(result: Plan, top: int | None) -> Table:
+def plan_table(result: Plan, top: int | None, width: int | None = None) -> RenderableType:
+    """The table; narrower than NARROW columns it is compact and each row's groups and reason follow it."""
+    narrow = width is not None and width < NARROW
     w = result.workload
     title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
              f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective}")
-    table = Table(title=title, title_justify="left")
+    hidden = len(result.hidden)
+    caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
+               "(--json lists them under \"hidden\")" if hidden else None)
+    table = Table(title=title, title_justify="left", caption=None if narrow else caption, caption_justify="left",
+                  box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for name in ("#", "layout", "fits", "GB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
-    table.add_column("GPU groups" + (" (per node)" if result.nodes > 1 else ""), overflow="fold")
-    table.add_column("why", ratio=1)
-    for i, entry in enumerate(result.layouts[:top] if top else result.layouts, 1):
+    groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
+    if not narrow:
+        table.add_column(groups, overflow="fold")
+        table.add_column("why", ratio=1)
+    shown = result.layouts[:top] if top else result.layouts
+    for i, entry in enumerate(shown, 1):
         c = entry.cost
         table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",
                       f"{c.memory_per_gpu / 1e9:.1f}", f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
-                      f"{c.tokens_per_s_per_gpu:.1f}", gpu_groups(entry), headline(entry))
-    return table
+                      f"{c.tokens_per_s_per_gpu:.1f}", *(() if narrow else (gpu_groups(entry), headline(entry))))
+    if not narrow:
+        return table
+    rows = [Text(f"#{i} {gpu_groups(entry)}: {headline(entry)}") for i, entry in enumerate(shown, 1)]
+    return Group(table, Text(f"{groups}: why"), *rows, *([Text(caption)] if caption else []))

@@ -15,6 +15,7 @@ from typing import Any
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.models import spec_from_config
+from topoplan.plan.layouts import tp_problems
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -113,14 +114,10 @@ def load_hf_config(folder: str | Path) -> ModelConfig:
 
 
 def check_tp(config: ModelConfig, tp: int, source: str = "layout") -> None:
-    """Refuse a TP degree the weights cannot be split by (vLLM's rule for KV heads)."""
-    problems = []
-    for name, value in (("num_attention_heads", config.n_heads), ("intermediate_size", config.intermediate_size),
-                        ("vocab_size", config.vocab_size)):
-        if value % tp:
-            problems.append(f"{name}={value} is not divisible by tp={tp}")
-    if config.n_kv_heads % tp and tp % config.n_kv_heads:
-        problems.append(f"num_key_value_heads={config.n_kv_heads} neither divides nor is divisible by tp={tp}")
+    """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.plan.layouts.tp_problems),
+    plus the vocabulary, which this runner shards evenly without padding (vLLM pads it instead)."""
+    problems = tp_problems(tp, config.n_heads, config.n_kv_heads,
+                           {"intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size})
     if problems:
         raise TopoplanError("; ".join(problems), source=source)
 

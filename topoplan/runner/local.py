@@ -8,31 +8,70 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import read_json
 from topoplan.launch.binding import CpuFacts, split_cpus
 from topoplan.layout import Layout
-from topoplan.runner.builtin import BUILTIN
+from topoplan.runner.builtin import BUILTIN, encode_bytes
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
 from topoplan.runner.options import RunOptions
 from topoplan.runner.spawn import spawn_ranks
+
+
+def check_save(folder: str, opts: RunOptions) -> Path:
+    """Refuse `run --save` that cannot write, or that is given run options it would ignore."""
+    defaults = RunOptions(model=opts.model)
+    ignored = [f.name for f in fields(opts) if getattr(opts, f.name) != getattr(defaults, f.name)]
+    if ignored:
+        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
+        raise TopoplanError(f"--save writes --model's checkpoint and exits; it takes no {flags}")
+    if opts.model not in BUILTIN:
+        raise TopoplanError(f"--save writes a built-in model; --model {opts.model!r} is not one of {', '.join(BUILTIN)}")
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise TopoplanError("exists and is not a folder; expected a new folder to write the checkpoint into",
+                            source=path)
+    if not path.parent.is_dir():
+        raise TopoplanError("the folder does not exist", source=path.parent)
+    return path
+
+
+def check_context(opts: RunOptions, raw: dict[str, Any], source: str) -> None:
+    """Refuse prompt + new tokens beyond the model's max_position_embeddings (the KV cache is sized to their sum).
+    Text prompts count where their length is known here (byte models); tokenizer.json prompts only by the rest."""
+    limit = raw.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        return
+    lengths = [len(ids) for ids in opts.prompt_token_ids]
+    if raw.get("topoplan_byte_tokenizer"):
+        lengths += [len(encode_bytes(text)) for text in opts.prompt]
+    longest = max(lengths, default=0)
+    if longest + opts.max_new_tokens > limit:
+        raise TopoplanError(f"--max-new-tokens {opts.max_new_tokens} + a {longest}-token prompt exceed the model's "
+                            f"context of {limit} tokens (max_position_embeddings in {source})")
+
 
 def check_run(opts: RunOptions) -> Layout:
     """Refuse a run that cannot work, before any process starts."""
     layout = Layout(opts.tp, opts.pp, opts.dp)
     opts.validate()
     if opts.model in BUILTIN:
-        config = parse_hf_config(BUILTIN[opts.model], source=f"built-in model {opts.model}")
+        raw, source = BUILTIN[opts.model], f"built-in model {opts.model}"
+        config = parse_hf_config(raw, source=source)
     else:
         folder = Path(opts.model)
         if not folder.is_dir():
             raise TopoplanError(f"--model {opts.model!r}: not a folder; expected an HF checkpoint folder or one "
                                 f"of {', '.join(BUILTIN)}")
         config = load_hf_config(folder)
+        raw, source = read_json(folder / "config.json", "an HF checkpoint folder with config.json"), str(folder / "config.json")
         if opts.prompt and not config.byte_tokenizer and not (folder / "tokenizer.json").exists():
             raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
+    check_context(opts, raw, source)
     check_tp(config, layout.tp, source=str(layout))
     split_layers(config.n_layers, layout.pp)
     too_big = [i for ids in opts.prompt_token_ids for i in ids if i >= config.vocab_size]

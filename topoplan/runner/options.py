@@ -20,6 +20,21 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the keys of topoplan.runner.dist.DTYPES (no torch here)
+BACKENDS = ("nccl", "gloo")
+SEED_MAX = 2**64 - 1  # torch.manual_seed's range
+
+
+def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], timeout: float) -> None:
+    """The checks `run` and `bench` share: refused in the parent, before any rank starts."""
+    if backend is not None and backend not in BACKENDS:
+        raise TopoplanError(f"--backend {backend!r}: expected {' or '.join(BACKENDS)}")
+    if dtype not in dtypes:
+        raise TopoplanError(f"--dtype {dtype!r}: expected one of {', '.join(dtypes)}")
+    if not timeout > 0:
+        raise TopoplanError(f"--timeout {timeout:g}: expected a positive number of seconds")
+
+
 @dataclass
 class RunOptions:
     model: str = "tiny"  # a built-in model name or an HF checkpoint folder
@@ -58,7 +73,14 @@ class RunOptions:
         return [parse_ids(text) for text in self.prompt_ids]
 
     def validate(self) -> None:
-        """Checks that need no model: a prompt is given, ids parse, counts are positive."""
+        """Checks that need no model: a prompt is given, ids parse, counts and sampling settings are in range."""
+        check_common(backend=self.backend, dtype=self.dtype, dtypes=DTYPE_NAMES, timeout=self.timeout)
+        if not self.temperature >= 0:
+            raise TopoplanError(f"--temperature {self.temperature:g}: expected 0 (greedy) or more")
+        if not 0 < self.top_p <= 1:
+            raise TopoplanError(f"--top-p {self.top_p:g}: expected a probability mass in (0, 1]")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise TopoplanError(f"--seed {self.seed}: expected 0 to 2**64-1")
         if self.max_new_tokens < 1:
             raise TopoplanError(f"--max-new-tokens {self.max_new_tokens}: expected at least 1")
         if not self.prompt and not self.prompt_ids:

@@ -1,0 +1,165 @@
+"""Bad options of `run`, `bench`, `calibrate` and `validate` are refused in the parent, before any rank starts:
+one `topoplan: error:` line on stderr, exit 2, no traceback, nothing written. In-process and fast: spawning
+ranks is replaced by a function that fails the test if it is ever reached."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import topoplan.bench.launch
+import topoplan.runner.local
+from topoplan import cli
+from topoplan.bench import calibrate as calibrate_module
+from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks, physical_memory_bytes
+from topoplan.bench.options import BENCH_DTYPES, bench_job
+from topoplan.bench.validate import check_sizes, model_spec
+from topoplan.runner.options import DTYPE_NAMES
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(topoplan.runner.local, "spawn_ranks", refuse)
+    monkeypatch.setattr(topoplan.bench.launch, "spawn_ranks", refuse)
+
+
+def topoplan_error(monkeypatch, capsys, *args: str) -> str:
+    """Run the CLI in-process; assert the one-line exit-2 contract and return the message."""
+    monkeypatch.setattr(sys, "argv", ["topoplan", *args])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.startswith("topoplan: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_run_dtype_names_match_the_ranks():
+    import topoplan.runner.dist
+
+    assert DTYPE_NAMES == tuple(topoplan.runner.dist.DTYPES)
+
+
+def test_bench_dtype_names_match_the_ranks():
+    import topoplan.bench.worker
+
+    assert BENCH_DTYPES == tuple(topoplan.bench.worker.DTYPES)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp", "2", "--dtype", "int8"], "--dtype 'int8': expected one of float32, bfloat16, float16"),
+    (["--backend", "mpi"], "--backend 'mpi': expected nccl or gloo"),
+    (["--timeout", "0"], "--timeout 0: expected a positive number of seconds"),
+    (["--timeout", "-1"], "--timeout -1: expected a positive"),
+    (["--temperature", "-1"], "--temperature -1: expected 0 (greedy) or more"),
+    (["--top-p", "0"], "--top-p 0: expected a probability mass in (0, 1]"),
+    (["--top-p", "2"], "--top-p 2: expected"),
+    (["--seed", "-1"], "--seed -1: expected 0 to 2**64-1"),
+    (["--max-new-tokens", "100000000"], "--max-new-tokens 100000000 + a 3-token prompt exceed the model's context "
+                                        "of 4096 tokens"),
+    (["--max-new-tokens", "4094"], "--max-new-tokens 4094 + a 3-token prompt exceed"),
+])
+def test_run_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
+    err = topoplan_error(monkeypatch, capsys, "run", "-m", "tiny", "--prompt", "Hi", *args)
+    assert message in err
+
+
+def test_run_context_counts_prompt_ids(no_ranks, monkeypatch, capsys):
+    err = topoplan_error(monkeypatch, capsys, "run", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "4092")
+    assert "--max-new-tokens 4092 + a 5-token prompt exceed the model's context of 4096" in err
+
+
+def test_run_save_refuses_a_file_a_missing_folder_and_run_options(no_ranks, monkeypatch, capsys, tmp_path):
+    existing = tmp_path / "empty.txt"
+    existing.write_text("")
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(existing))
+    assert f"{existing}: exists and is not a folder" in err
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(tmp_path / "nodir" / "x"))
+    assert f"{tmp_path / 'nodir'}: the folder does not exist" in err
+    err = topoplan_error(monkeypatch, capsys, "run", "--save", str(tmp_path / "x"), "--tp", "2", "--ignore-eos")
+    assert "--save writes --model's checkpoint and exits; it takes no --tp, --ignore-eos" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]  # nothing created
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "mpi"], "--backend 'mpi': expected nccl or gloo"),
+    (["--dtype", "int8"], "--dtype 'int8': expected one of float32, bfloat16, float16, float8_e4m3fn"),
+    (["--timeout", "0"], "--timeout 0: expected a positive"),
+    (["--ranks", "0"], "--ranks 0: expected at least 1"),
+    (["--ranks", "100000"], f"100000 ranks: at most {max_local_ranks()} ({RANKS_PER_CPU} per usable CPU)"),
+    (["--groups", "dp"], "--groups needs --layout"),
+    (["--plot", "out.png"], "--plot 'out.png': the chart is SVG; expected a file name ending in .svg"),
+])
+def test_bench_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
+    assert message in topoplan_error(monkeypatch, capsys, "bench", *args)
+
+
+def test_output_directories_are_refused_up_front(no_ranks, monkeypatch, capsys, tmp_path):
+    folder = tmp_path / "adir.svg"
+    folder.mkdir()
+    assert f"{folder}: is a directory; expected a file name" in topoplan_error(monkeypatch, capsys, "bench",
+                                                                               "--plot", str(folder))
+
+    def no_measuring(**kwargs):
+        raise AssertionError("calibrate measured before checking --out")
+
+    monkeypatch.setattr(calibrate_module, "calibrate", no_measuring)
+    assert f"{tmp_path}: is a directory" in topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root may write anywhere")
+def test_unwritable_folder_is_refused_up_front(no_ranks, monkeypatch, capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    err = topoplan_error(monkeypatch, capsys, "bench", "--plot", str(locked / "x.svg"))
+    assert f"{locked}: the folder is not writable" in err
+
+
+def test_bench_job_argv_and_default_group():
+    job = bench_job(ops="all_reduce", sizes="4K", ranks=None, layout="tp=2,dp=2", groups=None, backend="gloo",
+                    dtype="float32", iters=3, warmup=1, timeout=9.0, plot=None)
+    assert job.world == 4
+    assert job.argv == ["--ops", "all_reduce", "--sizes", "4K", "--iters", "3", "--warmup", "1", "--dtype", "float32",
+                        "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,dp=2", "--group", "tp"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--probe-mib", "100000000"], "--probe-mib 100000000: the probes hold 3x it"),
+    (["--topo", "missing.txt"], "missing.txt"),
+])
+def test_calibrate_refuses_before_measuring(no_ranks, monkeypatch, capsys, tmp_path, args, message):
+    monkeypatch.setattr(calibrate_module, "probe_all", lambda *a: pytest.fail("measured"))
+    err = topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path / "c.json"), *args)
+    assert message in err and not (tmp_path / "c.json").exists()
+
+
+def test_calibrate_refuses_topo_on_a_cpu_machine(no_ranks, monkeypatch, capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this check is for CPU machines")
+    topo = next((Path(__file__).parents[1] / "fixtures" / "topo").glob("*dgx*a100*.txt"))
+    monkeypatch.setattr(calibrate_module, "probe_all", lambda *a: pytest.fail("measured"))
+    err = topoplan_error(monkeypatch, capsys, "calibrate", "--out", str(tmp_path / "c.json"), "--topo", str(topo))
+    assert f"--topo {topo}: names GPU link classes, but torch sees no GPU here" in err
+
+
+def test_validate_sizes_are_bounded_before_prompts_are_built():
+    from topoplan.errors import TopoplanError
+
+    spec, folder = model_spec("tiny")
+    check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=32)  # the defaults fit
+    with pytest.raises(TopoplanError, match=r"--prompt-len 100000000 \+ --gen-len 32 exceed the model's context "
+                                             r"of 4096 tokens"):
+        check_sizes(spec, folder, batch=2, prompt_len=100_000_000, gen_len=32)
+    with pytest.raises(TopoplanError, match=r"--prompt-len 32 \+ --gen-len 5000 exceed"):
+        check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=5000)
+    huge_batch = physical_memory_bytes() // (64 * spec.kv_bytes_per_token("fp32")) + 1
+    with pytest.raises(TopoplanError, match=rf"--batch {huge_batch} x 64 tokens need a .* KV cache, more than half"):
+        check_sizes(spec, folder, batch=huge_batch, prompt_len=32, gen_len=32)
