@@ -39,7 +39,9 @@ def test_file_is_accepted_by_the_planner(calibration):
     cal = load_calibration(calibration)  # the planner's own parser
     node = cal.link("node")
     assert node.alpha_us == pytest.approx(raw["links"]["node"]["alpha_us"]) and node.bandwidth_gbps > 0
-    assert cal.layer_overhead_us == pytest.approx(raw["cpu"]["threads"][str(raw["cpu"]["cores"])]["layer_overhead_us"])
+    socket = raw["cpu"]["threads"][str(raw["cpu"]["cores"])]
+    assert cal.layer_overhead_us == pytest.approx(socket["layer_overhead_us"])
+    assert cal.step_overhead_us == pytest.approx(socket["step_overhead_us"])
     entry = load_cpu_entry(calibration)
     assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}
@@ -56,18 +58,30 @@ def price(calibration: Path, tp: int, pp: int, cal=None):
 
 
 def test_calibration_moves_the_planner_as_documented(calibration, tmp_path):
-    """links.node.alpha_us is charged 2(n-1) times per all-reduce, two all-reduces per layer (TP2 decode: 4 x
-    layers x alpha), and once per pipeline hand-off; bandwidth_gbps replaces the link estimate."""
+    """links.node.alpha_us is charged 2(n-1) times per all-reduce (two per layer plus the embedding's) and n-1
+    times per all-gather (the logits): TP2 decode pays (4 x layers + 3) x alpha. A PP2 step pays it twice:
+    the activations' hand-off and the token ids sent back to the first stage. bandwidth_gbps replaces the
+    link estimate."""
     raw = json.loads(calibration.read_text())
     raw["links"]["node"]["alpha_us"] += 100.0
     slower = tmp_path / "slower.json"
     slower.write_text(json.dumps(raw))
     tp2, spec = price(calibration, 2, 1)
     tp2_slow, _ = price(calibration, 2, 1, load_calibration(slower))
-    assert tp2_slow.decode_ms_per_token - tp2.decode_ms_per_token == pytest.approx(4 * spec.layers * 0.1, rel=1e-6)
+    assert tp2_slow.decode_ms_per_token - tp2.decode_ms_per_token == pytest.approx((4 * spec.layers + 3) * 0.1, rel=1e-6)
     pp2, _ = price(calibration, 1, 2)
     pp2_slow, _ = price(calibration, 1, 2, load_calibration(slower))
-    assert pp2_slow.decode_ms_per_token - pp2.decode_ms_per_token == pytest.approx(0.1, rel=1e-6)
+    assert pp2_slow.decode_ms_per_token - pp2.decode_ms_per_token == pytest.approx(2 * 0.1, rel=1e-6)
+    raw = json.loads(calibration.read_text())
+    raw["cpu"]["threads"]["1"]["step_overhead_us"] += 500.0
+    busier = tmp_path / "busier.json"
+    busier.write_text(json.dumps(raw))
+    for tp, pp in ((1, 1), (2, 1), (1, 2)):  # the step overhead is paid once per step, whatever the layout
+        base, _ = price(calibration, tp, pp)
+        more, _ = price(busier, tp, pp)
+        assert more.decode_ms_per_token - base.decode_ms_per_token == pytest.approx(0.5, rel=1e-6)
+        assert more.prefill_ms - base.prefill_ms == pytest.approx(0.5, rel=1e-6)
+    raw = json.loads(calibration.read_text())
     pricer = LinkPricer(cpu_topology(2), load_calibration(calibration), nic_gbps=1.0)
     hop = pricer.hop((0, "CPU0"), (0, "CPU1"))
     assert hop.link_class == "node" and hop.bandwidth_gbps == pytest.approx(raw["links"]["node"]["bandwidth_gbps"])

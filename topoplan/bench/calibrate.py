@@ -2,7 +2,8 @@
 
 1. a short all_reduce + sendrecv sweep over each link class present (on CPU: gloo between processes, one
    per core; on GPUs: one pair of GPUs per `topo -m` link class, NCCL);
-2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the per-layer kernel overhead;
+2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the runner's per-layer and per-step
+   fixed overheads;
 3. least-squares alpha/beta per link class and group size (topoplan.bench.fit), turned into the planner's
    constants (topoplan.plan.calibration), plus on CPU the `cpu` hardware entry (topoplan.bench.cpu).
 docs/bench.md describes the file and how each figure is used.
@@ -126,7 +127,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             peak_tflops = spec.bf16_tflops if dtype in ("bf16", "fp16") else spec.bf16_tflops / 2
             cal = replace(cal, memory_bandwidth_efficiency=min(1.0, measured["gemv_gbps"] / spec.memory_bandwidth_gbps),
                           flop_efficiency=min(1.0, measured["gemm_tflops"] / peak_tflops))
-        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"])
+        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"], step_overhead_us=measured["step_overhead_us"])
     else:
         cores = len(cpu_cores())
         link_class = parse_link_code(CPU_LINK)[1].value
@@ -137,7 +138,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
         cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
-                      layer_overhead_us=socket["layer_overhead_us"])
+                      layer_overhead_us=socket["layer_overhead_us"], step_overhead_us=socket["step_overhead_us"])
         extra["cpu"] = entry
     constants = link_constants(fits, cal.collective_base_us)
     links = dict(cal.links)

@@ -19,7 +19,8 @@ entry into the three figures the roofline needs:
       the planner's device has one FLOP rate, and a CPU's rate for a decode step's few rows is a fraction
       of its rate for prefill's many, so decode and prefill are priced with the device at their own rows;
   memory per rank           = RAM x threads / cores.
-and `cpu_calibration` sets the planner's layer overhead to the probe's figure for that thread count.
+and `cpu_calibration` sets the planner's layer and step overheads to the probes' figures for that thread
+count.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
@@ -114,5 +115,8 @@ def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float
 
 
 def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int) -> Calibration:
-    """The calibration with the layer overhead measured at this thread count."""
-    return replace(calibration, layer_overhead_us=_probes(entry, threads)["layer_overhead_us"])
+    """The calibration with the layer and step overheads measured at this thread count (a file without a
+    per-thread `step_overhead_us` keeps the top-level figure)."""
+    probes = _probes(entry, threads)
+    return replace(calibration, layer_overhead_us=probes["layer_overhead_us"],
+                   step_overhead_us=probes.get("step_overhead_us", calibration.step_overhead_us))

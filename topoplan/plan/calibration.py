@@ -8,7 +8,7 @@ Schema (all keys optional; docs/planner.md explains each):
                "phb": {...}, "node": {...}, "sys": {...}, "net": {...}},
      "collective_base_us": 25.0, "bus_efficiency": 0.8,
      "memory_bandwidth_efficiency": 0.8, "flop_efficiency": 0.7,
-     "layer_overhead_us": 30.0, "runtime_reserve": 0.1}
+     "layer_overhead_us": 30.0, "step_overhead_us": 0.0, "runtime_reserve": 0.1}
 
 A link class's `bandwidth_gbps` (a measured bus bandwidth) replaces the topology's estimate for every
 link of that class; without it the estimate times `bus_efficiency` is used.
@@ -64,6 +64,10 @@ class Calibration:
     memory_bandwidth_efficiency: float = 0.8  # achieved/peak HBM bandwidth streaming weights and KV
     flop_efficiency: float = 0.7  # achieved/peak tensor FLOP/s in large GEMMs
     layer_overhead_us: float = 30.0  # per-layer fixed time: small kernels, launches, tails
+    # per-step fixed time outside the layers (embedding, head, sampling, the runtime's step loop); 0 by
+    # default: no published GPU figure separates it, and the layer overhead fitted to FasterTransformer
+    # absorbs it. `topoplan calibrate` measures it for the runner.
+    step_overhead_us: float = 0.0
     runtime_reserve: float = 0.10  # share of GPU memory kept for the runtime (CUDA context, workspaces)
     source: str = "defaults"
     measured_on: str | None = None  # "cpu" when the file has a `cpu` entry, else its `gpu` name, else None
@@ -74,7 +78,7 @@ class Calibration:
 
 
 _FRACTIONS = ("bus_efficiency", "memory_bandwidth_efficiency", "flop_efficiency", "runtime_reserve")
-_TIMES = ("collective_base_us", "layer_overhead_us")
+_TIMES = ("collective_base_us", "layer_overhead_us", "step_overhead_us")
 
 
 def _number(value: Any, where: str, path: Path, *, fraction: bool = False) -> float:

@@ -3,6 +3,8 @@
 All-reduce (ring, as NCCL runs it for these sizes): 2(n-1) steps, each moving S/n bytes over every hop
 at once, so the slowest hop sets the bandwidth and the step latency grows with the ring:
     t = base + 2(n-1) * alpha_step + 2(n-1)/n * S / bw_bottleneck
+All-gather (ring): n-1 steps, each moving S/n bytes (S = the gathered buffer):
+    t = base + (n-1) * alpha_step + (n-1)/n * S / bw_bottleneck
 Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
 A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
 rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails.
@@ -123,15 +125,22 @@ class LinkPricer:
         rails = min(self.rails(gpus) for gpus in per_node.values())
         return [self.hop(ring[i], ring[(i + 1) % len(ring)], rails) for i in range(len(ring))]
 
-    def allreduce_us(self, ring: Ring, nbytes: float) -> float:
+    def _ring_us(self, ring: Ring, nbytes: float, steps: int) -> float:
+        """A ring collective of `steps` steps, each moving nbytes/n over every hop at once."""
         n = len(ring)
         if n < 2:
             return 0.0
         hops = self.ring_hops(ring)
         bottleneck = min(h.bandwidth_gbps for h in hops)
         alpha = max(h.alpha_us for h in hops)
-        return (self.calibration.collective_base_us + 2 * (n - 1) * alpha
-                + 2 * (n - 1) / n * nbytes / (bottleneck * 1e3))
+        return self.calibration.collective_base_us + steps * alpha + steps / n * nbytes / (bottleneck * 1e3)
+
+    def allreduce_us(self, ring: Ring, nbytes: float) -> float:
+        return self._ring_us(ring, nbytes, 2 * (len(ring) - 1))
+
+    def allgather_us(self, ring: Ring, nbytes: float) -> float:
+        """All-gather into an nbytes buffer (each rank contributes nbytes/n)."""
+        return self._ring_us(ring, nbytes, len(ring) - 1)
 
     def handoff_us(self, src: Ring, dst: Ring, nbytes: float) -> float:
         """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;

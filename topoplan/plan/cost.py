@@ -6,8 +6,11 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
               + 2 all-reduces per layer of batch x prompt x hidden x bytes
     decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
               + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
-A request crosses all stages in series plus p-1 hand-offs; with p stages, p micro-batches keep every
-stage busy, and DP replicas multiply throughput.
+    with TP, the first stage's vocab-parallel embedding adds one all-reduce of its output and the last
+    stage's vocab-parallel LM head one all-gather of batch x vocab logits (vLLM, Megatron-LM).
+A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
+the last stage to the first (which embeds them next step); each step also pays `step_overhead_us` outside
+the layers. With p stages, p micro-batches keep every stage busy, and DP replicas multiply throughput.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from topoplan.models import DTYPE_BYTES, ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
+
+TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 
 
 @dataclass(frozen=True)
@@ -179,20 +184,37 @@ class CostModel:
             else:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
             t = self._roofline_ms(work) + sm.s.layers * self.cal.layer_overhead_us / 1e3
-            t += 2 * sm.s.layers * self.pricer.allreduce_us(ring, tokens * self.model.hidden * w.bytes) / 1e3
+            t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
             self._stage_cache[key] = t
         return self._stage_cache[key]
+
+    def _tp_comm_us(self, sm: StageModel, ring: Ring, tokens: float, batch: float) -> float:
+        """One stage's TP collectives for one step: 2 all-reduces per layer of the tokens' activations, the
+        vocab-parallel embedding's all-reduce on the first stage, the logits all-gather on the last (one
+        row of logits per sequence)."""
+        activations = tokens * self.model.hidden * self.work.bytes
+        count = 2 * sm.s.layers + (1 if sm.s.first else 0)
+        t = count * self.pricer.allreduce_us(ring, activations)
+        if sm.s.last:
+            t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.work.bytes)
+        return t
 
     def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
         return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
+
+    def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
+        """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
+        from the last stage to the first when there are several, and the per-step fixed overhead."""
+        back = self.pricer.handoff_us(rings[-1], rings[0], batch * TOKEN_ID_BYTES) / 1e3 if len(rings) > 1 else 0.0
+        return back + self.cal.step_overhead_us / 1e3
 
     def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
                      batch: float) -> tuple[float, list[float]]:
         """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
         stage_ms = [self._stage_ms(sm, ring, "decode", batch) for sm, ring in zip(models, rings)]
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
-        return sum(stage_ms) + handoffs, stage_ms
+        return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
     def price(self, layout: Layout, replicas: list[list[Ring]]) -> LayoutCost:
         """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
@@ -209,6 +231,7 @@ class CostModel:
         for rings in replicas:
             prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch) for sm, ring in zip(models, rings))
             prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+            prefill += self._step_extra_ms(rings, w.batch)
             decode, _ = self._pipeline_ms(rings, models, w.batch)
             micro = min(layout.pp, w.batch)
             through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro)
@@ -232,11 +255,10 @@ class CostModel:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
             where = "spans nodes" if hop.link_class == "net" else (
                 "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
-            ar_ms = sum(2 * sm.s.layers * self.pricer.allreduce_us(r, self.work.batch * self.model.hidden
-                                                                    * self.work.bytes) / 1e3
-                        for sm, r in zip(models, rings))
+            comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3 for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
-                       f"{2 * self.model.layers} all-reduces/token cost {ar_ms:.2f} ms")
+                       f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
+                       f"{comm_ms:.2f} ms")
             if all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")

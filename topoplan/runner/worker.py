@@ -126,6 +126,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
               file=sys.stderr, flush=True)
 
+    dist.barrier()  # every rank has loaded: prefill's clock must not count waiting for the slowest load
     d.timer.seconds = 0.0  # comm_ms counts generation only
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
