@@ -27,7 +27,7 @@ def topoplan(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cal") / "calibration.json"
-    done = topoplan("calibrate", "--out", str(out), "--sizes", "1K:1M", "--iters", "3", "--warmup", "1",
+    done = topoplan("calibrate", "--out", str(out), "--sizes", "1K:4M", "--iters", "5", "--warmup", "1",
                     "--probe-mib", "8")
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}" in done.stdout
