@@ -8,7 +8,8 @@ import socket
 from pathlib import Path
 
 from topoplan.launch.binding import CpuFacts
-from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.layout import Layout, RankPlacement
+from topoplan.plan.placement import expand
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,12 +31,7 @@ def expected_topology(path: Path) -> Topology:
 
 def block_placements(layout: Layout, gpu_ids: list[str], nodes: int = 1) -> list[RankPlacement]:
     """Ranks node by node, rank r of a node on gpu_ids[r]: what a launcher does without a planner."""
-    per_node = layout.world // nodes
-    out = []
-    for rank in range(layout.world):
-        c = coords_of(layout, rank)
-        out.append(RankPlacement(rank, rank // per_node, gpu_ids[rank % per_node], c.tp_rank, c.pp_rank, c.dp_rank))
-    return out
+    return expand(layout, nodes, gpu_ids[:layout.world // nodes])
 
 
 def local_topology(gpus: int, nic_name: str = "mlx5_0"):

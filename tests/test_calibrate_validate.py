@@ -94,14 +94,19 @@ def test_missing_cpu_entry_is_a_clear_error(tmp_path):
         load_cpu_entry(path)
 
 
-def test_validate_tiny_two_layouts(calibration):
-    done = topoplan("validate", "--model", "tiny", "--layouts", "tp=1;tp=2", "--calibration", str(calibration),
+def test_validate_tiny_three_layouts(calibration):
+    done = topoplan("validate", "--model", "tiny", "--layouts", "tp=1;tp=2;pp=2", "--calibration", str(calibration),
                     "--batch", "2", "--prompt-len", "4", "--gen-len", "4", "--repeats", "1", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert [(r["tp"], r["pp"], r["dp"]) for r in result["rows"]] == [(1, 1, 1), (2, 1, 1)]
+    assert [(r["tp"], r["pp"], r["dp"]) for r in result["rows"]] == [(1, 1, 1), (2, 1, 1), (1, 2, 1)]
     cores = result["cores"]
-    assert [r["threads_per_rank"] for r in result["rows"]] == [cores, max(1, cores // 2)]
+    assert [r["threads_per_rank"] for r in result["rows"]] == [cores, max(1, cores // 2), max(1, cores // 2)]
+    # the split the runner ran is the one the planner priced (tiny: 4 layers)
+    whole = [{"pp_rank": 0, "first_layer": 0, "last_layer": 3, "layers": 4}]
+    halves = [{"pp_rank": 0, "first_layer": 0, "last_layer": 1, "layers": 2},
+              {"pp_rank": 1, "first_layer": 2, "last_layer": 3, "layers": 2}]
+    assert [(r["stages_run"], r["stages_priced"]) for r in result["rows"]] == [(whole, whole), (whole, whole), (halves, halves)]
     for row in result["rows"]:
         for key in ("predicted_decode_ms", "measured_decode_ms", "predicted_prefill_ms", "measured_prefill_ms"):
             assert row[key] > 0, key
@@ -109,7 +114,8 @@ def test_validate_tiny_two_layouts(calibration):
                                              / row["measured_decode_ms"])
     best_p = min(result["rows"], key=lambda r: r["predicted_decode_ms"])
     best_m = min(result["rows"], key=lambda r: r["measured_decode_ms"])
-    assert (result["best_predicted"]["tp"], result["best_measured"]["tp"]) == (best_p["tp"], best_m["tp"])
+    assert [result["best_predicted"][k] for k in ("tp", "pp")] == [best_p[k] for k in ("tp", "pp")]
+    assert [result["best_measured"][k] for k in ("tp", "pp")] == [best_m[k] for k in ("tp", "pp")]
     assert result["order_matches"] == (result["predicted_order"] == result["measured_order"])
 
 

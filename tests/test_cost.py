@@ -10,7 +10,7 @@ from topoplan.hardware import find_gpu
 from topoplan.layout import Layout
 from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration, LinkCalibration
-from topoplan.plan.cost import StageModel, Workload, split_layers, stages_of
+from topoplan.plan.cost import StageModel, Workload, stages_of
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.rank import plan
 from topoplan.topology.read import read_topology
@@ -41,10 +41,10 @@ def test_memory_fit_and_max_batch_by_hand():
 
 
 def test_uneven_pipeline_splits_are_priced():
-    assert split_layers(126, 4) == [31, 32, 32, 31]
-    assert split_layers(126, 5) == [25, 26, 25, 25, 25]
-    assert split_layers(80, 1) == [80]
-    model = find_model("405b")
+    model = find_model("405b")  # 126 layers; vLLM's get_pp_indices gives the extra ones to stages before the last
+    assert [s.layers for s in stages_of(model, 4)] == [31, 32, 32, 31]
+    assert [s.layers for s in stages_of(model, 5)] == [25, 25, 25, 26, 25]
+    assert [s.layers for s in stages_of(model, 1)] == [126]
     stages = [StageModel(model, s, 8, 2) for s in stages_of(model, 4)]
     # the first and last stages also hold the 2.1B-parameter embedding / LM head
     assert stages[0].weight_bytes() > stages[1].weight_bytes() - 0.5 * model.dense_layer_params * 2 / 8

@@ -16,7 +16,7 @@ from topoplan.errors import TopoplanError
 from topoplan.launch.binding import CpuFacts, assumed_cores, split_cpus
 from topoplan.topology.smi_text import parse_cpu_list
 from topoplan.launch.spec import build_spec
-from topoplan.layout import Layout, RankPlacement, coords_of, tp_groups
+from topoplan.layout import Layout, RankGrid, RankPlacement
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Gpu, build_topology
 from topoplan.topology.read import read_topology
@@ -63,7 +63,7 @@ def check_invariants(topo, layout: Layout, placements: list[RankPlacement], spec
         # local rank i uses cuda:i, which CUDA_VISIBLE_DEVICES maps to the planned GPU
         assert env["CUDA_VISIBLE_DEVICES"].split(",")[r.cuda_index] == str(gpu.index)
         assert (env["RANK"], env["WORLD_SIZE"]) == (str(r.rank), str(layout.world))
-        c = coords_of(layout, r.rank)
+        c = RankGrid(layout).coords(r.rank)
         assert (r.tp_rank, r.pp_rank, r.dp_rank) == (c.tp_rank, c.pp_rank, c.dp_rank)
     for node in spec.nodes:
         cpus = [c for rank in node.ranks for c in (spec.ranks[rank].cpus or ())]
@@ -74,7 +74,7 @@ def check_invariants(topo, layout: Layout, placements: list[RankPlacement], spec
             if gpu.cpus and sharing <= len(assumed_cores(gpu.cpus)):
                 assert all(set(core) <= set(r.cpus) or not set(core) & set(r.cpus) for core in assumed_cores(gpu.cpus))
     planned = {p.rank: p.gpu for p in placements}
-    for group in tp_groups(layout):
+    for group in RankGrid(layout).tp_groups:
         got = []
         for rank in group:
             r = spec.ranks[rank]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, coords_of, tp_groups
+from topoplan.layout import Layout, RankGrid
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, place
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import build_topology
@@ -24,7 +24,7 @@ def fixture(prefix: str):
 
 def groups_of(placements, layout):
     by_rank = {p.rank: p.gpu for p in placements}
-    return [[by_rank[r] for r in group] for group in tp_groups(layout)]
+    return [[by_rank[r] for r in group] for group in RankGrid(layout).tp_groups]
 
 
 def test_nvlink_bridged_pairs_become_tp_groups_h100_nvl():
@@ -103,7 +103,7 @@ def test_placement_follows_the_standard_rank_order(layout, nodes):
     k = layout.world // nodes
     for p in placements:
         assert p.rank == int(grid[p.dp_rank, p.pp_rank, p.tp_rank])
-        c = coords_of(layout, p.rank)
+        c = RankGrid(layout).coords(p.rank)
         assert (c.tp_rank, c.pp_rank, c.dp_rank) == (p.tp_rank, p.pp_rank, p.dp_rank)
         assert p.node == p.rank // k
     for node in range(nodes):

@@ -44,6 +44,11 @@ def test_json_contract_and_ranking():
     latency = [e["prefill_ms"] + 128 * e["decode_ms_per_token"] for e in fitting]
     assert latency == sorted(latency, key=lambda x: x)  # best first (request time, default objective)
     assert not any(e["fits"] for e in layouts if e["tp"] * e["pp"] == 1)  # 141 GB of weights on one GPU
+    pp3 = next(e for e in layouts if e["pp"] == 3)  # 80 layers: the 2 extra go to the stages before the last
+    assert pp3["stages"] == [{"pp_rank": 0, "first_layer": 0, "last_layer": 26, "layers": 27},
+                             {"pp_rank": 1, "first_layer": 27, "last_layer": 53, "layers": 27},
+                             {"pp_rank": 2, "first_layer": 54, "last_layer": 79, "layers": 26}]
+    assert "PP3 stages of 27/27/26 layers" in " ".join(pp3["reasons"])
 
 
 def test_throughput_objective_ranks_by_tokens_per_gpu():

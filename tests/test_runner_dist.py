@@ -20,7 +20,7 @@ import torch
 from safetensors import safe_open
 
 from runner_models import hf_generate, hf_model, save_byte_model
-from topoplan.runner.config import split_layers
+from topoplan.layout import split_layers
 from topoplan.runner.spawn import free_port, spawn_ranks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,6 @@ unsharded model against HF transformers (token for token, logits close) in fp32.
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
@@ -11,10 +10,8 @@ import torch
 
 from runner_models import hf_generate, hf_model, save_byte_model
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, dp_groups, pp_groups, tp_groups
 from topoplan.models import spec_from_config
-from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
-from topoplan.runner.dist import group_ranks
+from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.generate import Sampling, attention_mask, generate, pick_tokens
 from topoplan.runner.model import Shard, build_stage, kv_heads_of, rope_inv_freq
 from topoplan.runner.options import RunOptions, parse_argv, parse_ids
@@ -22,29 +19,6 @@ from topoplan.runner.tiny import save_checkpoint
 from topoplan.runner.weights import load_stage_weights
 
 FP32_LOGIT_TOL = 1e-4  # absolute, on logits of order 1-10: fp32 summation-order noise is ~1e-6
-
-
-@pytest.mark.parametrize("tp,pp,dp", [l for l in itertools.product(range(1, 5), repeat=3) if l[0] * l[1] * l[2] <= 24])
-def test_torch_grid_groups_agree_with_layout(tp, pp, dp):
-    layout = Layout(tp, pp, dp)
-    groups = group_ranks(layout)
-    assert groups["tp"] == tp_groups(layout)
-    assert groups["pp"] == pp_groups(layout)
-    assert groups["dp"] == dp_groups(layout)
-
-
-def test_grid_groups_by_hand():
-    groups = group_ranks(Layout(tp=2, pp=2, dp=2))
-    assert groups["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert groups["pp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert groups["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-
-
-def test_split_layers_uneven_first_stages_take_the_rest():
-    assert split_layers(5, 2) == [range(0, 3), range(3, 5)]
-    assert split_layers(5, 4) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5)]
-    with pytest.raises(TopoplanError, match="pp=6 is more stages"):
-        split_layers(5, 6)
 
 
 LLAMA31 = {  # the shape of meta-llama/Llama-3.1-8B's config.json (transformers v4 spelling)

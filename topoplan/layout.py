@@ -1,13 +1,18 @@
-"""The one definition of rank order, shared by the planner, the launcher and the runner.
+"""What the planner, the launcher and the runner must agree on about a layout: rank order and the layer split.
 
-TP varies fastest, then PP, then DP (Megatron-LM, vLLM and TensorRT-LLM all use this order):
-`rank = dp_rank * (pp * tp) + pp_rank * tp + tp_rank`. The runner's torch twin is
-`torch.arange(world).view(dp, pp, tp)`; tests check both agree.
+Rank order: TP varies fastest, then PP, then DP (Megatron-LM, vLLM and TensorRT-LLM all use this order):
+`rank = dp_rank * (pp * tp) + pp_rank * tp + tp_rank`. `RankGrid` is its one definition: coordinates <-> rank
+and the TP/PP/DP groups as lists of ranks, which the runner and the bench build their process groups from.
+tests/test_layout.py checks it against `torch.arange(world).view(dp, pp, tp)`.
+
+Layer split: `split_layers` is the one policy; the cost model prices it and the runner runs it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from itertools import accumulate
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
@@ -56,36 +61,86 @@ class RankCoords:
     dp_rank: int
 
 
-def rank_of(layout: Layout, coords: RankCoords) -> int:
-    """Global rank of the process at these coordinates."""
-    return (coords.dp_rank * layout.pp + coords.pp_rank) * layout.tp + coords.tp_rank
+GROUP_KINDS = ("tp", "pp", "dp")
 
 
-def coords_of(layout: Layout, rank: int) -> RankCoords:
-    """Inverse of `rank_of`."""
-    if not 0 <= rank < layout.world:
-        raise TopoplanError(f"rank {rank} is outside a world of {layout.world} ({layout})")
-    rest, tp_rank = divmod(rank, layout.tp)
-    dp_rank, pp_rank = divmod(rest, layout.pp)
-    return RankCoords(tp_rank, pp_rank, dp_rank)
+@dataclass(frozen=True)
+class RankGrid:
+    """The ranks of a layout on their (dp, pp, tp) grid: rank <-> coordinates, and every TP/PP/DP group.
+
+    A TP group is a row of consecutive ranks, a pipeline the ranks at one (dp, tp) across the stages (stage 0
+    first), a DP group the ranks at one (pp, tp) in every replica. Groups are listed in the order every rank
+    must create them (torch's new_group is collective over the world).
+    """
+
+    layout: Layout
+
+    def rank(self, coords: RankCoords) -> int:
+        """Global rank of the process at these coordinates."""
+        return (coords.dp_rank * self.layout.pp + coords.pp_rank) * self.layout.tp + coords.tp_rank
+
+    def coords(self, rank: int) -> RankCoords:
+        """Inverse of `rank`."""
+        layout = self.layout
+        if not 0 <= rank < layout.world:
+            raise TopoplanError(f"rank {rank} is outside a world of {layout.world} ({layout})")
+        rest, tp_rank = divmod(rank, layout.tp)
+        dp_rank, pp_rank = divmod(rest, layout.pp)
+        return RankCoords(tp_rank, pp_rank, dp_rank)
+
+    @property
+    def tp_groups(self) -> list[list[int]]:
+        """Ranks of each tensor-parallel group (consecutive ranks), replica by replica, stage by stage."""
+        t, p, d = self.layout.tp, self.layout.pp, self.layout.dp
+        return [[self.rank(RankCoords(i, s, r)) for i in range(t)] for r in range(d) for s in range(p)]
+
+    @property
+    def pp_groups(self) -> list[list[int]]:
+        """Ranks of each pipeline (one per (dp, tp) pair), stage 0 first."""
+        t, p, d = self.layout.tp, self.layout.pp, self.layout.dp
+        return [[self.rank(RankCoords(i, s, r)) for s in range(p)] for r in range(d) for i in range(t)]
+
+    @property
+    def dp_groups(self) -> list[list[int]]:
+        """Ranks holding the same shard in each replica (one group per (pp, tp) pair)."""
+        t, p, d = self.layout.tp, self.layout.pp, self.layout.dp
+        return [[self.rank(RankCoords(i, s, r)) for r in range(d)] for s in range(p) for i in range(t)]
+
+    def groups(self, kind: str) -> list[list[int]]:
+        """The groups of one kind: "tp", "pp" or "dp"."""
+        if kind not in GROUP_KINDS:
+            raise TopoplanError(f"group kind {kind!r}: expected one of {', '.join(GROUP_KINDS)}")
+        return getattr(self, f"{kind}_groups")
+
+    def group_of(self, kind: str, rank: int) -> list[int]:
+        """The group of `kind` that `rank` belongs to."""
+        return next(group for group in self.groups(kind) if rank in group)
 
 
-def tp_groups(layout: Layout) -> list[list[int]]:
-    """Ranks of each tensor-parallel group (consecutive ranks)."""
-    return [[rank_of(layout, RankCoords(t, p, d)) for t in range(layout.tp)]
-            for d in range(layout.dp) for p in range(layout.pp)]
+def split_layers(layers: int, pp: int) -> list[range]:
+    """The decoder layers each pipeline stage holds: as even as possible, as vLLM splits them.
+
+    vLLM (vllm.distributed.utils.get_pp_indices) gives the remainder to the stages just before the last one,
+    counting back from there: the last stage also holds the final norm and the LM head, and with few extra
+    layers the first stage (embedding) is spared too, which lowers the largest stage's memory. Pricing the
+    split vLLM runs keeps a plan true for the engine users deploy; the bundled runner runs the same split.
+    E.g. 126 layers on 4 stages: 31/32/32/31; 4 layers on 3 stages: 1/2/1; 5 on 3: 2/2/1.
+    """
+    if layers < 1 or pp < 1:
+        raise TopoplanError(f"cannot split {layers} layers into {pp} pipeline stages")
+    if pp > layers:
+        raise TopoplanError(f"pp={pp} is more stages than the model's {layers} layers")
+    base, extra = divmod(layers, pp)
+    counts = [base + (1 if pp - 1 - extra <= stage < pp - 1 else 0) for stage in range(pp)]
+    bounds = [0, *accumulate(counts)]
+    return [range(bounds[s], bounds[s + 1]) for s in range(pp)]
 
 
-def pp_groups(layout: Layout) -> list[list[int]]:
-    """Ranks of each pipeline (one per (dp, tp) pair), stage 0 first."""
-    return [[rank_of(layout, RankCoords(t, p, d)) for p in range(layout.pp)]
-            for d in range(layout.dp) for t in range(layout.tp)]
-
-
-def dp_groups(layout: Layout) -> list[list[int]]:
-    """Ranks holding the same shard in each replica (one group per (pp, tp) pair)."""
-    return [[rank_of(layout, RankCoords(t, p, d)) for d in range(layout.dp)]
-            for p in range(layout.pp) for t in range(layout.tp)]
+def layer_split_json(stages: Sequence[Sequence[int]]) -> list[dict[str, int]]:
+    """The JSON form of a layer split (`plan --json`, the runner's result, `validate`): per stage its first and
+    last layer (inclusive) and how many it holds."""
+    return [{"pp_rank": i, "first_layer": layers[0], "last_layer": layers[-1], "layers": len(layers)}
+            for i, layers in enumerate(stages)]
 
 
 @dataclass(frozen=True)

@@ -38,17 +38,24 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
 def validate_table(result: dict[str, Any]) -> Table:
     table = Table(title=f"predicted vs measured: {result['model']}, batch {result['batch']}, prompt "
                         f"{result['prompt_len']}, {result['gen_len']} new tokens")
-    for name in ("layout", "threads/rank", "pred prefill ms", "meas prefill ms", "prefill err",
+    for name in ("layout", "threads/rank", "layers ran | priced", "pred prefill ms", "meas prefill ms", "prefill err",
                  "pred decode ms/tok", "meas decode ms/tok", "decode err"):
         table.add_column(name, justify="left" if name == "layout" else "right")
     best_p, best_m = result["best_predicted"], result["best_measured"]
     for row in result["rows"]:
         name = f"tp={row['tp']},pp={row['pp']},dp={row['dp']}"
         marks = ("P" if _same(row, best_p) else "") + ("M" if _same(row, best_m) else "")
-        table.add_row(f"{name} {marks}".strip(), str(row["threads_per_rank"]), f"{row['predicted_prefill_ms']:.2f}",
+        table.add_row(f"{name} {marks}".strip(), str(row["threads_per_rank"]), _splits(row),
+                      f"{row['predicted_prefill_ms']:.2f}",
                       f"{row['measured_prefill_ms']:.2f}", f"{row['prefill_error']:+.0%}",
                       f"{row['predicted_decode_ms']:.3f}", f"{row['measured_decode_ms']:.3f}", f"{row['error']:+.0%}")
     return table
+
+
+def _splits(row: dict[str, Any]) -> str:
+    """Layers per stage the runner ran and the planner priced, `2/1/1 | 2/1/1` (a mismatch is flagged)."""
+    ran, priced = ("/".join(str(s["layers"]) for s in row[key]) for key in ("stages_run", "stages_priced"))
+    return f"{ran} | {priced}" if row["stages_run"] == row["stages_priced"] else f"[red]{ran} | {priced} DIFFER"
 
 
 def _same(row: dict[str, Any], best: dict[str, Any] | None) -> bool:

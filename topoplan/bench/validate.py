@@ -23,7 +23,7 @@ from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.runner.local import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
-from topoplan.layout import Layout
+from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec, spec_from_config
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import LayoutCost, Workload
@@ -95,6 +95,7 @@ class Prediction:
     prefill_ms: float
     decode_ms_per_token: float
     reasons: list[str]
+    stages: list[dict[str, int]]  # the layer split it priced, as `plan --json` reports it
 
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
@@ -113,7 +114,8 @@ def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration
                     calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
 
     decode = price(per_replica)
-    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons)
+    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons,
+                      layer_split_json(decode.stage_layers))
 
 
 def prompts(batch: int, prompt_len: int) -> list[str]:
@@ -122,11 +124,12 @@ def prompts(batch: int, prompt_len: int) -> list[str]:
 
 
 def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: int, timeout_s: float) -> dict:
+    """One runner run of the layout: its result's "timing" and "stages" (the layer split it ran)."""
     layout = cand.layout
     opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, prompt_ids=prompts(batch, prompt_len),
                       max_new_tokens=gen_len, backend="gloo", ignore_eos=True, json=True, timeout=timeout_s)
     return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
-                      what=f"runner {layout}", timeout_s=timeout_s)["timing"]
+                      what=f"runner {layout}", timeout_s=timeout_s)
 
 
 def _rel(predicted: float, measured: float) -> float:
@@ -156,7 +159,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
         for i, cand in enumerate(candidates):
             runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
     rows = []
-    for cand, cost, timings in zip(candidates, predicted, runs):
+    for cand, cost, results in zip(candidates, predicted, runs):
+        timings = [r["timing"] for r in results]
         decode = statistics.median(t["decode_ms_per_token"] for t in timings)
         prefill = statistics.median(t["prefill_ms"] for t in timings)
         comm = statistics.median(t["comm_ms"] for t in timings)
@@ -168,6 +172,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "prefill_error": _rel(cost.prefill_ms, prefill),
                      "measured_comm_ms": comm,
                      "measured_decode_ms_runs": [t["decode_ms_per_token"] for t in timings],
+                     "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])

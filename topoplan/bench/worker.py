@@ -12,18 +12,17 @@ import os
 import sys
 import traceback
 from dataclasses import asdict
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import discover_rank_env
 from topoplan.bench.collectives import Group, sweep
 from topoplan.bench.definitions import OPS, parse_ops, parse_sizes
-from topoplan.runner.dist import group_ranks, join_world
+from topoplan.runner.dist import join_world, new_groups
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "float8_e4m3fn": torch.float8_e4m3fn}  # fp8: can this backend move fp8 activations? (gloo: no)
@@ -43,26 +42,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_groups(world: int, layout: Layout | None, kind: str) -> list[tuple[int, ...]]:
-    """The rank lists the collectives run in: the world, or the layout's tp/pp/dp groups (standard rank order)."""
+def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
+    """The rank lists the collectives run in: the world, or the layout's tp/pp/dp groups (topoplan.layout)."""
     if layout is None or kind == "world":
-        return [tuple(range(world))]
+        return [list(range(world))]
     if layout.world != world:
         raise TopoplanError(f"--layout {layout} needs {layout.world} ranks; {world} were started")
-    return [tuple(r) for r in group_ranks(layout)[kind]]
+    return RankGrid(layout).groups(kind)
 
 
-def my_group(groups: list[tuple[int, ...]], rank: int, world: int, timeout_s: float) -> Group:
-    """This rank's group; every rank creates every group, in the same order (new_group is collective)."""
-    mine = None
-    for ranks in groups:
-        handle = None
-        if len(ranks) != world:
-            handle = dist.new_group(list(ranks), timeout=timedelta(seconds=timeout_s))
-        if rank in ranks:
-            mine = Group(ranks, handle)
-    assert mine is not None, "every rank is in exactly one group"
-    return mine
+def my_group(groups: list[list[int]], timeout_s: float) -> Group:
+    """This rank's group (the world's own group when it spans the world)."""
+    if len(groups) == 1 and len(groups[0]) == dist.get_world_size():
+        return Group(tuple(groups[0]), None)
+    ranks, handle = new_groups(groups, timeout_s)
+    return Group(tuple(ranks), handle)
 
 
 def progress_bar(total: int, enabled: bool):
@@ -83,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     layout = Layout.parse(args.layout) if args.layout else None
     backend, device = join_world(env, args.backend, args.timeout)
     groups = build_groups(env.world_size, layout, args.group)
-    group = my_group(groups, env.rank, env.world_size, args.timeout)
+    group = my_group(groups, args.timeout)
     bar, task = progress_bar(len(ops) * len(sizes), env.rank == 0)
     with bar:
         found, skipped = sweep(ops, sizes, group, env.rank, device, DTYPES[args.dtype], args.iters, args.warmup,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import CpuFacts, memory_node, split_cpus
 from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
-from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.layout import Layout, RankGrid, RankPlacement
 from topoplan.topology.model import Topology
 from topoplan.topology.render.cpuset import format_cpu_list
 
@@ -111,6 +111,7 @@ def _check_placements(topology: Topology, layout: Layout, placements: Sequence[R
         raise TopoplanError(f"placement covers ranks {[p.rank for p in by_rank]}, expected each of "
                             f"0..{layout.world - 1} exactly once for {layout}")
     seen: dict[tuple[int, str], int] = {}
+    grid = RankGrid(layout)
     for p in by_rank:
         if not 0 <= p.node < nodes:
             raise TopoplanError(f"rank {p.rank} is placed on node {p.node}, but there are {nodes} node(s)")
@@ -119,7 +120,7 @@ def _check_placements(topology: Topology, layout: Layout, placements: Sequence[R
             raise TopoplanError(f"ranks {seen[p.node, p.gpu]} and {p.rank} are both placed on {p.gpu} of node "
                                 f"{p.node}")
         seen[p.node, p.gpu] = p.rank
-        c = coords_of(layout, p.rank)
+        c = grid.coords(p.rank)
         if (c.tp_rank, c.pp_rank, c.dp_rank) != (p.tp_rank, p.pp_rank, p.dp_rank):
             raise TopoplanError(f"rank {p.rank} is placed as tp={p.tp_rank},pp={p.pp_rank},dp={p.dp_rank}, but "
                                 f"rank order puts it at tp={c.tp_rank},pp={c.pp_rank},dp={c.dp_rank}")

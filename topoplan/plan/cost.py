@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from topoplan.layout import Layout
+from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import DTYPE_BYTES, ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
@@ -57,6 +57,7 @@ class LayoutCost:
     tokens_per_s: float  # all replicas together, decode phase
     gpus: int
     request_ms: float  # one request end to end: prefill, then every generated token
+    stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
     explain: Callable[["LayoutCost"], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
 
     @cached_property
@@ -67,16 +68,6 @@ class LayoutCost:
     @property
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens_per_s / self.gpus
-
-
-def split_layers(layers: int, stages: int) -> list[int]:
-    """Layers per stage, as even as possible; the extra layers go to middle stages first, since the first
-    and last stages also hold the embedding and the LM head."""
-    counts = [layers // stages] * stages
-    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
-    for i in order[: layers % stages]:
-        counts[i] += 1
-    return counts
 
 
 @dataclass(frozen=True)
@@ -94,11 +85,8 @@ class Stage:
 
 
 def stages_of(model: ModelSpec, pp: int) -> list[Stage]:
-    stages, start = [], 0
-    for i, count in enumerate(split_layers(model.layers, pp)):
-        stages.append(Stage(start, start + count, i == 0, i == pp - 1))
-        start += count
-    return stages
+    """The model's pipeline stages under the one layer split the runner also runs (topoplan.layout)."""
+    return [Stage(r.start, r.stop, i == 0, i == pp - 1) for i, r in enumerate(split_layers(model.layers, pp))]
 
 
 @dataclass(frozen=True)
@@ -241,6 +229,7 @@ class CostModel:
         prefill, decode, step, rings = worst
         return LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
                           layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
+                          tuple(range(s.start, s.end) for s in stages),
                           lambda cost: self.reasons(layout, cost, rings, models, context))
 
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
@@ -289,5 +278,5 @@ def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:
             shapes[offset] = tuple(((offset + t) // k, order[(offset + t) % k]) for t in range(tp))
         return Ring(first // k, shapes[offset], (order, offset, tp))
 
-    # rank = (dp_rank * pp + pp_rank) * tp + tp_rank, as layout.rank_of defines it
-    return [[ring((d * layout.pp + p) * tp) for p in range(layout.pp)] for d in range(count)]
+    grid = RankGrid(layout)  # each TP group's ring starts at its tp_rank 0
+    return [[ring(grid.rank(RankCoords(0, p, d))) for p in range(layout.pp)] for d in range(count)]

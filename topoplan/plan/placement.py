@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankPlacement, coords_of
+from topoplan.layout import Layout, RankGrid, RankPlacement
 from topoplan.topology.model import Topology
 
 _DFS_BUDGET = 20_000  # ring search steps per threshold before falling back (only reached on odd graphs)
@@ -204,10 +204,10 @@ class NodePlacer:
 
 def expand(layout: Layout, nodes: int, order: Sequence[str]) -> list[RankPlacement]:
     """Every rank's placement from the per-node order (ranks are node-major)."""
-    k = len(order)
+    k, grid = len(order), RankGrid(layout)
     placements = []
     for rank in range(layout.world):
-        c = coords_of(layout, rank)
+        c = grid.coords(rank)
         placements.append(RankPlacement(rank, rank // k, order[rank % k], c.tp_rank, c.pp_rank, c.dp_rank))
     return placements
 

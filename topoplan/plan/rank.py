@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
@@ -121,6 +121,7 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
+        "stages": layer_split_json(c.stage_layers),
         "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),

@@ -7,6 +7,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from topoplan.layout import RankGrid
 from topoplan.plan.rank import Plan, RankedLayout
 
 
@@ -16,13 +17,13 @@ NARROW = 120  # below this many columns the GPU groups and reasons move under th
 def gpu_groups(entry: RankedLayout) -> str:
     """Node 0's groups: TP groups in brackets, PP stages joined by '>', DP replicas by '|'."""
     layout, order = entry.cost.layout, entry.order
-    tp, rep = min(layout.tp, len(order)), min(layout.tp * layout.pp, len(order))
-    index = [g.removeprefix("GPU") for g in order]
-    replicas = []
-    for r in range(0, len(index), rep):
-        stages = [f"[{','.join(index[s:s + tp])}]" for s in range(r, r + rep, tp)]
-        replicas.append(">".join(stages))
-    return " | ".join(replicas)
+    grid, k = RankGrid(layout), len(order)  # node 0 runs ranks 0..k-1, local rank i on order[i]
+    replicas: dict[int, list[str]] = {}
+    for group in grid.tp_groups:
+        here = [order[rank].removeprefix("GPU") for rank in group if rank < k]
+        if here:
+            replicas.setdefault(grid.coords(group[0]).dp_rank, []).append(f"[{','.join(here)}]")
+    return " | ".join(">".join(stages) for stages in replicas.values())
 
 
 def headline(entry: RankedLayout) -> str:

@@ -120,18 +120,3 @@ def check_tp(config: ModelConfig, tp: int, source: str = "layout") -> None:
                            {"intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size})
     if problems:
         raise TopoplanError("; ".join(problems), source=source)
-
-
-def split_layers(n_layers: int, pp: int) -> list[range]:
-    """Layers of each pipeline stage: as even as possible, earlier stages take the remainder.
-
-    Stage 0 also embeds and the last stage also runs the head, so the extra layers go first.
-    """
-    if pp > n_layers:
-        raise TopoplanError(f"pp={pp} is more stages than the model's {n_layers} layers")
-    base, extra = divmod(n_layers, pp)
-    bounds = [0]
-    for stage in range(pp):
-        bounds.append(bounds[-1] + base + (1 if stage < extra else 0))
-    return [range(bounds[s], bounds[s + 1]) for s in range(pp)]
-

@@ -1,9 +1,7 @@
-"""torch.distributed start-up for the runner: backend, dtype check, process groups in the standard rank order.
+"""torch.distributed start-up for the runner and the bench: backend, dtype check, process groups.
 
-Rank order is TP fastest, then PP, then DP (see topoplan.layout). Here it is written as
-`torch.arange(world).view(dp, pp, tp)`: a TP group is a row of that grid, a pipeline the column across
-PP, a DP group the ranks at the same (pp, tp) in every replica. tests/test_runner_dist.py checks that this
-agrees with the pure-Python topoplan.layout functions the planner and launcher use.
+The groups are the ones topoplan.layout.RankGrid lists (TP fastest, then PP, then DP), the same lists the
+planner places and prices: there is no second grid here.
 """
 
 from __future__ import annotations
@@ -19,25 +17,10 @@ import torch
 import torch.distributed as dist
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankCoords, coords_of
+from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def rank_grid(layout: Layout) -> torch.Tensor:
-    """grid[dp_rank, pp_rank, tp_rank] = global rank."""
-    return torch.arange(layout.world).view(layout.dp, layout.pp, layout.tp)
-
-
-def group_ranks(layout: Layout) -> dict[str, list[list[int]]]:
-    """Every TP, PP and DP group as lists of global ranks, read off the grid."""
-    grid = rank_grid(layout)
-    return {
-        "tp": grid.reshape(-1, layout.tp).tolist(),
-        "pp": grid.permute(0, 2, 1).reshape(-1, layout.pp).tolist(),
-        "dp": grid.permute(1, 2, 0).reshape(-1, layout.dp).tolist(),
-    }
 
 
 def choose_backend(requested: str | None) -> str:
@@ -124,19 +107,31 @@ def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str
     return backend, device
 
 
+def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], dist.ProcessGroup]:
+    """Create a process group for each rank list and return this rank's list and group.
+
+    new_group is collective over the world, so every rank creates every group, in the same order, even the
+    groups it is not in."""
+    rank, mine = dist.get_rank(), None
+    for ranks in groups:
+        group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s))
+        if rank in ranks:
+            mine = (ranks, group)
+    if mine is None:
+        raise TopoplanError(f"rank {rank} is in none of the groups {groups}")
+    return mine
+
+
 def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float) -> Dist:
-    """This rank's groups for `layout` in the joined world; every rank creates every group, in the same order."""
+    """This rank's TP and PP groups for `layout` in the joined world (a group of one rank is None)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != layout.world:
         raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
-    mine: dict[str, tuple[dist.ProcessGroup | None, list[int]]] = {}
-    for kind, groups in group_ranks(layout).items():
-        for ranks in groups:
-            # new_group is collective over the world even for groups this rank is not in.
-            group = dist.new_group(ranks, timeout=timedelta(seconds=timeout_s)) if len(ranks) > 1 else None
-            if rank in ranks:
-                mine[kind] = (group, ranks)
-    return Dist(layout, rank, coords_of(layout, rank), device, backend, mine["tp"][0], mine["pp"][0], mine["pp"][1])
+    grid = RankGrid(layout)
+    tp_ranks, tp_group = new_groups(grid.tp_groups, timeout_s)
+    pp_ranks, pp_group = new_groups(grid.pp_groups, timeout_s)
+    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group if len(tp_ranks) > 1 else None,
+                pp_group if len(pp_ranks) > 1 else None, pp_ranks)
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:

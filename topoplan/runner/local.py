@@ -15,9 +15,9 @@ from typing import Any
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.launch.binding import CpuFacts, split_cpus
-from topoplan.layout import Layout
+from topoplan.layout import Layout, split_layers
 from topoplan.runner.builtin import BUILTIN, encode_bytes
-from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config, split_layers
+from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.options import RunOptions
 from topoplan.runner.spawn import spawn_ranks
 

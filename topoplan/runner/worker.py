@@ -20,9 +20,9 @@ import torch.distributed as dist
 
 from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, layer_split_json, split_layers
 from topoplan.rank_env import discover_rank_env
-from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, split_layers
+from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
 from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
@@ -104,6 +104,13 @@ class Progress:
         return lambda completed, total: self.bar.update(task_id, completed=completed, total=total)
 
 
+def shard_of(config: ModelConfig, d: Dist) -> Shard:
+    """This rank's part of the model: its TP slice of the layers topoplan.layout.split_layers gives its stage
+    (the split the planner priced)."""
+    layers = split_layers(config.n_layers, d.layout.pp)[d.coords.pp_rank]
+    return Shard(d.coords.tp_rank, d.layout.tp, layers, d.is_first_stage, d.is_last_stage, comm=d)
+
+
 def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
     """Load, generate, gather. Returns the result dict on rank 0 (see docs/runner.md), None elsewhere."""
     progress = progress or Progress(False)
@@ -111,15 +118,13 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     folder = model_folder(opts.model)
     config = load_hf_config(folder)
     check_tp(config, layout.tp, source=str(layout))
-    stage_layers = split_layers(config.n_layers, layout.pp)[coords.pp_rank]
     dtype = usable_dtype(opts.dtype, d.device)
     codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
     prompts = prompts_of(opts, folder, codec, config.vocab_size)
     mine = [i for i in range(len(prompts)) if i % layout.dp == coords.dp_rank]  # round-robin over replicas
 
     start = time.perf_counter()
-    shard = Shard(coords.tp_rank, layout.tp, stage_layers, d.is_first_stage, d.is_last_stage, comm=d)
-    model = build_stage(config, shard, d.device, dtype)
+    model = build_stage(config, shard_of(config, d), d.device, dtype)
     report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
@@ -137,6 +142,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
                        pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
+        "layers": [int(i) for i in model.layers],  # the decoder layers this rank built and ran
         "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,
         "decode_s": gen.decode_s if gen else 0.0, "decode_steps": gen.decode_steps if gen else 0,
         "comm_s": d.timer.seconds, "bytes_read": report.bytes_read, "files": report.files, "load_s": load_s,
@@ -169,6 +175,7 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
     generated = sum(len(seq) for seq in tokens if seq)
     result = {
         "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "stages": stages_run(layout, records),
         "dtype": dtype,  # what ran: float32 when the backend could not reduce the requested dtype
         "tokens": tokens,
         "text": [codec[1](seq) for seq in tokens] if codec else None,
@@ -187,6 +194,21 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
         with atomic_path(opts.dump_logits) as tmp:
             torch.save(logits, tmp)
     return result
+
+
+def stages_run(layout: Layout, records: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """Each pipeline stage's layers as its ranks built them (the shape of `plan --json`'s "stages"); every
+    rank of a stage must hold the same contiguous layers."""
+    stages = []
+    for pp_rank in range(layout.pp):
+        held = {tuple(rec["layers"]) for rec in records if rec["coords"][1] == pp_rank}
+        if len(held) != 1:
+            raise TopoplanError(f"the ranks of pipeline stage {pp_rank} built different layers: {sorted(held)}")
+        (layers,) = held
+        if list(layers) != list(range(layers[0], layers[-1] + 1)):
+            raise TopoplanError(f"pipeline stage {pp_rank} ran layers {list(layers)}, not a contiguous range")
+        stages.append(layers)
+    return layer_split_json(stages)
 
 
 def render_text(result: dict[str, Any]) -> str:
