@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from topoplan.launch.binding import CpuFacts
+from topoplan.cpuset import CpuFacts
 from topoplan.layout import Layout, RankPlacement
 from topoplan.plan.placement import expand
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from launch_support import DGX_A100, FIXTURES, ROOT, block_placements, expected_topology
 from topoplan.cli import LaunchFormat, app
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts
+from topoplan.cpuset import CpuFacts
 from topoplan.launch.render import FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement

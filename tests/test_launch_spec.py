@@ -13,8 +13,7 @@ import pytest
 
 from launch_support import DGX_A100, EXPECTED, FIXTURES, block_placements, expected_topology
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts, assumed_cores, split_cpus
-from topoplan.topology.smi_text import parse_cpu_list
+from topoplan.cpuset import CpuFacts, assumed_cores, parse_cpu_list, split_cpus
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankGrid, RankPlacement
 from topoplan.topology.links import LinkKind

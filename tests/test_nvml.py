@@ -14,6 +14,7 @@ from fake_sysfs import build_sysfs
 from topoplan.errors import TopoplanError
 from topoplan.topology import LinkKind
 from topoplan.topology.nvml_query import query_nvml
+from topoplan.hardware import catalog_gpu
 from topoplan.topology.nvml_reader import read_nvml_topology, record_machine
 from topoplan.topology.read import detect_format
 from topoplan.topology.recording import parse_recording, topology_from_recording
@@ -28,8 +29,9 @@ def load(name: str) -> dict:
 
 
 def replay(name: str):
+    """A saved recording read as the CLI reads it: the topology, then its GPU from the catalog."""
     path = FIXTURES / f"{name}.json"
-    return topology_from_recording(parse_recording(path.read_text(), str(path)), str(path))
+    return catalog_gpu(topology_from_recording(parse_recording(path.read_text(), str(path)), str(path)))
 
 
 def live(name: str, tmp_path: Path, monkeypatch, save: Path | None = None):
@@ -43,7 +45,7 @@ def live(name: str, tmp_path: Path, monkeypatch, save: Path | None = None):
         else:
             monkeypatch.setenv(key, value)
     sysfs = build_sysfs(tmp_path / "sys", recording["sysfs"])
-    return read_nvml_topology(save=save, sysfs_root=sysfs), module
+    return catalog_gpu(read_nvml_topology(save=save, sysfs_root=sysfs)), module
 
 
 def codes(topo) -> dict[tuple[str, str], str]:
@@ -84,7 +86,7 @@ def test_replay_equals_live(name, tmp_path, monkeypatch):
     topo, _ = live(name, tmp_path, monkeypatch, save=saved)
     text = saved.read_text()
     assert detect_format(text) == "recording"
-    again = topology_from_recording(parse_recording(text, str(saved)), str(saved))
+    again = catalog_gpu(topology_from_recording(parse_recording(text, str(saved)), str(saved)))
     assert snapshot(again) == snapshot(topo)
     assert snapshot(replay(name)) == snapshot(topo)
     written = json.loads(text)
@@ -233,7 +235,9 @@ def test_nvlink_version_prices_a_generation_the_table_lacks():
         gpu["name"] = "NVIDIA B300 SXM6 AC"
         for link in gpu["nvlinks"][:-1]:
             link["version"] = 7
-    topo = topology_from_recording(recording, "b300")
+    raw = topology_from_recording(recording, "b300")
+    assert raw.gpu_name == "NVIDIA B300 SXM6 AC"  # the topology layer keeps NVML's name; the catalog maps it
+    topo = catalog_gpu(raw)
     assert topo.arch == "sm100" and topo.gpu_name is None
     assert topo.link("GPU0", "GPU7").bandwidth_gbps == pytest.approx(18 * 40.1)
     assert any("sm103 has no link figures; NVLink version [7] -> sm100" in n for n in topo.notes)

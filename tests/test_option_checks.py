@@ -14,9 +14,8 @@ import topoplan.runner.local
 from topoplan import cli
 from topoplan.bench import calibrate as calibrate_module
 from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks, physical_memory_bytes
-from topoplan.bench.options import BENCH_DTYPES, bench_job
+from topoplan.bench.options import bench_job
 from topoplan.bench.validate import check_sizes, model_spec
-from topoplan.runner.options import DTYPE_NAMES
 
 
 @pytest.fixture
@@ -39,16 +38,19 @@ def topoplan_error(monkeypatch, capsys, *args: str) -> str:
     return err
 
 
-def test_run_dtype_names_match_the_ranks():
-    import topoplan.runner.dist
+def test_one_dtype_table_sizes_and_torch_dtypes():
+    """Each row's size is its torch dtype's, both spellings find the row, each command takes its set."""
+    import torch
 
-    assert DTYPE_NAMES == tuple(topoplan.runner.dist.DTYPES)
+    from topoplan.dtypes import BENCH_DTYPES, DTYPES, PLAN_DTYPES, PROBE_DTYPES, RUN_DTYPES, dtype_of
 
-
-def test_bench_dtype_names_match_the_ranks():
-    import topoplan.bench.worker
-
-    assert BENCH_DTYPES == tuple(topoplan.bench.worker.DTYPES)
+    for d in DTYPES:
+        assert torch.empty((), dtype=d.torch()).element_size() == d.bytes
+        assert dtype_of(d.short) is dtype_of(d.name) is d
+    assert dtype_of("bf16").torch() is torch.bfloat16 and dtype_of("fp8").torch() is torch.float8_e4m3fn
+    assert PLAN_DTYPES == ("fp32", "bf16", "fp16", "fp8") and PROBE_DTYPES == ("fp32", "bf16", "fp16")
+    assert RUN_DTYPES == ("float32", "bfloat16", "float16")
+    assert BENCH_DTYPES == ("float32", "bfloat16", "float16", "float8_e4m3fn")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -153,13 +155,13 @@ def test_calibrate_refuses_topo_on_a_cpu_machine(no_ranks, monkeypatch, capsys, 
 def test_validate_sizes_are_bounded_before_prompts_are_built():
     from topoplan.errors import TopoplanError
 
-    spec, folder = model_spec("tiny")
-    check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=32)  # the defaults fit
+    spec = model_spec("tiny")
+    check_sizes(spec, batch=2, prompt_len=32, gen_len=32)  # the defaults fit
     with pytest.raises(TopoplanError, match=r"--prompt-len 100000000 \+ --gen-len 32 exceed the model's context "
                                              r"of 4096 tokens"):
-        check_sizes(spec, folder, batch=2, prompt_len=100_000_000, gen_len=32)
+        check_sizes(spec, batch=2, prompt_len=100_000_000, gen_len=32)
     with pytest.raises(TopoplanError, match=r"--prompt-len 32 \+ --gen-len 5000 exceed"):
-        check_sizes(spec, folder, batch=2, prompt_len=32, gen_len=5000)
+        check_sizes(spec, batch=2, prompt_len=32, gen_len=5000)
     huge_batch = physical_memory_bytes() // (64 * spec.kv_bytes_per_token("fp32")) + 1
     with pytest.raises(TopoplanError, match=rf"--batch {huge_batch} x 64 tokens need a .* KV cache, more than half"):
-        check_sizes(spec, folder, batch=huge_batch, prompt_len=32, gen_len=32)
+        check_sizes(spec, batch=huge_batch, prompt_len=32, gen_len=32)

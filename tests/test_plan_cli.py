@@ -136,8 +136,8 @@ def test_unreadable_json_inputs_are_one_line(tmp_path):
 def test_context_beyond_the_model_is_refused(tmp_path):
     run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000000000")
     assert run.returncode == 2 and run.stdout == "", run.stdout
-    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceeds the 131072-token context of "
-            "Llama-3.1-70B (max_position_embeddings)") in run.stderr
+    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceed the model's context of "
+            "131072 tokens (max_position_embeddings of Llama-3.1-70B)") in run.stderr
     assert topoplan("plan", *A100_PLAN, "--prompt-len", "130944", "--top", "1").returncode == 0  # exactly 131072
     config = tmp_path / "config.json"  # a config without max_position_embeddings: nothing to check against
     config.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,

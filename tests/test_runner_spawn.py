@@ -61,7 +61,8 @@ def test_taken_rendezvous_port_is_retried(tmp_path, monkeypatch):
 def test_local_ranks_get_their_own_cpus_from_the_start():
     """`topoplan run` and bench pin each rank to its own CPUs (launch's split) with OMP_NUM_THREADS to match;
     the child sees the pinning as soon as it runs."""
-    from topoplan.runner.local import cpu_cores, local_ranks
+    from topoplan.cpuset import cpu_cores
+    from topoplan.runner.local import local_ranks
 
     available = cpu_cores()
     world = min(2, len(available))
@@ -79,7 +80,8 @@ def test_local_ranks_get_their_own_cpus_from_the_start():
 
 
 def test_more_ranks_than_cpus_are_not_pinned():
-    from topoplan.runner.local import cpu_cores, local_ranks
+    from topoplan.cpuset import cpu_cores
+    from topoplan.runner.local import local_ranks
 
     ranks = local_ranks(len(cpu_cores()) + 1, progress=False)
     assert all(r.cpus is None and r.env["OMP_NUM_THREADS"] == "1" for r in ranks)

@@ -15,7 +15,7 @@ import pytest
 from fake_pynvml import fake_pynvml, install
 from topoplan.cli import main
 from topoplan.errors import TopoplanError
-from topoplan.topology.sources import load_topology
+from topoplan.machine import load_topology
 
 ROOT = Path(__file__).parent.parent
 H100 = ROOT / "fixtures" / "nvml" / "hgx-h100-8gpu-nvswitch.json"

@@ -11,7 +11,7 @@ from topoplan.atomic import atomic_path, write_atomic
 from topoplan.errors import TopoplanError
 from topoplan.topology import Gpu, Nic, build_topology
 from topoplan.topology.export import dumps, topology_dict
-from topoplan.topology.render.cpuset import compact_cpus
+from topoplan.cpuset import compact_cpus
 from topoplan.topology.render.dot import render_dot
 from topoplan.topology.render.mermaid import render_mermaid
 from topoplan.topology.render.picture import picture

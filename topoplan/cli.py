@@ -14,6 +14,7 @@ import typer
 
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
+from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 app = typer.Typer(
     name="topoplan",
@@ -69,7 +70,7 @@ def inspect(
 ) -> None:
     """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
     from topoplan.topology.render import emit
-    from topoplan.topology.sources import load_topology
+    from topoplan.machine import load_topology
 
     try:
         if as_json and fmt not in (None, InspectFormat.json):
@@ -168,7 +169,7 @@ def launch(
     objective: str = typer.Option("latency", "--objective", help="Plan objective for --rank: latency or throughput."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes to spread the layout over."),
     hosts: str = typer.Option(None, "--hosts", help="Host names, one per node, node 0 first: a,b."),
-    port: int = typer.Option(29500, "--port", help="Rendezvous TCP port on node 0."),
+    port: int = typer.Option(DEFAULT_MASTER_PORT, "--port", help="Rendezvous TCP port on node 0."),
     fmt: LaunchFormat = typer.Option(LaunchFormat.shell, "--format", help="Launcher to write the lines for."),
     explain: bool = typer.Option(False, "--explain", help="Also print every variable's reason (on stderr)."),
     this_machine: bool = typer.Option(False, "--this-machine", help="The --topo file is of this machine: read SMT "

@@ -10,12 +10,9 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from topoplan.errors import TopoplanError
-
-if TYPE_CHECKING:
-    from topoplan.topology.model import Topology
+from topoplan.topology.model import Topology
 
 
 @dataclass(frozen=True)
@@ -196,7 +193,7 @@ LINK_PATTERNS: tuple[LinkPattern, ...] = (
 )
 
 
-def _nvlink_shape(topology: "Topology") -> str:
+def _nvlink_shape(topology: Topology) -> str:
     n = len(topology.gpus)
     nv = topology.nvlink_graph()
     islands = topology.nvlink_islands()
@@ -207,7 +204,7 @@ def _nvlink_shape(topology: "Topology") -> str:
     return "mesh"
 
 
-def infer_gpu_family(topology: "Topology") -> tuple[str, str] | None:
+def infer_gpu_family(topology: Topology) -> tuple[str, str] | None:
     """(arch, reason) guessed from the NVLink pattern between GPUs, or None when it says nothing.
 
     `topo -m` text carries no GPU names; the link pattern narrows the family, which is enough to pick
@@ -226,10 +223,25 @@ def infer_gpu_family(topology: "Topology") -> tuple[str, str] | None:
     return None
 
 
-def apply_gpu(topology: "Topology", name: str | None = None) -> "Topology":
-    """The topology priced for GPU `name` (`--gpu`, any catalog name or alias); without one, when the source
-    did not say the generation (`topo -m` text), for the family its NVLink pattern suggests, with a note
-    saying it was inferred."""
+def catalog_gpu(topology: Topology) -> Topology:
+    """The topology with the GPU its source named (NVML's spelling) replaced by the catalog's key, and the
+    catalog's generation where the source gave none; a name the catalog lacks is dropped, with a note."""
+    reported = topology.gpu_name
+    if reported is None or any(spec.key == reported for spec in GPUS):
+        return topology
+    spec = lookup_gpu(reported)
+    if spec is None:
+        note = f"{reported!r} is not in topoplan's GPU catalog (docs/hardware.md)"
+        return Topology(topology.gpus, topology.nics, topology.links(), arch=topology.arch, gpu_name=None,
+                        source=topology.source, notes=(*topology.notes, note))
+    return topology.with_arch(topology.arch or spec.arch, spec.key)
+
+
+def apply_gpu(topology: Topology, name: str | None = None) -> Topology:
+    """The topology priced for GPU `name` (`--gpu`, any catalog name or alias); without one, for the GPU the
+    source named (catalog_gpu), or when the source did not say the generation (`topo -m` text), for the
+    family its NVLink pattern suggests, with a note saying it was inferred."""
+    topology = catalog_gpu(topology)
     notes: tuple[str, ...] = ()
     if name is not None:
         spec = find_gpu(name)

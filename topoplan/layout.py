@@ -61,6 +61,12 @@ class RankCoords:
     dp_rank: int
 
 
+def check_nodes(nodes: int) -> None:
+    """A layout spreads over at least one node (`--nodes` of plan and launch)."""
+    if nodes < 1:
+        raise TopoplanError(f"--nodes must be >= 1, got {nodes}")
+
+
 GROUP_KINDS = ("tp", "pp", "dp")
 
 

@@ -12,10 +12,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, dtype: str, tp: int = 1) -> int:
         """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
-        return self.kv_elements_per_token_layer(tp) * self.layers * DTYPE_BYTES[dtype]
+        return self.kv_elements_per_token_layer(tp) * self.layers * dtype_of(dtype).bytes
 
     def matmul_params(self, dense_layers: int, moe_layers: int, experts: float) -> float:
         """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use
@@ -157,7 +157,7 @@ class ModelSpec:
         return 2.0 * (matmul + self.head_params) + self.attention_flops(self.layers, 1, context)
 
     def weight_bytes(self, dtype: str) -> int:
-        return self.params * DTYPE_BYTES[dtype]
+        return self.params * dtype_of(dtype).bytes
 
 
 # Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).
@@ -212,6 +212,14 @@ ALIASES: dict[str, str] = {
     "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
 }
 ALIAS_HELP = ", ".join(f"{k} -> {v}" for k, v in ALIASES.items())
+
+
+def check_context(max_context: int, tokens: int, asked: str, model: str) -> None:
+    """Refuse more tokens per sequence than the model was trained for (max_position_embeddings; 0: unknown,
+    not checked): the KV cache and RoPE are sized to prompt + generated tokens. `asked` names the options."""
+    if max_context and tokens > max_context:
+        raise TopoplanError(f"{asked} exceed the model's context of {max_context} tokens "
+                            f"(max_position_embeddings of {model})")
 
 
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:

@@ -26,9 +26,10 @@ from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
-from topoplan.runner.local import cpu_cores
+from topoplan.cpuset import cpu_cores
 from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
+from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
 from topoplan.topology.links import parse_link_code
@@ -46,7 +47,7 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
 
 
 def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, float]:
-    torch_dtype, nbytes = probes.DTYPES[dtype], probe_mib * probes.MiB
+    torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
     return {"stream_gbps": probes.stream_gbps(device, nbytes), "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
             "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
@@ -71,7 +72,7 @@ def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
 
 def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
     """One GPU pair per link class present (the first in index order)."""
-    from topoplan.topology.sources import load_topology
+    from topoplan.machine import load_topology
 
     topology = load_topology(topo, None)
     pairs: dict[str, tuple[int, int]] = {}
@@ -102,8 +103,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     check_probe_mib(probe_mib)
     gpu = torch.cuda.is_available()
     dtype = dtype or ("bf16" if gpu else "fp32")
-    if dtype not in probes.DTYPES:
-        raise TopoplanError(f"--dtype {dtype!r}: expected one of {', '.join(probes.DTYPES)}")
+    checked_dtype(dtype, PROBE_DTYPES)
     pairs = gpu_pairs_by_class(topo) if topo is not None or (gpu and torch.cuda.device_count() >= 2) else {}  # before measuring
     if topo is not None and not gpu:
         raise TopoplanError(f"--topo {topo}: names GPU link classes, but torch sees no GPU here (on CPU the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from topoplan.runner.local import cpu_cores
+from topoplan.cpuset import cpu_cores
 
 RANKS_PER_CPU = 8  # each local rank is a whole Python process with torch loaded (~0.3 GB, seconds to start):
 # beyond a few per CPU they only time-slice, and thousands would exhaust memory before measuring anything

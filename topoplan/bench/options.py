@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from topoplan.atomic import check_folder
 from topoplan.bench.definitions import parse_ops, parse_sizes
+from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
 from topoplan.runner.options import check_common
 
-BENCH_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn")  # the keys of topoplan.bench.worker.DTYPES
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MiB = 1 << 20
 
 

@@ -20,11 +20,11 @@ from typing import Any
 from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
-from topoplan.runner.local import cpu_cores
+from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.layout import Layout, layer_split_json
-from topoplan.models import ModelSpec, spec_from_config
+from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import LayoutCost, Workload
 from topoplan.plan.layouts import enumerate_layouts
@@ -38,24 +38,21 @@ class Candidate:
     threads: int  # intra-op threads per rank
 
 
-def model_spec(model: str) -> tuple[ModelSpec, str]:
+def model_spec(model: str) -> ModelSpec:
     """The planner's view of the runner's model: a built-in name or a checkpoint folder's config.json."""
     from topoplan.runner.worker import model_folder  # writes a built-in model's folder on first use
 
     folder = model_folder(model)
     path = Path(folder) / "config.json"
     raw = read_json(path, "the model's HF config.json")
-    return spec_from_config(raw, model, source=path), str(folder)
+    return spec_from_config(raw, model, source=path)
 
 
-def check_sizes(spec: ModelSpec, folder: str, batch: int, prompt_len: int, gen_len: int) -> None:
+def check_sizes(spec: ModelSpec, batch: int, prompt_len: int, gen_len: int) -> None:
     """Refuse a workload the model or this machine cannot hold, before any prompt is built: prompt + new tokens
     within max_position_embeddings, and one rank's fp32 KV cache (TP1 holds all of it) within half the RAM."""
-    path = Path(folder) / "config.json"
-    context = read_json(path, "the model's HF config.json").get("max_position_embeddings")
-    if isinstance(context, int) and prompt_len + gen_len > context:
-        raise TopoplanError(f"--prompt-len {prompt_len} + --gen-len {gen_len} exceed the model's context of {context} "
-                            f"tokens (max_position_embeddings in {path})")
+    check_context(spec.max_context, prompt_len + gen_len, f"--prompt-len {prompt_len} + --gen-len {gen_len}",
+                  spec.name)
     kv, have = batch * (prompt_len + gen_len) * spec.kv_bytes_per_token("fp32"), physical_memory_bytes()
     if kv > have // 2:
         raise TopoplanError(f"--batch {batch} x {prompt_len + gen_len} tokens need a {gib(kv)} KV cache, more than "
@@ -149,8 +146,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
         raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
     entry = load_cpu_entry(calibration)
     load_before = os.getloadavg()[0]
-    spec, folder = model_spec(model)
-    check_sizes(spec, folder, batch, prompt_len, gen_len)
+    spec = model_spec(model)
+    check_sizes(spec, batch, prompt_len, gen_len)
     cores = len(cpu_cores())
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]

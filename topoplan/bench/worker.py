@@ -14,9 +14,9 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from topoplan.dtypes import BENCH_DTYPES, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import discover_rank_env
@@ -24,8 +24,6 @@ from topoplan.bench.collectives import Group, sweep
 from topoplan.bench.definitions import OPS, parse_ops, parse_sizes
 from topoplan.runner.dist import join_world, new_groups
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-          "float8_e4m3fn": torch.float8_e4m3fn}  # fp8: can this backend move fp8 activations? (gloo: no)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backend", default=None)
-    parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    parser.add_argument("--dtype", default="float32", choices=BENCH_DTYPES)
     parser.add_argument("--layout", default=None, help="tp=..,pp=..,dp=..: run within the groups of --group")
     parser.add_argument("--group", default="world", choices=["world", "tp", "pp", "dp"])
     parser.add_argument("--timeout", type=float, default=120.0)
@@ -80,7 +78,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     group = my_group(groups, args.timeout)
     bar, task = progress_bar(len(ops) * len(sizes), env.rank == 0)
     with bar:
-        found, skipped = sweep(ops, sizes, group, env.rank, device, DTYPES[args.dtype], args.iters, args.warmup,
+        found, skipped = sweep(ops, sizes, group, env.rank, device, dtype_of(args.dtype).torch(), args.iters, args.warmup,
                                on_point=lambda op, n: bar.advance(task, n))
     if env.rank != 0:
         return None

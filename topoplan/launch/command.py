@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts
-from topoplan.launch.spec import DEFAULT_PORT, LaunchSpec, build_spec
-from topoplan.layout import Layout, RankPlacement
+from topoplan.cpuset import CpuFacts
+from topoplan.launch.spec import LaunchSpec, build_spec
+from topoplan.rank_env import DEFAULT_MASTER_PORT
+from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.runner.options import parse_ids
 from topoplan.topology.model import Topology
 
@@ -91,7 +92,7 @@ def check_plan_options(layout: Layout | None, model: str | None, gpu: str | None
 
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
     """The `topo -m` paste or NVML recording (with `-p2p` statuses), or this machine (NVML, then nvidia-smi)."""
-    from topoplan.topology.sources import load_topology
+    from topoplan.machine import load_topology
 
     return load_topology(topo, p2p)
 
@@ -121,7 +122,7 @@ def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, n
 
 def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: int | None, model: str | None,
                 gpu: str | None = None, objective: str = "latency", nodes: int = 1, hosts: Sequence[str] | None = None,
-                port: int = DEFAULT_PORT, command: Sequence[str] = (), this_machine: bool = False,
+                port: int = DEFAULT_MASTER_PORT, command: Sequence[str] = (), this_machine: bool = False,
                 checkpoint: str | None = None, prompts: Sequence[str] = (), prompt_ids: Sequence[str] = ()) -> LaunchSpec:
     """Read the topology, take the layout (--layout, placed by the planner's placement, or --rank N of the
     plan), and build the spec. Without --topo the machine itself is read, and its /sys too."""
@@ -131,8 +132,7 @@ def launch_spec(*, topo: str | None, p2p: str | None, layout: str | None, rank: 
     if command and (checkpoint is not None or prompts or prompt_ids):
         raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default command; "
                             "with your own COMMAND after --, put them in it")
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
+    check_nodes(nodes)
     if hosts is not None and len(hosts) != nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s) but --nodes is {nodes}: give one host per node")
     fixed = Layout.parse(layout) if layout is not None else None

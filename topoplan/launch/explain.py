@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from topoplan.topology.render.cpuset import format_cpu_list
+from topoplan.cpuset import format_cpu_list
 from topoplan.launch.spec import LaunchSpec
 
 

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import CpuFacts, memory_node, split_cpus
+from topoplan.cpuset import CpuFacts, format_cpu_list, split_cpus
+from topoplan.launch.binding import memory_node
 from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
-from topoplan.layout import Layout, RankGrid, RankPlacement
+from topoplan.rank_env import DEFAULT_MASTER_PORT
+from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.topology.model import Topology
-from topoplan.topology.render.cpuset import format_cpu_list
 
-DEFAULT_PORT = 29500
 # Variables every launcher sets by itself (torchrun, Open MPI, Slurm under their own names): renderers for
 # those launchers leave them out so the launcher stays the one source of truth.
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
@@ -150,18 +150,17 @@ def build_spec(
     command: Sequence[str],
     nodes: int | None = None,
     hosts: Sequence[str] | None = None,
-    master_port: int = DEFAULT_PORT,
+    master_port: int = DEFAULT_MASTER_PORT,
     facts: CpuFacts | None = None,
 ) -> LaunchSpec:
     """The launch spec for these placements on `nodes` identical machines described by `topology`.
 
     `facts` are the live machine's CPU facts (SMT siblings, NUMA nodes); without them the CPU lists of the
-    topology are read under binding.py's numbering assumption. `hosts` (one per node) give the rendezvous
+    topology are read under topoplan.cpuset's numbering assumption. `hosts` (one per node) give the rendezvous
     address; for a single node without hosts, 127.0.0.1 is used.
     """
     nodes = nodes if nodes is not None else 1 + max((p.node for p in placements), default=0)
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
+    check_nodes(nodes)
     if not 1 <= master_port <= 65535:
         raise TopoplanError(f"port {master_port} is not a TCP port (1..65535)")
     if not command:

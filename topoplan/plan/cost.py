@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
-from topoplan.models import DTYPE_BYTES, ModelSpec
+from topoplan.dtypes import dtype_of
+from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
@@ -40,7 +41,7 @@ class Workload:
 
     @property
     def bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return dtype_of(self.dtype).bytes
 
 
 @dataclass

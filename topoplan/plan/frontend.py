@@ -10,13 +10,14 @@ from dataclasses import replace
 
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
-from topoplan.models import DTYPE_BYTES, find_model
+from topoplan.dtypes import PLAN_DTYPES, checked_dtype
+from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.rank import Plan, plan
 from topoplan.topology.model import Topology
-from topoplan.topology.sources import load_topology
+from topoplan.machine import load_topology
 
 
 def device_for(topology: Topology, nic_gbps: float | None) -> DeviceSpec:
@@ -34,8 +35,7 @@ def device_for(topology: Topology, nic_gbps: float | None) -> DeviceSpec:
 def plan_from_options(*, model: str, topo: str | None, gpu: str | None, nodes: int, batch: int, prompt_len: int,
                       gen_len: int, dtype: str, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
                       dp: int | None, nic_gbps: float | None, calibration: str | None) -> Plan:
-    if dtype not in DTYPE_BYTES:
-        raise TopoplanError(f"unknown --dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    checked_dtype(dtype, PLAN_DTYPES)
     spec = find_model(model)
     cal = load_calibration(calibration)
     topology = load_topology(topo, None, "auto", None, gpu)  # a paste, or this machine (NVML, nvidia-smi)

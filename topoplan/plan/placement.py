@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankGrid, RankPlacement
+from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.topology.model import Topology
 
 _DFS_BUDGET = 20_000  # ring search steps per threshold before falling back (only reached on odd graphs)
@@ -28,8 +28,7 @@ _DFS_BUDGET = 20_000  # ring search steps per threshold before falling back (onl
 
 def local_share(layout: Layout, nodes: int) -> int:
     """GPUs each node runs (ranks are node-major: node n holds ranks n*k .. n*k+k-1)."""
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be at least 1, got {nodes}")
+    check_nodes(nodes)
     if layout.world % nodes:
         raise TopoplanError(f"{layout} has {layout.world} ranks, which do not split evenly over {nodes} nodes")
     return layout.world // nodes

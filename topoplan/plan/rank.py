@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, layer_split_json
-from topoplan.models import ModelSpec
+from topoplan.layout import Layout, check_nodes, layer_split_json
+from topoplan.models import ModelSpec, check_context
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
@@ -78,13 +78,12 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     """Every candidate layout placed on the topology and priced, ranked best first."""
     if objective not in OBJECTIVES:
         raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
-    check_counts(nodes=nodes, batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
+    check_nodes(nodes)
+    check_counts(batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
                  max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     context = workload.prompt_len + workload.gen_len
-    if model.max_context and context > model.max_context:
-        raise TopoplanError(f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} = {context} tokens "
-                            f"exceeds the {model.max_context}-token context of {model.name} "
-                            "(max_position_embeddings)")
+    check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
+                  f"= {context} tokens", model.name)
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps)

@@ -26,6 +26,18 @@ _RUNTIME: dict[str, Any] = {
 BUILTIN: dict[str, dict[str, Any]] = {name: {**_RUNTIME, **CATALOG[name]} for name in ("tiny", "small")}
 
 
+def checkpoint_folder(model: str) -> Path | None:
+    """The one reading of the runner's `--model`: None for a built-in name (its folder is written on first
+    use, topoplan.runner.tiny.builtin_folder), else the HF checkpoint folder it must name."""
+    if model in BUILTIN:
+        return None
+    folder = Path(model)
+    if not folder.is_dir():
+        raise TopoplanError(f"--model {model!r}: not a folder; expected an HF checkpoint folder or one of "
+                            f"{', '.join(BUILTIN)}")
+    return folder
+
+
 def builtin_cache_folder(name: str) -> Path:
     """Where built-in model `name` is written on first use: the user cache (XDG_CACHE_HOME)."""
     if name not in BUILTIN:

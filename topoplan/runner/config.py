@@ -41,6 +41,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     byte_tokenizer: bool = False  # the built-in models: token id == byte value, no tokenizer.json
+    max_context: int = 0  # max_position_embeddings (0: not given, not checked)
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any]:
@@ -99,6 +100,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=_ids(raw.get("eos_token_id")),
         byte_tokenizer=bool(raw.get("topoplan_byte_tokenizer", False)),
+        max_context=spec.max_context,
     )
 
 

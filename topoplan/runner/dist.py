@@ -16,12 +16,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def choose_backend(requested: str | None) -> str:
     """NCCL when CUDA is usable, gloo otherwise; `--backend` forces one."""
@@ -147,9 +145,7 @@ def usable_dtype(name: str, device: torch.device) -> torch.dtype:
 
     Checked by doing it: one small all-reduce over the world; every rank reaches the same verdict.
     """
-    if name not in DTYPES:
-        raise TopoplanError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}")
-    dtype = DTYPES[name]
+    dtype = checked_dtype(name, RUN_DTYPES).torch()
     if dtype is torch.float32:
         return dtype
     try:

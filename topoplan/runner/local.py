@@ -6,18 +6,16 @@ line from this process rather than one per rank. Imports no torch (the ranks do)
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.jsonfile import read_json
-from topoplan.launch.binding import CpuFacts, split_cpus
+from topoplan.cpuset import CpuFacts, cpu_cores, split_cpus
 from topoplan.layout import Layout, split_layers
-from topoplan.runner.builtin import BUILTIN, encode_bytes
-from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
+from topoplan.runner.builtin import BUILTIN, checkpoint_folder, encode_bytes
+from topoplan.models import check_context
+from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.options import RunOptions
 from topoplan.runner.spawn import spawn_ranks
 
@@ -40,51 +38,36 @@ def check_save(folder: str, opts: RunOptions) -> Path:
     return path
 
 
-def check_context(opts: RunOptions, raw: dict[str, Any], source: str) -> None:
-    """Refuse prompt + new tokens beyond the model's max_position_embeddings (the KV cache is sized to their sum).
-    Text prompts count where their length is known here (byte models); tokenizer.json prompts only by the rest."""
-    limit = raw.get("max_position_embeddings")
-    if not isinstance(limit, int):
-        return
+def check_run_context(opts: RunOptions, config: ModelConfig, source: str) -> None:
+    """The longest prompt plus the new tokens within the model's context. Text prompts count where their length
+    is known here (byte models); tokenizer.json prompts only by the rest."""
     lengths = [len(ids) for ids in opts.prompt_token_ids]
-    if raw.get("topoplan_byte_tokenizer"):
+    if config.byte_tokenizer:
         lengths += [len(encode_bytes(text)) for text in opts.prompt]
     longest = max(lengths, default=0)
-    if longest + opts.max_new_tokens > limit:
-        raise TopoplanError(f"--max-new-tokens {opts.max_new_tokens} + a {longest}-token prompt exceed the model's "
-                            f"context of {limit} tokens (max_position_embeddings in {source})")
+    check_context(config.max_context, longest + opts.max_new_tokens,
+                  f"--max-new-tokens {opts.max_new_tokens} + a {longest}-token prompt", source)
 
 
 def check_run(opts: RunOptions) -> Layout:
     """Refuse a run that cannot work, before any process starts."""
     layout = Layout(opts.tp, opts.pp, opts.dp)
     opts.validate()
-    if opts.model in BUILTIN:
-        raw, source = BUILTIN[opts.model], f"built-in model {opts.model}"
-        config = parse_hf_config(raw, source=source)
+    folder = checkpoint_folder(opts.model)
+    if folder is None:
+        source = f"built-in model {opts.model}"
+        config = parse_hf_config(BUILTIN[opts.model], source=source)
     else:
-        folder = Path(opts.model)
-        if not folder.is_dir():
-            raise TopoplanError(f"--model {opts.model!r}: not a folder; expected an HF checkpoint folder or one "
-                                f"of {', '.join(BUILTIN)}")
-        config = load_hf_config(folder)
-        raw, source = read_json(folder / "config.json", "an HF checkpoint folder with config.json"), str(folder / "config.json")
+        config, source = load_hf_config(folder), str(folder / "config.json")
         if opts.prompt and not config.byte_tokenizer and not (folder / "tokenizer.json").exists():
             raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
-    check_context(opts, raw, source)
+    check_run_context(opts, config, source)
     check_tp(config, layout.tp, source=str(layout))
     split_layers(config.n_layers, layout.pp)
     too_big = [i for ids in opts.prompt_token_ids for i in ids if i >= config.vocab_size]
     if too_big:
         raise TopoplanError(f"prompt token id {max(too_big)} is outside the model's vocabulary of {config.vocab_size}")
     return layout
-
-
-def cpu_cores() -> list[int]:
-    """The CPUs this process may run on (the affinity mask, which containers and taskset narrow)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields
 
+from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 
 
@@ -20,7 +21,6 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
-DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the keys of topoplan.runner.dist.DTYPES (no torch here)
 BACKENDS = ("nccl", "gloo")
 SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 
@@ -29,8 +29,7 @@ def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], ti
     """The checks `run` and `bench` share: refused in the parent, before any rank starts."""
     if backend is not None and backend not in BACKENDS:
         raise TopoplanError(f"--backend {backend!r}: expected {' or '.join(BACKENDS)}")
-    if dtype not in dtypes:
-        raise TopoplanError(f"--dtype {dtype!r}: expected one of {', '.join(dtypes)}")
+    checked_dtype(dtype, dtypes)
     if not timeout > 0:
         raise TopoplanError(f"--timeout {timeout:g}: expected a positive number of seconds")
 
@@ -74,7 +73,7 @@ class RunOptions:
 
     def validate(self) -> None:
         """Checks that need no model: a prompt is given, ids parse, counts and sampling settings are in range."""
-        check_common(backend=self.backend, dtype=self.dtype, dtypes=DTYPE_NAMES, timeout=self.timeout)
+        check_common(backend=self.backend, dtype=self.dtype, dtypes=RUN_DTYPES, timeout=self.timeout)
         if not self.temperature >= 0:
             raise TopoplanError(f"--temperature {self.temperature:g}: expected 0 (greedy) or more")
         if not 0 < self.top_p <= 1:

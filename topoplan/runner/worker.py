@@ -28,20 +28,14 @@ from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
-from topoplan.runner.builtin import BUILTIN, decode_bytes, encode_bytes
+from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.tiny import builtin_folder
 from topoplan.runner.weights import load_stage_weights
 
 
 def model_folder(model: str) -> Path:
-    """A built-in model's cached folder, or the user's checkpoint folder."""
-    if model in BUILTIN:
-        return builtin_folder(model)
-    folder = Path(model)
-    if not folder.is_dir():
-        raise TopoplanError(f"--model {model!r}: not a folder; expected an HF checkpoint folder or one of "
-                            f"{', '.join(BUILTIN)}")
-    return folder
+    """A built-in model's cached folder (written on first use), or the user's checkpoint folder."""
+    return checkpoint_folder(model) or builtin_folder(model)
 
 
 def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:

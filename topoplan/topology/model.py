@@ -92,7 +92,7 @@ class Topology:
         self.gpus: tuple[Gpu, ...] = tuple(gpus)
         self.nics: tuple[Nic, ...] = tuple(nics)
         self.arch = arch  # GPU generation used for bandwidth estimates ("sm80"), None if unknown
-        self.gpu_name = gpu_name  # catalog name when known (from NVML or --gpu)
+        self.gpu_name = gpu_name  # the source's name (NVML), a catalog key once topoplan.hardware resolved it
         self.source = source  # where it was read from, for messages
         self.notes: tuple[str, ...] = tuple(notes)  # what the reader recovered or inferred
         self.graph = nx.Graph()
@@ -204,7 +204,7 @@ class Topology:
                         source=self.source, notes=(*self.notes, *notes))
 
     def with_arch(self, arch: str | None, gpu_name: str | None = None) -> "Topology":
-        """The same machine with bandwidths re-estimated for GPU generation `arch`."""
+        """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`)."""
         links = [
             replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch)) for l in self.links()
         ]

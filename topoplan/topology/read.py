@@ -12,10 +12,10 @@ import sys
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology, build_topology
 from topoplan.topology.p2p_text import P2pMatrices, parse_p2p_text
+from topoplan.topology.recording import FORMAT as RECORDING_FORMAT, parse_recording, topology_from_recording
 from topoplan.topology.smi_text import parse_topo_text
 
 STDIN = "-"
-RECORDING_FORMAT = "topoplan-nvml-recording"  # the "format" of an NVML recording (topology/recording.py)
 _EXPECTED = "expected the text output of `nvidia-smi topo -m`"
 _EXPECTED_P2P = "expected the text output of `nvidia-smi topo -p2p r|w|n|a|p`"
 _CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
@@ -27,8 +27,6 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
     text = read_text(path)
     fmt = detect_format(text)
     if fmt == "recording":
-        from topoplan.topology.recording import parse_recording, topology_from_recording
-
         if p2p_path is not None:
             raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
                                 source=_display(p2p_path))

@@ -20,15 +20,14 @@ from typing import Any
 
 from topoplan.atomic import write_atomic
 from topoplan.errors import TopoplanError
-from topoplan.hardware import lookup_gpu
 from topoplan.jsonfile import parse_json
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
 from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
-from topoplan.topology.read import RECORDING_FORMAT as FORMAT
 from topoplan.topology.sysfs_nics import pci_link_code, sysfs_address
 
+FORMAT = "topoplan-nvml-recording"  # the "format" field every recording opens with; read.py detects it
 SCHEMA_VERSION = 1
 ENVIRONMENT_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
@@ -280,15 +279,15 @@ class _Interpreter:
 
     # --- generation ----------------------------------------------------------------------------------
     def arch_and_name(self) -> tuple[str | None, str | None]:
+        """The generation the compute capability gives, and the one name every GPU reports (NVML's own
+        spelling; topoplan.hardware maps it to the catalog, which the topology layer does not know)."""
         names = {g.name for g in self.identities if g.name}
-        spec = lookup_gpu(next(iter(names))) if len(names) == 1 else None
-        if len(names) == 1 and spec is None:
-            self.notes.append(f"{next(iter(names))!r} is not in topoplan's GPU catalog (docs/hardware.md)")
+        name = next(iter(names)) if len(names) == 1 else None
         archs = {f"sm{cc[0]}{cc[1]}" for g in self.raw_gpus if (cc := _value(g.get("cuda_compute_capability")))}
         if len(archs) > 1:
             self.notes.append(f"mixed GPU generations ({', '.join(sorted(archs))}): link figures use NCCL's defaults")
             return None, None
-        arch = next(iter(archs)) if archs else (spec.arch if spec else None)
+        arch = next(iter(archs)) if archs else None
         if arch is not None and arch not in ARCH_LINKS:
             versions = {v for g in self.raw_gpus for link in g.get("nvlinks", [])
                         if isinstance(v := _value(link.get("version")), int)}
@@ -297,7 +296,7 @@ class _Interpreter:
                 fallback = by_version.pop()
                 self.notes.append(f"{arch} has no link figures; NVLink version {sorted(versions)} -> {fallback} figures")
                 arch = fallback
-        return arch, spec.key if spec else None
+        return arch, name
 
 
 def topology_from_recording(recording: dict[str, Any], source: str = "") -> Topology:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from topoplan.cpuset import MAX_CPU, parse_cpu_list
 from topoplan.errors import TopoplanError
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
@@ -36,7 +37,7 @@ _NUMBER = re.compile(r"[0-9]+")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
 _LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
-_MAX_NUMBER = 65535  # beyond any Linux NR_CPUS or NUMA node count; a larger number is damage
+_MAX_NUMBER = MAX_CPU  # NUMA node numbers too: a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 
 
@@ -285,24 +286,6 @@ def _gpu(index: int, trailing: list[str], header: _Header, line: Line, source: s
 
     return Gpu(f"GPU{index}", index, cpus=_cpus(values.get(CPU, ""), index, line, source),
                numa_node=number(NUMA), gpu_numa_id=number(GPU_NUMA))
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """The Linux cpulist format (nvidia-smi's affinity column, sysfs `cpulist` files): `0-63,128-191` /
-    `4,6,9` / `0-0,8-8` -> sorted CPU numbers; blank -> (). ValueError if bad."""
-    text = text.strip()
-    if not text:
-        return ()
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, dash, high = part.partition("-")
-        if not _NUMBER.fullmatch(low) or (dash and not _NUMBER.fullmatch(high)):
-            raise ValueError(part)
-        a, b = int(low), int(high or low)
-        if a > b or b > _MAX_NUMBER:
-            raise ValueError(part)
-        cpus.update(range(a, b + 1))
-    return tuple(sorted(cpus))
 
 
 def _cpus(text: str, index: int, line: Line, source: str) -> tuple[int, ...] | None:

@@ -1,6 +1,6 @@
 """Where a topology comes from: a saved file (`--file`: a `nvidia-smi topo -m` paste or an NVML recording,
 `-` for stdin), or this machine, through NVML or by running `nvidia-smi topo -m`. Every source ends in the
-one model; `--gpu` then sets the GPU generation the link estimates use."""
+one model. Which GPU it is (the catalog, `--gpu`) is the layer above: topoplan.machine."""
 
 from __future__ import annotations
 
@@ -53,7 +53,11 @@ def _from_nvml(p2p: str | None, save: str | Path | None) -> Topology:
     return read_nvml_topology(save=save)
 
 
-def _read(file: str | None, p2p: str | None, source: str, save: str | Path | None) -> Topology:
+def read_source(file: str | None, p2p: str | None = None, source: str = "auto",
+                save: str | Path | None = None) -> Topology:
+    """The topology from `file` (a paste or recording; `-` is stdin), or from this machine when None: NVML,
+    `nvidia-smi topo -m`, or (auto) NVML and then nvidia-smi. `save` writes the NVML recording. The GPU
+    stays as the source named it: topoplan.machine.load_topology resolves it against the catalog."""
     if source not in SOURCES:
         raise TopoplanError(f"unknown source {source!r}; expected one of {', '.join(SOURCES)}")
     if file is not None or source == "file":
@@ -82,13 +86,3 @@ def _read(file: str | None, p2p: str | None, source: str, save: str | Path | Non
         except TopoplanError as smi_error:
             raise TopoplanError(f"no topology from this machine: {nvml_error}; {smi_error}") from None
         return topology.with_notes(f"NVML was not available ({nvml_error}); read with `{' '.join(LIVE_COMMAND)}`")
-
-
-def load_topology(file: str | None, p2p: str | None, source: str = "auto", save: str | Path | None = None,
-                  gpu: str | None = None) -> Topology:
-    """The topology from `file` (a paste or recording; `-` is stdin), or from this machine when None:
-    NVML, `nvidia-smi topo -m`, or (auto) NVML and then nvidia-smi. `save` writes the NVML recording; `gpu`
-    names the GPU when the source cannot (topo -m text), which is otherwise inferred from the links."""
-    from topoplan.hardware import apply_gpu
-
-    return apply_gpu(_read(file, p2p, source, save), gpu)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
-from topoplan.topology.render.cpuset import compact_cpus
+from topoplan.cpuset import compact_cpus
 
 # One colour per link kind, shared by the table (rich accepts hex) and the pictures.
 KIND_COLOR = {

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from topoplan.topology.diagnose import Warning
 from topoplan.topology.model import Topology
-from topoplan.topology.render.cpuset import compact_cpus
+from topoplan.cpuset import compact_cpus
 from topoplan.topology.render.picture import KIND_COLOR
 
 
