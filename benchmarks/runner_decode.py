@@ -77,7 +77,8 @@ def weight_stream(folder: Path, repeat: int, device: torch.device) -> tuple[int,
     """(bytes a decode step streams, seconds this process needs to read those weights once)."""
     from safetensors.torch import load_file
 
-    weights = [t.to(device) for name, t in load_file(folder / "model.safetensors").items() if "embed_tokens" not in name]
+    tensors = load_file(folder / "model.safetensors")
+    weights = [t.to(device) for name, t in tensors.items() if "embed_tokens" not in name]
     nbytes = sum(t.numel() * t.element_size() for t in weights)
     best = float("inf")
     for _ in range(repeat + 1):

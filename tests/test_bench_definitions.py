@@ -2,8 +2,17 @@
 
 import pytest
 
-from topoplan.bench.definitions import (OPS, algbw_gbps, bus_factor, busbw_gbps, element_count, human_size,
-                                        parse_ops, parse_size, parse_sizes)
+from topoplan.bench.definitions import (
+    OPS,
+    algbw_gbps,
+    bus_factor,
+    busbw_gbps,
+    element_count,
+    human_size,
+    parse_ops,
+    parse_size,
+    parse_sizes,
+)
 from topoplan.errors import TopoplanError
 
 

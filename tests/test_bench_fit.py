@@ -3,7 +3,8 @@
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topoplan.bench.fit import CollectiveFit, fit_line, fit_sweep, link_constants
 

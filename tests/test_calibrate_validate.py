@@ -68,7 +68,8 @@ def test_calibration_moves_the_planner_as_documented(calibration, tmp_path):
     slower.write_text(json.dumps(raw))
     tp2, spec = price(calibration, 2, 1)
     tp2_slow, _ = price(calibration, 2, 1, load_calibration(slower))
-    assert tp2_slow.decode_ms_per_token - tp2.decode_ms_per_token == pytest.approx((4 * spec.layers + 3) * 0.1, rel=1e-6)
+    assert tp2_slow.decode_ms_per_token - tp2.decode_ms_per_token == pytest.approx((4 * spec.layers + 3) * 0.1,
+                                                                                    rel=1e-6)
     pp2, _ = price(calibration, 1, 2)
     pp2_slow, _ = price(calibration, 1, 2, load_calibration(slower))
     assert pp2_slow.decode_ms_per_token - pp2.decode_ms_per_token == pytest.approx(2 * 0.1, rel=1e-6)
@@ -106,7 +107,8 @@ def test_validate_tiny_three_layouts(calibration):
     whole = [{"pp_rank": 0, "first_layer": 0, "last_layer": 3, "layers": 4}]
     halves = [{"pp_rank": 0, "first_layer": 0, "last_layer": 1, "layers": 2},
               {"pp_rank": 1, "first_layer": 2, "last_layer": 3, "layers": 2}]
-    assert [(r["stages_run"], r["stages_priced"]) for r in result["rows"]] == [(whole, whole), (whole, whole), (halves, halves)]
+    assert [(r["stages_run"], r["stages_priced"]) for r in result["rows"]] == [
+        (whole, whole), (whole, whole), (halves, halves)]
     for row in result["rows"]:
         for key in ("predicted_decode_ms", "measured_decode_ms", "predicted_prefill_ms", "measured_prefill_ms"):
             assert row[key] > 0, key

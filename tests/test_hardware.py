@@ -41,7 +41,8 @@ def test_every_entry_is_complete_and_names_are_unique():
         # FP8 tensor cores came with Ada and Hopper: none before sm89, all from sm89 on
         assert (spec.fp8_tflops is None) == (int(spec.arch[2:]) < 89), spec.key
         if spec.fp8_tflops:
-            assert spec.fp8_tflops == pytest.approx(2 * spec.bf16_tflops, rel=0.02), spec.key  # L40S datasheet: 733 vs 2 x 362.05
+            # L40S datasheet: 733 vs 2 x 362.05
+            assert spec.fp8_tflops == pytest.approx(2 * spec.bf16_tflops, rel=0.02), spec.key
 
 
 def test_issue_list_is_covered():

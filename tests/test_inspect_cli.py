@@ -91,7 +91,8 @@ def test_json_dgx_a100():
     assert data["links"][0] == {"a": "GPU0", "b": "GPU1", "code": "NV12", "kind": "nvlink", "nvlinks": 12,
                                 "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None}  # 12 x NCCL's 20 GB/s
     sys_link = next(l for l in data["links"] if (l["a"], l["b"]) == ("GPU0", "NIC2"))
-    assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == ("SYS", "sys", 0, 10.0)
+    assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == (
+        "SYS", "sys", 0, 10.0)
     assert len(data["links"]) == 28 + 8 * 10  # no NIC rows were published, so no NIC-NIC pairs
     assert data["warnings"] == []
     # a paste names no GPU: the generation is inferred from NV12 on every pair of 8 (A100 SXM), and said so
@@ -257,7 +258,8 @@ def test_svg_without_graphviz_says_so(tmp_path: Path):
     env = {**os.environ, "PATH": _path_without("dot", tmp_path=tmp_path)}
     result = run_cli("inspect", "--file", str(fixture("11")), "--format", "svg", "-o", str(out), env=env)
     assert result.returncode == 2
-    assert result.stderr.startswith("topoplan: error: --format svg needs Graphviz's `dot` program, which is not on PATH")
+    assert result.stderr.startswith(
+        "topoplan: error: --format svg needs Graphviz's `dot` program, which is not on PATH")
     assert result.stderr.count("\n") == 1
     assert not out.exists() and list(tmp_path.glob("*.tmp")) == []
 
@@ -294,9 +296,10 @@ def test_live_source_failing_or_missing_suggests_file(tmp_path: Path):
 
 
 def test_cli_does_not_import_torch_or_pynvml():
-    code = ("import sys; from topoplan.cli import main; sys.argv = ['topoplan', 'inspect', '--file', %r, '--json'];"
+    code = (f"import sys; from topoplan.cli import main; sys.argv = ['topoplan', 'inspect', '--file', "
+            f"{str(fixture('00'))!r}, '--json'];"
             "\ntry: main()\nexcept SystemExit: pass\n"
-            "assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy import'" % str(fixture("00")))
+            "assert not {'torch', 'pynvml'} & set(sys.modules), 'heavy import'")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 

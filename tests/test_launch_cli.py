@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from launch_support import DGX_A100, FIXTURES, ROOT, block_placements, expected_topology
 from typer.testing import CliRunner
 
-from launch_support import DGX_A100, FIXTURES, ROOT, block_placements, expected_topology
 from topoplan.cli import LaunchFormat, app
-from topoplan.errors import TopoplanError
 from topoplan.cpuset import CpuFacts
+from topoplan.errors import TopoplanError
 from topoplan.launch.render import FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
@@ -36,7 +36,8 @@ def test_every_format_renders(fmt):
         data = json.loads(result.stdout)
         assert [r["rank"] for r in data["ranks"]] == list(range(8))
         starts = [line for line in data["commands"] if line.startswith("env RANK=")]
-        assert [int(line.split()[1][5:]) for line in starts] == list(range(8)) and data["commands"][-1] == 'exit "$status"'
+        assert [int(line.split()[1][5:]) for line in starts] == list(range(8))
+        assert data["commands"][-1] == 'exit "$status"'
         assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
                                                      "--prompt-ids", "1,2,3"]
     else:  # the whole text is valid shell: every word quoted
@@ -145,7 +146,8 @@ def test_rank_bad_input(args, message):
 
 def test_p2p_matrix_is_read():
     rtx = str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.txt")
-    result = launch("--topo", rtx, "--p2p", str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"), "--layout", "tp=2",
+    result = launch("--topo", rtx, "--p2p", str(FIXTURES / "14_rtx3090-2gpu-nv4-lxc-cpuset.p2p.txt"),
+                    "--layout", "tp=2",
                     "--format", "json")
     assert result.exit_code == 0, result.output
     ranks = json.loads(result.stdout)["ranks"]

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from launch_support import FACTS, ROOT, block_placements, child_env, free_port, local_topology
+
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 
 WORKER = ROOT / "tests" / "launch_worker.py"
-needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed (.ci/run installs it)")
+needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None,
+                                   reason="numactl not installed (.ci/run installs it)")
 
 
 def make_spec(tmp_path: Path, layout: Layout, nodes: int = 1, hosts=None):

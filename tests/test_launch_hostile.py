@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from launch_support import FACTS, ROOT, block_placements, child_env, local_topology
+
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout

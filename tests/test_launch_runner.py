@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from launch_support import FACTS, ROOT, block_placements, child_env, free_port, local_topology
+
 from topoplan.launch.command import runner_command
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
@@ -26,7 +26,8 @@ def tokens(stdout: str) -> list:
 
 @pytest.fixture(scope="module")
 def unsharded() -> list:
-    done = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", "--prompt-ids", PROMPT_IDS, *OPTIONS], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", "--prompt-ids", PROMPT_IDS,
+                           *OPTIONS], cwd=ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=300, check=True)
     return tokens(done.stdout)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from launch_support import DGX_A100, EXPECTED, FIXTURES, block_placements, expected_topology
-from topoplan.errors import TopoplanError
+
 from topoplan.cpuset import CpuFacts, assumed_cores, parse_cpu_list, split_cpus
+from topoplan.errors import TopoplanError
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankGrid, RankPlacement
 from topoplan.topology.links import LinkKind

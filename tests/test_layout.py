@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, layer_split_json, split_layers

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fake_pynvml import fake_pynvml, install
 from fake_sysfs import build_sysfs
+
 from topoplan.errors import TopoplanError
+from topoplan.hardware import catalog_gpu
 from topoplan.topology import LinkKind
 from topoplan.topology.nvml_query import query_nvml
-from topoplan.hardware import catalog_gpu
 from topoplan.topology.nvml_reader import read_nvml_topology, record_machine
 from topoplan.topology.read import detect_format
 from topoplan.topology.recording import parse_recording, topology_from_recording

@@ -14,7 +14,7 @@ import topoplan.runner.local
 from topoplan import cli
 from topoplan.bench import calibrate as calibrate_module
 from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks, physical_memory_bytes
-from topoplan.bench.options import bench_job
+from topoplan.bench.options import BenchRequest
 from topoplan.bench.validate import check_sizes, model_spec
 
 
@@ -123,12 +123,17 @@ def test_unwritable_folder_is_refused_up_front(no_ranks, monkeypatch, capsys, tm
     assert f"{locked}: the folder is not writable" in err
 
 
-def test_bench_job_argv_and_default_group():
-    job = bench_job(ops="all_reduce", sizes="4K", ranks=None, layout="tp=2,dp=2", groups=None, backend="gloo",
-                    dtype="float32", iters=3, warmup=1, timeout=9.0, plot=None)
-    assert job.world == 4
-    assert job.argv == ["--ops", "all_reduce", "--sizes", "4K", "--iters", "3", "--warmup", "1", "--dtype", "float32",
-                        "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,dp=2", "--group", "tp"]
+def test_bench_request_argv_and_default_group():
+    request = BenchRequest.from_options(ops="all_reduce", sizes="4K:16K", layout="tp=2,dp=2", backend="gloo",
+                                       iters=3, warmup=1, timeout=9.0)
+    assert request.world() == 4 and request.sizes == (4096, 8192, 16384)
+    argv = request.worker_argv()
+    assert argv == ["--ops", "all_reduce", "--sizes", "4K,8K,16K", "--iters", "3", "--warmup", "1", "--dtype",
+                    "float32", "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,pp=1,dp=2"]
+    assert request.group == "tp"  # the default group of a layout
+    assert BenchRequest.from_worker_argv(argv) == request  # the ranks read back what the parent checked
+    assert BenchRequest.from_worker_argv([]) == BenchRequest()  # one set of defaults for the CLI and the worker
+    assert BenchRequest().sizes[0] == 4096 and BenchRequest().sizes[-1] == 64 << 20
 
 
 @pytest.mark.parametrize("args, message", [

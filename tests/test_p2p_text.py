@@ -83,7 +83,8 @@ def test_two_modes_named_over_one_matrix_is_not_guessed():
      "P2P row GPU0, column GPU1: expected one of OK, CNS, GNS, TNS, NS, DR, U, found 'YES'"),
     ("nvidia-smi topo -p2p r\n" + _matrix([["OK", "OK"], ["OK", "X"]]), 3,
      "P2P row GPU0, column GPU0: expected X (the GPU itself), found 'OK'"),
-    (" \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n", 2, "expected P2P row GPU1, found the end of the text; the matrix looks truncated"),
+    (" \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n", 2,
+     "expected P2P row GPU1, found the end of the text; the matrix looks truncated"),
     (" \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n GPU1\tOK\t\n", 3, "P2P row GPU1 has 1 cells, expected 2 (one per GPU)"),
     ("-p2p r\n" + _matrix([["X", "OK"], ["OK", "X"]]) + "-p2p r\n" + _matrix([["X", "OK"], ["OK", "X"]]), 17,
      "a second P2P matrix for mode 'r' (the first is at line 2); expected one matrix per mode"),
@@ -107,7 +108,8 @@ def test_read_topology_attaches_p2p(tmp_path):
                           f"above it)",)
 
     other = tmp_path / "four.p2p.txt"
-    other.write_text("nvidia-smi topo -p2p r\n" + _matrix([["X" if i == j else "OK" for j in range(4)] for i in range(4)]))
+    rows = [["X" if i == j else "OK" for j in range(4)] for i in range(4)]
+    other.write_text("nvidia-smi topo -p2p r\n" + _matrix(rows))
     with pytest.raises(TopoplanError) as info:
         read_topology(str(TOPO / "14_rtx3090-2gpu-nv4-lxc-cpuset.txt"), str(other))
     assert info.value.source == str(other)

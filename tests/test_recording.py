@@ -66,7 +66,8 @@ from topoplan.topology.export import topology_dict  # noqa: E402
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures" / "nvml").glob("*.json"))
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.text(max_size=6),
-                 st.lists(st.integers(-1, 2**64), max_size=3), st.builds(dict), st.builds(lambda: {"nvml_error": "GPU_IS_LOST"}),
+                 st.lists(st.integers(-1, 2**64), max_size=3), st.builds(dict),
+                 st.builds(lambda: {"nvml_error": "GPU_IS_LOST"}),
                  st.just("00000000:1B:00.0"))
 
 

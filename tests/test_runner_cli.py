@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from runner_models import save_hf
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from runner_models import hf_generate, hf_model, save_byte_model
 from safetensors import safe_open
 
-from runner_models import hf_generate, hf_model, save_byte_model
 from topoplan.layout import split_layers
 from topoplan.runner.spawn import free_port, spawn_ranks
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-
 from runner_models import hf_generate, hf_model, save_byte_model
+
 from topoplan.errors import TopoplanError
 from topoplan.models import spec_from_config
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
@@ -32,7 +32,8 @@ LLAMA31 = {  # the shape of meta-llama/Llama-3.1-8B's config.json (transformers 
 
 def test_parse_llama31_config():
     cfg = parse_hf_config(LLAMA31)
-    assert (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (128256, 4096, 32, 32, 8, 128)
+    assert (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (
+        128256, 4096, 32, 32, 8, 128)
     assert cfg.rope_theta == 500000.0 and cfg.rope_scaling_dict["rope_type"] == "llama3"
     assert cfg.eos_token_ids == (128001, 128008, 128009) and not cfg.qkv_bias and not cfg.tie_word_embeddings
 
@@ -58,7 +59,8 @@ def test_unsupported_configs_are_refused_with_the_file(tmp_path, change, message
 def test_sizes_are_read_like_the_planner_reads_them():
     """One reader for the sizes: the runner's ModelConfig and the planner's ModelSpec agree, and refuse alike."""
     cfg, spec = parse_hf_config(LLAMA31), spec_from_config(LLAMA31, "Llama-3.1-8B")
-    assert (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.intermediate_size) == (
+    sizes = (cfg.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.intermediate_size)
+    assert sizes == (
         spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.intermediate)
     with pytest.raises(TopoplanError, match="key 'hidden_size' must be a positive integer, got '4096'"):
         parse_hf_config({**LLAMA31, "hidden_size": "4096"})
@@ -87,7 +89,8 @@ def test_kv_heads_replicated_beyond_their_count():
     assert [kv_heads_of(cfg, r, 2) for r in range(2)] == [range(0, 1), range(1, 2)]
 
 
-@pytest.mark.parametrize("rope", [{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+@pytest.mark.parametrize("rope", [{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0,
                                    "original_max_position_embeddings": 8192}, {"rope_type": "linear", "factor": 4.0}])
 def test_rope_frequencies_match_transformers(rope):
     from transformers import LlamaConfig

@@ -117,7 +117,8 @@ def test_empty_file(tmp_path, content):
 def test_binary_junk(tmp_path):
     error = _error(tmp_path, b"GPU0 GPU1\nGPU0 X NV4\n\x00\x01\x02\x03ELF\x7f")
     assert error.line == 3
-    assert error.message == "binary data (control byte 0x00), not text; expected the text output of `nvidia-smi topo -m`"
+    assert error.message == ("binary data (control byte 0x00), not text; expected the text output of "
+                             "`nvidia-smi topo -m`")
 
 
 def test_not_utf8(tmp_path):

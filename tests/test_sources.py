@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fake_pynvml import fake_pynvml, install
+
 from topoplan.cli import main
 from topoplan.errors import TopoplanError
 from topoplan.machine import load_topology

@@ -1,8 +1,8 @@
 """PCI-tree distances and NIC discovery from a /sys tree made in a temporary folder."""
 
 import pytest
-
 from fake_sysfs import build_sysfs
+
 from topoplan.topology.sysfs_nics import pci_link_code, read_sysfs, sysfs_address
 
 

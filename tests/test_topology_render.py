@@ -8,10 +8,10 @@ import subprocess
 import pytest
 
 from topoplan.atomic import atomic_path, write_atomic
+from topoplan.cpuset import compact_cpus
 from topoplan.errors import TopoplanError
 from topoplan.topology import Gpu, Nic, build_topology
 from topoplan.topology.export import dumps, topology_dict
-from topoplan.cpuset import compact_cpus
 from topoplan.topology.render.dot import render_dot
 from topoplan.topology.render.mermaid import render_mermaid
 from topoplan.topology.render.picture import picture
@@ -104,7 +104,8 @@ def test_json_orders_pairs_by_index_not_by_name():
     gpus = [Gpu(f"GPU{i}", i) for i in range(11)]
     codes = {(f"GPU{i}", f"GPU{j}"): "PIX" for i in range(11) for j in range(i + 1, 11)}
     links = topology_dict(build_topology(gpus, [], codes))["links"]
-    assert {"a": "GPU2", "b": "GPU10"}.items() <= next(l for l in links if {l["a"], l["b"]} == {"GPU2", "GPU10"}).items()
+    gpu2_gpu10 = next(l for l in links if {l["a"], l["b"]} == {"GPU2", "GPU10"})
+    assert {"a": "GPU2", "b": "GPU10"}.items() <= gpu2_gpu10.items()
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):

@@ -12,6 +12,7 @@ from enum import Enum
 
 import typer
 
+import topoplan.bench.definitions as bench_defaults
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -25,7 +26,7 @@ app = typer.Typer(
 )
 
 
-def fail(error: TopoplanError) -> "typer.Exit":
+def fail(error: TopoplanError) -> typer.Exit:
     """Print a user error as one line on stderr; return the Exit to raise."""
     print(f"topoplan: error: {error}", file=sys.stderr)
     return typer.Exit(error.exit_code)
@@ -63,14 +64,15 @@ def inspect(
                                     help="Also write NVML's raw answers to FILE (JSON), to replay with --file."),
     gpu: str | None = typer.Option(None, "--gpu", metavar="NAME",
                                    help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
-    p2p: str | None = typer.Option(None, "--p2p", metavar="FILE", help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
+    p2p: str | None = typer.Option(None, "--p2p", metavar="FILE",
+                                   help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
     fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:
     """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
-    from topoplan.topology.render import emit
     from topoplan.machine import load_topology
+    from topoplan.topology.render import emit
 
     try:
         if as_json and fmt not in (None, InspectFormat.json):
@@ -112,16 +114,18 @@ def plan_command(
 
     from rich.console import Console
 
-    from topoplan.plan.frontend import plan_from_options
+    from topoplan.plan.cost import Workload
+    from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
 
     try:
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
-        result = plan_from_options(model=model, topo=topo, gpu=gpu, nodes=nodes, batch=batch, prompt_len=prompt_len,
-                                   gen_len=gen_len, dtype=dtype, objective=objective, max_tp=max_tp, tp=tp, pp=pp,
-                                   dp=dp, nic_gbps=nic_gbps, calibration=calibration)
+        request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
+                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
+                              workload=Workload(batch, prompt_len, gen_len, dtype))
+        result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
     for warning in result.warnings:
@@ -182,14 +186,18 @@ def launch(
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.launch.command import launch_spec, parse_hosts
+    from topoplan.launch.command import LaunchRequest, launch_spec, parse_hosts
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.render import render
+    from topoplan.layout import Layout
 
     try:
-        spec = launch_spec(topo=topo, p2p=p2p, layout=layout, rank=rank, model=model, gpu=gpu, objective=objective,
-                           nodes=nodes, hosts=parse_hosts(hosts), port=port, command=command or (),
-                           this_machine=this_machine, checkpoint=checkpoint, prompts=prompt, prompt_ids=prompt_ids)
+        request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
+                                topo=topo, p2p=p2p, gpu=gpu, objective=objective, nodes=nodes,
+                                hosts=parse_hosts(hosts), port=port, command=tuple(command or ()),
+                                this_machine=this_machine, checkpoint=checkpoint, prompts=tuple(prompt),
+                                prompt_ids=tuple(prompt_ids))
+        spec = launch_spec(request)
         text = render(spec, fmt.value)
     except TopoplanError as error:
         raise fail(error) from None
@@ -207,7 +215,8 @@ def run(
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
-    prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in model."),
+    prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in "
+                                     "model."),
     prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
     max_new_tokens: int = typer.Option(32, help="Tokens to generate per prompt (fewer if EOS comes first)."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
@@ -218,15 +227,17 @@ def run(
     seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Always generate --max-new-tokens (benchmarks)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
-    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in an existing one), then exit; takes no other option."),
+    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
+                             "an existing one), then exit; takes no other option."),
 ) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
     from topoplan.runner.local import check_save, run_local
     from topoplan.runner.options import RunOptions
 
     try:
-        opts = RunOptions(model, tp, pp, dp, prompt, prompt_ids, max_new_tokens, dtype, backend, timeout,
-                          temperature, top_p, seed, ignore_eos, json_out)
+        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, prompt=prompt, prompt_ids=prompt_ids,
+                          max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
+                          temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint
@@ -242,19 +253,24 @@ def run(
 
 @app.command("bench")
 def bench_command(
-    ops: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast,reduce,gather,scatter,all_to_all,sendrecv",
-                            "--ops", help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
-    sizes: str = typer.Option("4K:64M", "--sizes", help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
-    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2; at most 8 per CPU)."),
+    ops: str = typer.Option(bench_defaults.DEFAULT_OPS, "--ops",
+                            help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
+    sizes: str = typer.Option(bench_defaults.DEFAULT_SIZES, "--sizes",
+                              help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
+    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2; at most "
+                              "8 per CPU)."),
     layout: str = typer.Option(None, "--layout", help="tp=..,pp=..,dp=..: run inside this layout's groups "
                                "(see --groups); starts layout.world ranks."),
     groups: str = typer.Option(None, "--groups", help="With --layout: which groups run the collectives "
                                "(tp, pp, dp; default tp), all at once, as the runner would."),
     backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16, float16 or float8_e4m3fn."),
-    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per point."),
-    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each point."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds for rendezvous and each collective."),
+    dtype: str = typer.Option(bench_defaults.DEFAULT_DTYPE, "--dtype",
+                              help="float32, bfloat16, float16 or float8_e4m3fn."),
+    iters: int = typer.Option(bench_defaults.DEFAULT_ITERS, "--iters", min=1, help="Timed operations per point."),
+    warmup: int = typer.Option(bench_defaults.DEFAULT_WARMUP, "--warmup", min=0,
+                               help="Untimed operations before each point."),
+    timeout: float = typer.Option(bench_defaults.DEFAULT_TIMEOUT_S, "--timeout",
+                                  help="Seconds for rendezvous and each collective."),
     plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
@@ -263,14 +279,16 @@ def bench_command(
 
     from topoplan.atomic import write_atomic
     from topoplan.bench.launch import spawn_json
-    from topoplan.bench.options import bench_job
+    from topoplan.bench.options import BenchRequest
     from topoplan.bench.plot import svg
     from topoplan.bench.render import print_bench
 
     try:
-        job = bench_job(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups, backend=backend, dtype=dtype,
-                        iters=iters, warmup=warmup, timeout=timeout, plot=plot)
-        result = spawn_json(job.world, "topoplan.bench.worker", job.argv, echo=not as_json, what="bench")
+        request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
+                                            backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
+                                            plot=plot)
+        result = spawn_json(request.world(), "topoplan.bench.worker", request.worker_argv(), echo=not as_json,
+                            what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))
@@ -297,8 +315,8 @@ def calibrate_command(
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
-    from topoplan.bench.calibrate import calibrate, write_calibration
     from topoplan.atomic import check_folder
+    from topoplan.bench.calibrate import calibrate, write_calibration
 
     try:
         check_folder(out)

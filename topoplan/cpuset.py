@@ -91,7 +91,7 @@ class CpuFacts:
     online: tuple[int, ...] | None = None  # /sys/devices/system/cpu/online; None: not known
 
     @classmethod
-    def read_sysfs(cls, root: Path = Path("/sys/devices/system")) -> "CpuFacts":
+    def read_sysfs(cls, root: Path = Path("/sys/devices/system")) -> CpuFacts:
         siblings: dict[int, Core] = {}
         for path in sorted((root / "cpu").glob("cpu[0-9]*/topology/thread_siblings_list")):
             cpu = int(path.parent.parent.name[3:])
@@ -108,8 +108,8 @@ class CpuFacts:
             return
         missing = sorted(set(cpus) - set(self.online))
         if missing:
-            raise TopoplanError(f"the topology's GPUs are near CPUs {format_cpu_list(missing)}, which are not online on "
-                                f"this machine (online: {format_cpu_list(self.online)}): is it a paste from another "
+            raise TopoplanError(f"the topology's GPUs are near CPUs {format_cpu_list(missing)}, which are not online "
+                                f"on this machine (online: {format_cpu_list(self.online)}): is it a paste from another "
                                 "machine? Drop --this-machine", source=source)
 
 

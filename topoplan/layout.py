@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 from topoplan.errors import TopoplanError
 
@@ -39,7 +39,7 @@ class Layout:
         return f"tp={self.tp},pp={self.pp},dp={self.dp}"
 
     @classmethod
-    def parse(cls, text: str) -> "Layout":
+    def parse(cls, text: str) -> Layout:
         """Read `tp=4,pp=2,dp=1` (any order, missing degrees are 1)."""
         values: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):

@@ -17,7 +17,6 @@ from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 
 
-
 @dataclass(frozen=True)
 class ModelSpec:
     """Global (unsharded) sizes of a decoder-only transformer: dense/GQA, MLA attention, dense or MoE MLP."""

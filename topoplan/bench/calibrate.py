@@ -21,14 +21,15 @@ from typing import Any
 
 import torch
 
+from topoplan.atomic import check_folder, write_atomic
+from topoplan.bench import probes
 from topoplan.bench.cpu import CPU_LINK
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
+from topoplan.bench.options import BenchRequest
 from topoplan.cpuset import cpu_cores
-from topoplan.atomic import check_folder, write_atomic
-from topoplan.bench import probes
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
@@ -39,8 +40,9 @@ DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MB
 
 def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int, backend: str | None,
                env: dict[str, str] | None = None) -> list[CollectiveFit]:
-    args = ["--ops", "all_reduce,sendrecv", "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
-    result = spawn_json(ranks, "topoplan.bench.worker", args + (["--backend", backend] if backend else []),
+    request = BenchRequest.from_options(ops="all_reduce,sendrecv", sizes=sizes, iters=iters, warmup=warmup,
+                                        backend=backend)
+    result = spawn_json(ranks, "topoplan.bench.worker", request.worker_argv(),
                         echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
                         extra_env=env)
     return fit_sweep(result["results"], link_class, ranks)
@@ -49,7 +51,8 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
 def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, float]:
     torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
-    return {"stream_gbps": probes.stream_gbps(device, nbytes), "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
+    return {"stream_gbps": probes.stream_gbps(device, nbytes),
+            "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
             "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
             "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB)),
             "layer_overhead_us": per_layer,
@@ -104,7 +107,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     gpu = torch.cuda.is_available()
     dtype = dtype or ("bf16" if gpu else "fp32")
     checked_dtype(dtype, PROBE_DTYPES)
-    pairs = gpu_pairs_by_class(topo) if topo is not None or (gpu and torch.cuda.device_count() >= 2) else {}  # before measuring
+    # the pairs are read before measuring: a bad --topo fails fast
+    pairs = gpu_pairs_by_class(topo) if topo is not None or (gpu and torch.cuda.device_count() >= 2) else {}
     if topo is not None and not gpu:
         raise TopoplanError(f"--topo {topo}: names GPU link classes, but torch sees no GPU here (on CPU the "
                             "sweep runs between processes; drop --topo)")
@@ -127,7 +131,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             peak_tflops = spec.bf16_tflops if dtype in ("bf16", "fp16") else spec.bf16_tflops / 2
             cal = replace(cal, memory_bandwidth_efficiency=min(1.0, measured["gemv_gbps"] / spec.memory_bandwidth_gbps),
                           flop_efficiency=min(1.0, measured["gemm_tflops"] / peak_tflops))
-        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"], step_overhead_us=measured["step_overhead_us"])
+        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"],
+                      step_overhead_us=measured["step_overhead_us"])
     else:
         cores = len(cpu_cores())
         link_class = parse_link_code(CPU_LINK)[1].value

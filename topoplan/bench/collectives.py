@@ -3,8 +3,8 @@
 Timing: ranks start together at a barrier and run `iters` operations back to back. On CPU each call is
 bracketed by perf_counter; on GPU CUDA events bracket the loop on the current stream. A point's time is
 the slowest rank's (an operation is done when its last rank is done): the mean over iterations, as
-nccl-tests reports, and the median, which the calibration fit uses because it shrugs off the stalls of a
-shared machine.
+nccl-tests reports and as the calibration fit uses (a workload pays the stalls too, topoplan.bench.fit),
+and the median, which shows how much of the mean those stalls are on a shared machine.
 """
 
 from __future__ import annotations

@@ -21,6 +21,14 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gat
        "sendrecv")
 CHUNKED = ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all")  # S is n chunks of S/n
 
+# `topoplan bench`'s defaults, written once: topoplan.bench.options.BenchRequest and the CLI read them
+DEFAULT_OPS = ",".join(OPS)
+DEFAULT_SIZES = "4K:64M"
+DEFAULT_ITERS = 20
+DEFAULT_WARMUP = 5
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_DTYPE = "float32"
+
 
 def parse_ops(text: str) -> list[str]:
     """`all_reduce,sendrecv` -> the list; unknown names are a TopoplanError naming the known ones."""

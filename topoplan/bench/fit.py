@@ -1,8 +1,9 @@
 """Least-squares alpha-beta fits of collective timings, and the link constants the planner reads.
 
-Per (op, link class, group size) the sweep's mean times (nccl-tests' figure) are fitted to t(S) = alpha + beta * S, weighting
-each point by 1/t^2 so that the fit minimises *relative* error: a plain fit would let the largest sizes
-decide everything and leave alpha (the small-message latency, which decode lives on) to chance.
+Per (op, link class, group size) the sweep's mean times (nccl-tests' figure) are fitted to
+t(S) = alpha + beta * S, weighting each point by 1/t^2 so that the fit minimises *relative* error: a plain
+fit would let the largest sizes decide everything and leave alpha (the small-message latency, which decode
+lives on) to chance.
 
 The planner prices (topoplan/plan/collectives.py)
     all_reduce over n ranks: base + 2(n-1) * alpha_link + 2(n-1)/n * S / bw_link

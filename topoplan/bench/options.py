@@ -1,28 +1,33 @@
-"""`topoplan bench`'s options, checked in the parent before any rank starts, and turned into the worker's argv.
+"""`topoplan bench`'s request, checked in the parent before any rank starts, and turned into the worker's argv.
 
 Imports no torch: the CLI calls this at start-up cost only.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from topoplan.atomic import check_folder
-from topoplan.bench.definitions import parse_ops, parse_sizes
+from topoplan.bench.definitions import (
+    DEFAULT_DTYPE,
+    DEFAULT_ITERS,
+    DEFAULT_OPS,
+    DEFAULT_SIZES,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WARMUP,
+    OPS,
+    human_size,
+    parse_ops,
+    parse_sizes,
+)
+from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
 from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
-from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
+from topoplan.layout import GROUP_KINDS, Layout
 from topoplan.runner.options import check_common
-
-
-
-@dataclass(frozen=True)
-class BenchJob:
-    """What to start: `world` ranks of `python -m topoplan.bench.worker argv`."""
-
-    world: int
-    argv: list[str]
 
 
 def default_ranks() -> int:
@@ -41,29 +46,88 @@ def default_ranks() -> int:
         pynvml.nvmlShutdown()
 
 
-def bench_job(*, ops: str, sizes: str, ranks: int | None, layout: str | None, groups: str | None,
-              backend: str | None, dtype: str, iters: int, warmup: int, timeout: float, plot: str | None) -> BenchJob:
-    """Refuse bad options (one TopoplanError) and return the job; `groups` None means not given."""
-    parse_ops(ops), parse_sizes(sizes)
-    check_common(backend=backend, dtype=dtype, dtypes=BENCH_DTYPES, timeout=timeout)
-    if plot is not None:
-        if not plot.lower().endswith(".svg"):
-            raise TopoplanError(f"--plot {plot!r}: the chart is SVG; expected a file name ending in .svg")
-        check_folder(plot)
-    if layout is not None and ranks is not None:
-        raise TopoplanError("--ranks and --layout both set the rank count: pass one")
-    if groups is not None and layout is None:
-        raise TopoplanError("--groups needs --layout (without it the collectives run over all ranks)")
-    group = groups or "tp"
-    if group not in ("tp", "pp", "dp"):
-        raise TopoplanError(f"--groups {group!r}: expected tp, pp or dp")
-    if ranks is not None and ranks < 1:
-        raise TopoplanError(f"--ranks {ranks}: expected at least 1")
-    world = Layout.parse(layout).world if layout is not None else (default_ranks() if ranks is None else ranks)
-    limit = max_local_ranks()
-    if world > limit:
-        raise TopoplanError(f"{world} ranks: at most {limit} ({RANKS_PER_CPU} per usable CPU) start on this machine")
-    argv = ["--ops", ops, "--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup), "--dtype", dtype,
-            "--timeout", str(timeout)] + (["--backend", backend] if backend else []) \
-        + (["--layout", layout, "--group", group] if layout is not None else [])
-    return BenchJob(world, argv)
+@dataclass(frozen=True)
+class BenchRequest:
+    """A collective sweep: checked and parsed once, in the parent (`topoplan bench`, calibrate), and handed to
+    each rank as argv (`worker_argv`), which the ranks read back with `from_worker_argv`. The defaults live
+    here only: the CLI shows them, the worker inherits them."""
+
+    ops: tuple[str, ...] = OPS
+    sizes: tuple[int, ...] = tuple(parse_sizes(DEFAULT_SIZES))
+    ranks: int | None = None  # None: one per GPU, else 2 (or the layout's world)
+    layout: Layout | None = None  # run inside this layout's groups
+    groups: str | None = None  # which of the layout's groups: tp (default), pp or dp
+    backend: str | None = None  # nccl | gloo; None: nccl when CUDA is available
+    dtype: str = DEFAULT_DTYPE
+    iters: int = DEFAULT_ITERS
+    warmup: int = DEFAULT_WARMUP
+    timeout: float = DEFAULT_TIMEOUT_S
+    plot: str | None = None  # an .svg file for busbw vs size
+
+    def __post_init__(self) -> None:
+        if not self.ops or any(op not in OPS for op in self.ops):
+            parse_ops(",".join(self.ops))  # names the unknown ones
+        if not self.sizes or min(self.sizes) < 1:
+            raise TopoplanError(f"--sizes {self.sizes}: expected positive byte counts")
+        check_common(backend=self.backend, dtype=self.dtype, dtypes=BENCH_DTYPES, timeout=self.timeout)
+        if self.iters < 1:
+            raise TopoplanError(f"--iters {self.iters}: expected at least 1")
+        if self.warmup < 0:
+            raise TopoplanError(f"--warmup {self.warmup}: expected at least 0")
+        if self.plot is not None:
+            if not self.plot.lower().endswith(".svg"):
+                raise TopoplanError(f"--plot {self.plot!r}: the chart is SVG; expected a file name ending in .svg")
+            check_folder(self.plot)
+        if self.layout is not None and self.ranks is not None:
+            raise TopoplanError("--ranks and --layout both set the rank count: pass one")
+        if self.groups is not None and self.layout is None:
+            raise TopoplanError("--groups needs --layout (without it the collectives run over all ranks)")
+        if self.groups is not None and self.groups not in GROUP_KINDS:
+            raise TopoplanError(f"--groups {self.groups!r}: expected tp, pp or dp")
+        if self.ranks is not None and self.ranks < 1:
+            raise TopoplanError(f"--ranks {self.ranks}: expected at least 1")
+
+    @classmethod
+    def from_options(cls, *, ops: str = DEFAULT_OPS, sizes: str = DEFAULT_SIZES, layout: str | None = None,
+                     **rest: Any) -> BenchRequest:
+        """From the command line's strings (`--ops a,b`, `--sizes 4K:64M`, `--layout tp=2,dp=2`)."""
+        return cls(ops=tuple(parse_ops(ops)), sizes=tuple(parse_sizes(sizes)),
+                   layout=Layout.parse(layout) if layout is not None else None, **rest)
+
+    @property
+    def group(self) -> str:
+        """The group kind the collectives run in: the layout's `groups` (tp by default), else the world."""
+        return (self.groups or "tp") if self.layout is not None else "world"
+
+    def world(self) -> int:
+        """Ranks to start, at most RANKS_PER_CPU per usable CPU (asks NVML for the GPU count by default)."""
+        world = self.layout.world if self.layout is not None else (default_ranks() if self.ranks is None
+                                                                   else self.ranks)
+        limit = max_local_ranks()
+        if world > limit:
+            raise TopoplanError(f"{world} ranks: at most {limit} ({RANKS_PER_CPU} per usable CPU) start on this "
+                                "machine")
+        return world
+
+    def worker_argv(self) -> list[str]:
+        """The argv of `python -m topoplan.bench.worker` for this request (what `from_worker_argv` reads)."""
+        return (["--ops", ",".join(self.ops), "--sizes", ",".join(human_size(s) for s in self.sizes),
+                 "--iters", str(self.iters), "--warmup", str(self.warmup), "--dtype", self.dtype,
+                 "--timeout", str(self.timeout)] + (["--backend", self.backend] if self.backend else [])
+                + (["--layout", str(self.layout)] if self.layout is not None else [])
+                + (["--groups", self.groups] if self.groups is not None else []))
+
+    @classmethod
+    def from_worker_argv(cls, argv: Sequence[str] | None = None) -> BenchRequest:
+        """A rank's request from its argv (the worker also runs under torchrun with options typed by hand)."""
+        parser = argparse.ArgumentParser(prog="python -m topoplan.bench.worker")
+        for name in ("ops", "sizes", "layout", "groups", "backend", "dtype", "iters", "warmup", "timeout"):
+            parser.add_argument(f"--{name}", default=None)
+        given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+        for name, kind in (("iters", int), ("warmup", int), ("timeout", float)):
+            if name in given:
+                try:
+                    given[name] = kind(given[name])
+                except ValueError:
+                    raise TopoplanError(f"--{name} {given[name]!r}: expected a number") from None
+        return cls.from_options(**given)

@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from topoplan.bench.plot import series, sparkline
 from topoplan.bench.definitions import human_size
+from topoplan.bench.plot import series, sparkline
 
 
 def bench_table(result: dict[str, Any]) -> Table:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, concurrent_ranks, load_cpu_entry
+from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.cpuset import cpu_cores

@@ -6,7 +6,6 @@ launcher: `torchrun --nproc-per-node 8 -m topoplan.bench.worker --ops all_reduce
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -16,28 +15,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from topoplan.dtypes import BENCH_DTYPES, dtype_of
+from topoplan.bench.collectives import Group, sweep
+from topoplan.bench.options import BenchRequest
+from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import discover_rank_env
-from topoplan.bench.collectives import Group, sweep
-from topoplan.bench.definitions import OPS, parse_ops, parse_sizes
 from topoplan.runner.dist import join_world, new_groups
-
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m topoplan.bench.worker")
-    parser.add_argument("--ops", default=",".join(OPS))
-    parser.add_argument("--sizes", default="4K:64M")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--backend", default=None)
-    parser.add_argument("--dtype", default="float32", choices=BENCH_DTYPES)
-    parser.add_argument("--layout", default=None, help="tp=..,pp=..,dp=..: run within the groups of --group")
-    parser.add_argument("--group", default="world", choices=["world", "tp", "pp", "dp"])
-    parser.add_argument("--timeout", type=float, default=120.0)
-    return parser.parse_args(argv)
 
 
 def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
@@ -68,24 +52,22 @@ def progress_bar(total: int, enabled: bool):
     return bar, bar.add_task("sweeping", total=total)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any] | None:
+def run(request: BenchRequest) -> dict[str, Any] | None:
+    r = request
     env = discover_rank_env()
-    ops = parse_ops(args.ops)
-    sizes = parse_sizes(args.sizes)
-    layout = Layout.parse(args.layout) if args.layout else None
-    backend, device = join_world(env, args.backend, args.timeout)
-    groups = build_groups(env.world_size, layout, args.group)
-    group = my_group(groups, args.timeout)
-    bar, task = progress_bar(len(ops) * len(sizes), env.rank == 0)
+    backend, device = join_world(env, r.backend, r.timeout)
+    groups = build_groups(env.world_size, r.layout, r.group)
+    group = my_group(groups, r.timeout)
+    bar, task = progress_bar(len(r.ops) * len(r.sizes), env.rank == 0)
     with bar:
-        found, skipped = sweep(ops, sizes, group, env.rank, device, dtype_of(args.dtype).torch(), args.iters, args.warmup,
-                               on_point=lambda op, n: bar.advance(task, n))
+        found, skipped = sweep(list(r.ops), list(r.sizes), group, env.rank, device, dtype_of(r.dtype).torch(),
+                               r.iters, r.warmup, on_point=lambda op, n: bar.advance(task, n))
     if env.rank != 0:
         return None
     return {
-        "backend": backend, "device": device.type, "dtype": args.dtype, "world": env.world_size,
-        "group": args.group, "groups": [list(g) for g in groups], "group_size": group.size,
-        "iters": args.iters, "warmup": args.warmup, "sizes": sizes,
+        "backend": backend, "device": device.type, "dtype": r.dtype, "world": env.world_size,
+        "group": r.group, "groups": [list(g) for g in groups], "group_size": group.size,
+        "iters": r.iters, "warmup": r.warmup, "sizes": list(r.sizes),
         "results": [asdict(m) for m in found], "skipped": skipped,
     }
 
@@ -94,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     """Each rank ends with os._exit, like the runner's worker, so a dead peer cannot hold it in shutdown."""
     code = 0
     try:
-        result = run(parse_args(argv))
+        result = run(BenchRequest.from_worker_argv(argv))
         if result is not None:
             print(json.dumps(result), flush=True)
         dist.destroy_process_group()

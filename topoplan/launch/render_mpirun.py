@@ -17,7 +17,8 @@ def render_mpirun(spec: LaunchSpec) -> str:
     for r in spec.ranks:
         node = spec.nodes[r.node]
         exports = [w for name, value in r.env_dict(LAUNCHER_VARS).items() for w in ("-x", f"{name}={value}")]
-        groups.append([*([":"] if r.rank else []), "-np", "1", "-H", f"{node.host or 'localhost'}:{len(node.ranks)}", *exports,
+        host = f"{node.host or 'localhost'}:{len(node.ranks)}"
+        groups.append([*([":"] if r.rank else []), "-np", "1", "-H", host, *exports,
                        *spec.rank_argv(r)])
     return f"{SHEBANG}\n# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)\n" \
            + continued(groups) + "\n"

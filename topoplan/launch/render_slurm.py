@@ -65,7 +65,8 @@ def srun_lines(spec: LaunchSpec) -> list[str]:
 
 
 def render_srun(spec: LaunchSpec) -> str:
-    return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); run "
+    return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); "
+                                f"run "
                       "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
 
 

@@ -24,7 +24,8 @@ def render_torchrun(spec: LaunchSpec) -> str:
     skip = (*LAUNCHER_VARS, *RENDEZVOUS_VARS)  # torchrun sets these itself
     wrapper = dispatch_argv("RANK", {r.rank: [*env_words(r.env_dict(skip)), *r.binding_argv()]
                                      for r in spec.ranks})
-    out = [SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s), {per_node} per node on {len(spec.nodes)} node(s)"]
+    out = [SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s), {per_node} per node on "
+                    f"{len(spec.nodes)} node(s)"]
     for node in spec.nodes:
         out.append(f"# node {node.index}" + (f": run on {shlex.quote(node.host)}" if node.host else ""))
         out.append(shlex.join([

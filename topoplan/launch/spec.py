@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topoplan.errors import TopoplanError
 from topoplan.cpuset import CpuFacts, format_cpu_list, split_cpus
+from topoplan.errors import TopoplanError
 from topoplan.launch.binding import memory_node
 from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
-from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
+from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.topology.model import Topology
 
 # Variables every launcher sets by itself (torchrun, Open MPI, Slurm under their own names): renderers for
@@ -197,7 +197,8 @@ def build_spec(
                 EnvVar("LOCAL_WORLD_SIZE", str(len(mine)), f"ranks on node {node}"),
             ]
             if master_addr is not None:
-                env.append(EnvVar("MASTER_ADDR", master_addr, f"rendezvous host: node {by_rank[0].node}, which runs rank 0 "
+                env.append(EnvVar("MASTER_ADDR", master_addr, f"rendezvous host: node {by_rank[0].node}, which runs "
+                                  "rank 0 "
                                   "and serves the store"))
             env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
             env.append(EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); "

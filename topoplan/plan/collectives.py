@@ -46,7 +46,7 @@ class Ring:
     shape: Hashable
 
     @classmethod
-    def of(cls, slots: Sequence[Slot]) -> "Ring":
+    def of(cls, slots: Sequence[Slot]) -> Ring:
         base = slots[0][0]
         relative = tuple((node - base, gpu) for node, gpu in slots)
         return cls(base, relative, relative)

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from topoplan.dtypes import PLAN_DTYPES, checked_dtype, dtype_of
+from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
-from topoplan.dtypes import dtype_of
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
@@ -38,6 +39,13 @@ class Workload:
     prompt_len: int = 512
     gen_len: int = 128
     dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        """The workload's checks, in one place: counts of at least 1, a dtype the planner prices."""
+        for option, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
+            if value < 1:
+                raise TopoplanError(f"{option} must be >= 1, got {value}")
+        checked_dtype(self.dtype, PLAN_DTYPES)
 
     @property
     def bytes(self) -> int:
@@ -59,7 +67,7 @@ class LayoutCost:
     gpus: int
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
-    explain: Callable[["LayoutCost"], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
+    explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -245,7 +253,8 @@ class CostModel:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
             where = "spans nodes" if hop.link_class == "net" else (
                 "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
-            comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3 for sm, r in zip(models, rings))
+            comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
+                          for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
                        f"{comm_ms:.2f} ms")

@@ -28,7 +28,7 @@ class DeviceSpec:
     nic_gbps: float  # per-NIC network bandwidth, GB/s
 
     @classmethod
-    def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> "DeviceSpec":
+    def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
         # FP8 runs on FP8 tensor cores where the GPU has them, else at the BF16 rate (weight-only FP8);
         # FP32 is priced at the TF32 tensor-core rate, half the BF16 figure on every generation listed.
         tflops = {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops or gpu.bf16_tflops,

@@ -1,47 +1,68 @@
-"""Command-line values -> a Plan: find the model, the topology, the GPU and the calibration, then plan.
+"""A plan request -> a Plan: find the model, the topology, the GPU and the calibration, then plan.
 
-Kept out of cli.py so the command stays options-and-render, and so tests can drive the same path.
+Kept out of cli.py so the command stays options-and-render, and so Python callers (and tests) drive the
+same path: `plan_for(PlanRequest(model="70b", topo="topo.txt", gpu="a100-80gb"))`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
-from topoplan.dtypes import PLAN_DTYPES, checked_dtype
+from topoplan.machine import load_topology
 from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.rank import Plan, plan
+from topoplan.plan.rank import Plan, check_search, plan
 from topoplan.topology.model import Topology
-from topoplan.machine import load_topology
 
 
-def device_for(topology: Topology, nic_gbps: float | None) -> DeviceSpec:
+@dataclass(frozen=True)
+class PlanRequest:
+    """What `topoplan plan` is asked; checked when built, before any file is read."""
+
+    model: str  # catalog name or alias, a HF checkpoint folder or its config.json
+    topo: str | None = None  # a `topo -m` paste or NVML recording; None: this machine
+    gpu: str | None = None  # the GPU, for pastes, which do not name it
+    nodes: int = 1
+    workload: Workload = field(default_factory=Workload)  # checks itself
+    objective: str = "latency"
+    max_tp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    nic_gbps: float | None = None  # None: by GPU generation
+    calibration: str | None = None  # a calibration file; None: the defaults
+
+    def __post_init__(self) -> None:
+        check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
+                     dp=self.dp)
+        if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
+            raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
+
+
+def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
     """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu)."""
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
         hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
         raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
-    if nic_gbps is not None and not (math.isfinite(nic_gbps) and nic_gbps > 0):
-        raise TopoplanError(f"--nic-gbps must be a positive finite number, got {nic_gbps}")
     return DeviceSpec.from_gpu(spec, nic_gbps)
 
 
-def plan_from_options(*, model: str, topo: str | None, gpu: str | None, nodes: int, batch: int, prompt_len: int,
-                      gen_len: int, dtype: str, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
-                      dp: int | None, nic_gbps: float | None, calibration: str | None) -> Plan:
-    checked_dtype(dtype, PLAN_DTYPES)
-    spec = find_model(model)
-    cal = load_calibration(calibration)
-    topology = load_topology(topo, None, "auto", None, gpu)  # a paste, or this machine (NVML, nvidia-smi)
-    device = device_for(topology, nic_gbps)
-    result = plan(topology, spec, device, Workload(batch, prompt_len, gen_len, dtype), calibration=cal, nodes=nodes,
-                  objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+def plan_for(request: PlanRequest) -> Plan:
+    """Read what the request names (model, calibration, topology and its GPU) and plan."""
+    r = request
+    spec = find_model(r.model)
+    cal = load_calibration(r.calibration)
+    topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    device = device_for(topology, r.nic_gbps)
+    result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)
     return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
 
 

@@ -65,22 +65,22 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
                                    and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
 
 
-def check_counts(**counts: int | None) -> None:
-    """Every given count option (None: not given) is at least 1, else a one-line error naming the option."""
-    for name, value in counts.items():
+def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
+                 dp: int | None) -> None:
+    """The checks of what the planner searches: nodes, objective, and each given degree (None: free) >= 1."""
+    check_nodes(nodes)
+    if objective not in OBJECTIVES:
+        raise TopoplanError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp)):
         if value is not None and value < 1:
-            raise TopoplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            raise TopoplanError(f"--{name} must be >= 1, got {value}")
 
 
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced, ranked best first."""
-    if objective not in OBJECTIVES:
-        raise TopoplanError(f"unknown objective {objective!r}; expected one of {', '.join(OBJECTIVES)}")
-    check_nodes(nodes)
-    check_counts(batch=workload.batch, prompt_len=workload.prompt_len, gen_len=workload.gen_len,
-                 max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)

@@ -10,7 +10,6 @@ from rich.text import Text
 from topoplan.layout import RankGrid
 from topoplan.plan.rank import Plan, RankedLayout
 
-
 NARROW = 120  # below this many columns the GPU groups and reasons move under the table, one line per row
 
 

@@ -21,6 +21,7 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
 
+
 def choose_backend(requested: str | None) -> str:
     """NCCL when CUDA is usable, gloo otherwise; `--backend` forces one."""
     if requested is None:

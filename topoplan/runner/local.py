@@ -10,11 +10,11 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from topoplan.errors import TopoplanError
 from topoplan.cpuset import CpuFacts, cpu_cores, split_cpus
+from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, split_layers
-from topoplan.runner.builtin import BUILTIN, checkpoint_folder, encode_bytes
 from topoplan.models import check_context
+from topoplan.runner.builtin import BUILTIN, checkpoint_folder, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.options import RunOptions
 from topoplan.runner.spawn import spawn_ranks
@@ -28,7 +28,8 @@ def check_save(folder: str, opts: RunOptions) -> Path:
         flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
         raise TopoplanError(f"--save writes --model's checkpoint and exits; it takes no {flags}")
     if opts.model not in BUILTIN:
-        raise TopoplanError(f"--save writes a built-in model; --model {opts.model!r} is not one of {', '.join(BUILTIN)}")
+        raise TopoplanError(f"--save writes a built-in model; --model {opts.model!r} is not one of "
+                            f"{', '.join(BUILTIN)}")
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise TopoplanError("exists and is not a folder; expected a new folder to write the checkpoint into",

@@ -3,7 +3,8 @@
 Parallelism enters only through `Shard`: which layers this pipeline stage holds and which heads, MLP
 columns and vocabulary rows this TP rank holds. With `Shard()` (TP 1, all layers) this is the plain
 model. Names follow HF (`layers.<global id>.self_attn.o_proj.weight`) except where two or three HF
-weights are stacked into one matmul (`qkv_proj`, `gate_up_proj`); layers.sources maps every piece back. Shapes in comments: B batch, L new tokens, S cached length, D hidden,
+weights are stacked into one matmul (`qkv_proj`, `gate_up_proj`); layers.sources maps every piece back.
+Shapes in comments: B batch, L new tokens, S cached length, D hidden,
 H/Hkv local query/KV heads, Dh head size, F local MLP width, V vocabulary.
 """
 
@@ -17,8 +18,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from topoplan.runner.config import ModelConfig
-from topoplan.runner.layers import (ColumnParallelLinear, NoComm, Part, RowParallelLinear, TpComm,
-                                    VocabParallelEmbedding, block, scaled)
+from topoplan.runner.layers import (
+    ColumnParallelLinear,
+    NoComm,
+    Part,
+    RowParallelLinear,
+    TpComm,
+    VocabParallelEmbedding,
+    block,
+    scaled,
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,8 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     if kind == "linear":
         return inv_freq / float(scaling["factor"])
     if kind == "llama3":  # Llama 3.1: slow down low frequencies, keep high ones, blend in between
-        factor, low, high = float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        factor = float(scaling["factor"])
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
         original = float(scaling["original_max_position_embeddings"])
         wavelen = 2 * math.pi / inv_freq
         scaled_freq = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)

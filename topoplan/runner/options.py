@@ -34,8 +34,12 @@ def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], ti
         raise TopoplanError(f"--timeout {timeout:g}: expected a positive number of seconds")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
+    """The run request: built by `topoplan run` (and validate, benchmarks), checked by `validate` (and, with
+    the model in hand, topoplan.runner.local.check_run) before any rank starts, and handed to every rank as
+    argv (`to_argv` / `parse_argv`, so both sides always agree)."""
+
     model: str = "tiny"  # a built-in model name or an HF checkpoint folder
     tp: int = 1
     pp: int = 1

@@ -80,7 +80,8 @@ def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
 
 
 def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int], Mapping[str, str]] | None,
-              cpus_per_rank: Callable[[int], Sequence[int] | None] | None, timeout_s: float | None, grace_s: float, capture_stdout: bool, echo: bool, port: int,
+              cpus_per_rank: Callable[[int], Sequence[int] | None] | None, timeout_s: float | None, grace_s: float,
+              capture_stdout: bool, echo: bool, port: int,
               cwd: str | None) -> SpawnResult:
     procs, threads = [], []
     out_lines: list[str] = []
@@ -142,7 +143,8 @@ def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[
     if world_size < 1:
         raise TopoplanError(f"world size must be at least 1, got {world_size}")
     for _ in range(port_retries):
-        result = _run_once(world_size, argv, env_per_rank, cpus_per_rank, timeout_s, grace_s, capture_stdout, echo, free_port(), cwd)
+        result = _run_once(world_size, argv, env_per_rank, cpus_per_rank, timeout_s, grace_s, capture_stdout, echo,
+                           free_port(), cwd)
         taken = any(marker in line.lower() for line in result.stderr for marker in PORT_TAKEN)
         if result.returncode == 0 or not taken:
             return result

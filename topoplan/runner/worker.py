@@ -22,13 +22,13 @@ from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, layer_split_json, split_layers
 from topoplan.rank_env import discover_rank_env
+from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
 from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
-from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.tiny import builtin_folder
 from topoplan.runner.weights import load_stage_weights
 
@@ -38,7 +38,10 @@ def model_folder(model: str) -> Path:
     return checkpoint_folder(model) or builtin_folder(model)
 
 
-def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> tuple[Callable[[str], list[int]], Callable[[list[int]], str]] | None:
+Codec = tuple[Callable[[str], list[int]], Callable[[list[int]], str]]  # (encode, decode)
+
+
+def tokenizer_for(folder: Path, config: ModelConfig, need_encode: bool) -> Codec | None:
     """(encode, decode) from tokenizer.json or the byte vocabulary; None when neither is usable."""
     if (folder / "tokenizer.json").exists():
         try:
@@ -81,7 +84,7 @@ class Progress:
             console = Console(stderr=True, force_terminal=force_terminal or None)
             self.bar = RichProgress(transient=True, console=console)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.bar:
             self.bar.__enter__()
         return self
@@ -133,7 +136,8 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     gen = None
     if mine:  # a replica given no prompt only joins the final gather
         gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
-                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None, on_step=lambda s: generating(s + 1, opts.max_new_tokens))
+                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None,
+                       on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
         "layers": [int(i) for i in model.layers],  # the decoder layers this rank built and ran

@@ -114,7 +114,8 @@ class Topology:
         for gpu in self.gpus:
             if gpu.id == key or gpu.index == key:
                 return gpu
-        raise TopoplanError(f"no GPU {key!r} in this topology (it has {len(self.gpus)} GPUs)", source=self.source or None)
+        raise TopoplanError(f"no GPU {key!r} in this topology (it has {len(self.gpus)} GPUs)",
+                            source=self.source or None)
 
     def link(self, a: str, b: str) -> Link:
         """The link between two distinct devices."""
@@ -198,12 +199,12 @@ class Topology:
         hops = [self.link(gpu_ids[i], gpu_ids[(i + 1) % len(gpu_ids)]) for i in range(len(gpu_ids))]
         return min(hops, key=lambda l: (l.bandwidth_gbps, -l.kind.rank))
 
-    def with_notes(self, *notes: str) -> "Topology":
+    def with_notes(self, *notes: str) -> Topology:
         """The same machine with more notes on how it was read."""
         return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
                         source=self.source, notes=(*self.notes, *notes))
 
-    def with_arch(self, arch: str | None, gpu_name: str | None = None) -> "Topology":
+    def with_arch(self, arch: str | None, gpu_name: str | None = None) -> Topology:
         """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`)."""
         links = [
             replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch)) for l in self.links()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 NVML_FEATURE_ENABLED = 1  # nvmlEnableState_t: what nvmlDeviceGetNvLinkState returns for an active link
 NODE_SET_WORDS = 4  # 64-bit words of NUMA-node mask asked for: room for 256 NUMA nodes

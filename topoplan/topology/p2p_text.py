@@ -71,7 +71,8 @@ def parse_p2p_text(text: str, source: str = "<text>", mode: str | None = None) -
                          f"on the line above it)")
         if matrix_mode in modes:
             raise TopoplanError(f"a second P2P matrix for mode {matrix_mode!r} (the first is at line "
-                                f"{modes[matrix_mode]}); expected one matrix per mode", source=source, line=header.number)
+                                f"{modes[matrix_mode]}); expected one matrix per mode", source=source,
+                                line=header.number)
         modes[matrix_mode] = header.number
         size, i = _read_matrix(lines, i, matrix_mode, statuses, source, notes)
         if n_gpus is not None and size != n_gpus:
@@ -99,7 +100,8 @@ def _mode_above(context: list[Line]) -> str | None:
     return None
 
 
-def _read_matrix(lines: list[Line], at: int, mode: str, statuses: dict, source: str, notes: list[str]) -> tuple[int, int]:
+def _read_matrix(lines: list[Line], at: int, mode: str, statuses: dict, source: str,
+                 notes: list[str]) -> tuple[int, int]:
     """Read the header at `at` and its rows into `statuses`; return (GPU count, index after the rows)."""
     header = lines[at]
     labels = header.words

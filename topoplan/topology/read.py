@@ -12,7 +12,8 @@ import sys
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology, build_topology
 from topoplan.topology.p2p_text import P2pMatrices, parse_p2p_text
-from topoplan.topology.recording import FORMAT as RECORDING_FORMAT, parse_recording, topology_from_recording
+from topoplan.topology.recording import FORMAT as RECORDING_FORMAT
+from topoplan.topology.recording import parse_recording, topology_from_recording
 from topoplan.topology.smi_text import parse_topo_text
 
 STDIN = "-"

@@ -294,7 +294,8 @@ class _Interpreter:
             by_version = {NVLINK_VERSION_ARCH[v] for v in versions if v in NVLINK_VERSION_ARCH}
             if len(by_version) == 1:
                 fallback = by_version.pop()
-                self.notes.append(f"{arch} has no link figures; NVLink version {sorted(versions)} -> {fallback} figures")
+                self.notes.append(f"{arch} has no link figures; NVLink version {sorted(versions)} -> {fallback} "
+                                  "figures")
                 arch = fallback
         return arch, name
 

@@ -147,7 +147,8 @@ def _parse_header(line: Line, source: str) -> _Header:
             if tuple(words[i:i + len(seq)]) == seq:
                 if trailing and TRAILING.index(name) <= TRAILING.index(trailing[-1]):
                     raise TopoplanError(f"header: column {name!r} repeated or out of order; expected "
-                                        f"{CPU!r}, {NUMA!r}, {GPU_NUMA!r} in that order", source=source, line=line.number)
+                                        f"{CPU!r}, {NUMA!r}, {GPU_NUMA!r} in that order", source=source,
+                                        line=line.number)
                 trailing.append(name)
                 i += len(seq)
                 break

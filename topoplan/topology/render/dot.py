@@ -1,5 +1,6 @@
 """Graphviz DOT of a topology: GPUs in one cluster per NUMA node, NVLink edges thick (width grows with the
-link count), an all-to-all NVLink island as one hub, NICs beside their nearest GPUs. `render/image.py` turns it into SVG/PNG."""
+link count), an all-to-all NVLink island as one hub, NICs beside their nearest GPUs. `render/image.py` turns it
+into SVG/PNG."""
 
 from __future__ import annotations
 

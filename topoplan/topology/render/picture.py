@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topoplan.cpuset import compact_cpus
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
-from topoplan.cpuset import compact_cpus
 
 # One colour per link kind, shared by the table (rich accepts hex) and the pictures.
 KIND_COLOR = {

@@ -8,9 +8,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from topoplan.cpuset import compact_cpus
 from topoplan.topology.diagnose import Warning
 from topoplan.topology.model import Topology
-from topoplan.cpuset import compact_cpus
 from topoplan.topology.render.picture import KIND_COLOR
 
 
@@ -127,7 +127,8 @@ def render_table(topo: Topology, warnings: list[Warning]) -> Group:
     """Everything, as one rich renderable to print."""
     parts = []
     if topo.source:
-        parts.append(Text(f"{topo.source}: {_count(len(topo.gpus), 'GPU')}, {_count(len(topo.nics), 'NIC')}", style="bold"))
+        parts.append(Text(f"{topo.source}: {_count(len(topo.gpus), 'GPU')}, {_count(len(topo.nics), 'NIC')}",
+                          style="bold"))
     parts += [_matrix(topo), Text(""), _kinds(topo), _gpus(topo)]
     if topo.nics:
         parts.append(_nics(topo))
