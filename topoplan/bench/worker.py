@@ -7,9 +7,6 @@ launcher: `torchrun --nproc-per-node 8 -m topoplan.bench.worker --ops all_reduce
 from __future__ import annotations
 
 import json
-import os
-import sys
-import traceback
 from dataclasses import asdict
 from typing import Any
 
@@ -20,8 +17,9 @@ from topoplan.bench.options import BenchRequest
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid
-from topoplan.rank_env import discover_rank_env
+from topoplan.rank_env import RankEnv
 from topoplan.runner.dist import join_world, new_groups
+from topoplan.runner.process import Progress, rank_main
 
 
 def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
@@ -41,27 +39,22 @@ def my_group(groups: list[list[int]], timeout_s: float) -> Group:
     return Group(tuple(ranks), handle)
 
 
-def progress_bar(total: int, enabled: bool):
-    """A rich progress bar on stderr (rank 0; forced on when the spawner pipes it to a terminal)."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    forced = os.environ.get("TOPOPLAN_PROGRESS") == "1"
-    bar = Progress(transient=True, console=Console(stderr=True, force_terminal=forced or None),
-                   disable=not (enabled and (forced or sys.stderr.isatty())))
-    return bar, bar.add_task("sweeping", total=total)
-
-
-def run(request: BenchRequest) -> dict[str, Any] | None:
+def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
+    """Sweep on this rank; rank 0 returns the result (docs/bench.md), the others None."""
     r = request
-    env = discover_rank_env()
     backend, device = join_world(env, r.backend, r.timeout)
     groups = build_groups(env.world_size, r.layout, r.group)
     group = my_group(groups, r.timeout)
-    bar, task = progress_bar(len(r.ops) * len(r.sizes), env.rank == 0)
-    with bar:
+    points = [0]
+    with Progress.on_rank(env.rank) as progress:
+        update = progress.task("sweeping", len(r.ops) * len(r.sizes))
+
+        def on_point(op: str, n: int) -> None:
+            points[0] += n
+            update(points[0])
+
         found, skipped = sweep(list(r.ops), list(r.sizes), group, env.rank, device, dtype_of(r.dtype).torch(),
-                               r.iters, r.warmup, on_point=lambda op, n: bar.advance(task, n))
+                               r.iters, r.warmup, on_point=on_point)
     if env.rank != 0:
         return None
     return {
@@ -73,26 +66,13 @@ def run(request: BenchRequest) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Each rank ends with os._exit, like the runner's worker, so a dead peer cannot hold it in shutdown."""
-    code = 0
-    try:
-        result = run(BenchRequest.from_worker_argv(argv))
-        if result is not None:
-            print(json.dumps(result), flush=True)
-        dist.destroy_process_group()
-    except TopoplanError as error:
-        print(f"topoplan-bench: error: {error}", file=sys.stderr)
-        code = error.exit_code
-    except (RuntimeError, TimeoutError, ConnectionError) as error:
-        first = (str(error).strip().splitlines() or [""])[0]
-        print(f"topoplan-bench: failed: {type(error).__name__}: {first}", file=sys.stderr)
-        code = 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Entry point of every rank (topoplan.runner.process.rank_main, like the runner's: no hang on a dead peer)."""
+
+    def body(env: RankEnv) -> str | None:
+        result = run(BenchRequest.from_worker_argv(argv), env)
+        return json.dumps(result) if result is not None else None
+
+    rank_main("topoplan-bench", body)
 
 
 if __name__ == "__main__":

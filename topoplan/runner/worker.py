@@ -7,10 +7,8 @@ rank comes from the launcher's environment (topoplan.rank_env). Rank 0 prints th
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import torch.distributed as dist
 from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, layer_split_json, split_layers
-from topoplan.rank_env import discover_rank_env
+from topoplan.rank_env import RankEnv
 from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
@@ -29,6 +27,7 @@ from topoplan.runner.generate import Sampling, generate
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
+from topoplan.runner.process import Progress, rank_main
 from topoplan.runner.tiny import builtin_folder
 from topoplan.runner.weights import load_stage_weights
 
@@ -70,35 +69,6 @@ def prompts_of(opts: RunOptions, folder: Path, codec: Any, vocab_size: int) -> l
         raise TopoplanError(f"prompt token id {max(max(p) for p in prompts)} is outside the model's vocabulary "
                             f"of {vocab_size}")
     return prompts
-
-
-class Progress:
-    """A rich progress bar on rank 0 when stderr is a terminal and output is not --json; else silent."""
-
-    def __init__(self, enabled: bool, force_terminal: bool = False):
-        self.bar = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import Progress as RichProgress
-
-            console = Console(stderr=True, force_terminal=force_terminal or None)
-            self.bar = RichProgress(transient=True, console=console)
-
-    def __enter__(self) -> Progress:
-        if self.bar:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar:
-            self.bar.__exit__(*exc)
-
-    def task(self, label: str) -> Callable[[int, int], None]:
-        """An update(completed, total) function for a new bar."""
-        if self.bar is None:
-            return lambda completed, total: None
-        task_id = self.bar.add_task(label, total=None)
-        return lambda completed, total: self.bar.update(task_id, completed=completed, total=total)
 
 
 def shard_of(config: ModelConfig, d: Dist) -> Shard:
@@ -224,31 +194,15 @@ def render_text(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of every rank. Always ends the process with os._exit so that a dead peer cannot keep
-    it waiting in interpreter shutdown; exit 2 for a user error, 1 for a failure (a peer died, a timeout)."""
+    """Entry point of every rank (topoplan.runner.process.rank_main: one-line errors, exit 2 or 1, no hang)."""
     opts = parse_argv(argv)
-    rank, code = "?", 0
-    try:
-        env = discover_rank_env()
-        rank = str(env.rank)
+
+    def body(env: RankEnv) -> str | None:
         d = init_dist(env, Layout(opts.tp, opts.pp, opts.dp), opts.backend, opts.timeout)
-        # spawn.py pipes rank 0's stderr through to a terminal and says so with TOPOPLAN_PROGRESS=1.
-        forced = os.environ.get("TOPOPLAN_PROGRESS") == "1"
-        with Progress(d.rank == 0 and not opts.json and (forced or sys.stderr.isatty()), forced) as progress:
+        with Progress.on_rank(d.rank, quiet=opts.json) as progress:
             result = run(opts, d, progress)
-        if result is not None:
-            print(json.dumps(result) if opts.json else render_text(result), flush=True)
-        dist.destroy_process_group()
-    except TopoplanError as error:
-        print(f"topoplan-runner: rank {rank}: error: {error}", file=sys.stderr)
-        code = error.exit_code
-    except (RuntimeError, TimeoutError, ConnectionError) as error:  # a dead peer, a timeout: one line, no hang
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"topoplan-runner: rank {rank}: failed: {type(error).__name__}: {first}", file=sys.stderr)
-        code = 1
-    except BaseException:  # a bug in topoplan: show where, but still end this rank instead of hanging
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        if result is None:
+            return None
+        return json.dumps(result) if opts.json else render_text(result)
+
+    rank_main("topoplan-runner", body)
