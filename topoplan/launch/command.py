@@ -110,10 +110,9 @@ class LaunchRequest:
         from topoplan.hardware import find_gpu
         from topoplan.models import find_model
         from topoplan.plan.layouts import check_tp
-        from topoplan.plan.rank import OBJECTIVES
+        from topoplan.plan.rank import check_objective
 
-        if self.objective not in OBJECTIVES:
-            raise TopoplanError(f"--objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        check_objective(self.objective)
         if self.gpu is not None:
             find_gpu(self.gpu)
         if self.model is not None:

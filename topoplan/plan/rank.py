@@ -65,12 +65,17 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
                                    and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
 
 
+def check_objective(objective: str) -> None:
+    """`--objective` names one the planner ranks by (plan, and launch --rank)."""
+    if objective not in OBJECTIVES:
+        raise TopoplanError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+
+
 def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
                  dp: int | None) -> None:
     """The checks of what the planner searches: nodes, objective, and each given degree (None: free) >= 1."""
     check_nodes(nodes)
-    if objective not in OBJECTIVES:
-        raise TopoplanError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    check_objective(objective)
     for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp)):
         if value is not None and value < 1:
             raise TopoplanError(f"--{name} must be >= 1, got {value}")

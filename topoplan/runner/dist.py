@@ -127,10 +127,10 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     if world != layout.world:
         raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
     grid = RankGrid(layout)
-    tp_ranks, tp_group = new_groups(grid.tp_groups, timeout_s)
-    pp_ranks, pp_group = new_groups(grid.pp_groups, timeout_s)
-    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group if len(tp_ranks) > 1 else None,
-                pp_group if len(pp_ranks) > 1 else None, pp_ranks)
+    # Groups of one rank are never created: every group of a kind has the same size, so all ranks skip alike.
+    tp_group = new_groups(grid.tp_groups, timeout_s)[1] if layout.tp > 1 else None
+    pp_group = new_groups(grid.pp_groups, timeout_s)[1] if layout.pp > 1 else None
+    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank))
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:
