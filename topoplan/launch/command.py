@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from topoplan.cpuset import CpuFacts
 from topoplan.errors import TopoplanError
-from topoplan.launch.spec import LaunchSpec, build_spec
+from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
+from topoplan.launch.options import LauncherOptions
+from topoplan.launch.spec import LaunchSpec, build_spec, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.runner.options import parse_ids
@@ -20,13 +22,14 @@ DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default c
 
 
 def runner_command(layout: Layout, model: str | None, checkpoint: str | None = None,
-                   prompts: Sequence[str] = (), prompt_ids: Sequence[str] = ()) -> list[str]:
+                   prompts: Sequence[str] = (), prompt_ids: Sequence[str] = (), device: str = "gpu") -> list[str]:
     """The default COMMAND: the bundled runner with the layout's degrees, a model it can load and a prompt.
 
     The runner loads a built-in model (tiny, small) or an HF checkpoint folder, never a planner catalog name:
     `checkpoint` (a folder on the launch hosts) wins, else `model` must be a built-in (none: `tiny`, a smoke
     test of the launch). Without a prompt the runner refuses to start, so `--prompt-ids 1,2,3` stands in when
-    neither prompts nor ids are given.
+    neither prompts nor ids are given. A CPU launch (`device="cpu"`) asks for gloo, which the runner would
+    otherwise only choose where CUDA is missing.
     """
     from topoplan.runner.builtin import BUILTIN
 
@@ -44,6 +47,8 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
         prompt_ids = [DEFAULT_PROMPT_IDS]
     argv = ["python3", "-m", "topoplan.runner", "--model", runner_model,
             "--tp", str(layout.tp), "--pp", str(layout.pp), "--dp", str(layout.dp)]
+    if device == "cpu":
+        argv += ["--backend", "gloo"]
     for text in prompts:
         argv += ["--prompt", text]
     for ids in prompt_ids:
@@ -53,7 +58,7 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
 
 
 def parse_hosts(text: str | None) -> tuple[str, ...] | None:
-    """`--hosts a,b,c` -> ("a", "b", "c"); None when not given."""
+    """`--hosts a,b,c` -> ("a", "b", "c"); None when not given. Checked against --nodes by LaunchRequest."""
     if text is None:
         return None
     hosts = tuple(h.strip() for h in text.split(","))
@@ -85,6 +90,9 @@ class LaunchRequest:
     checkpoint: str | None = None
     prompts: tuple[str, ...] = ()
     prompt_ids: tuple[str, ...] = ()
+    device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
+    mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
+    launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -102,7 +110,25 @@ class LaunchRequest:
         if self.hosts is not None and len(self.hosts) != self.nodes:
             raise TopoplanError(f"--hosts names {len(self.hosts)} host(s) but --nodes is {self.nodes}: give one "
                                 "host per node")
+        if self.hosts is not None:
+            check_hosts(self.hosts, self.nodes)
+        check_mem_policy(self.mem_policy)
+        if self.device not in ("gpu", "cpu"):
+            raise TopoplanError(f"--device {self.device!r}: expected gpu or cpu")
+        if self.device == "cpu":
+            self._check_cpu_launch()
         self._check_plan_options()
+
+    def _check_cpu_launch(self) -> None:
+        """A CPU launch takes a fixed layout split evenly over the nodes; GPU topology options have no meaning."""
+        given = [name for name, value in (("--topo", self.topo), ("--p2p", self.p2p), ("--gpu", self.gpu),
+                                          ("--rank", self.rank)) if value is not None]
+        if given:
+            raise TopoplanError(f"--device cpu runs ranks on this machine's CPUs; {', '.join(given)} describe(s) GPUs: "
+                                "drop it, and give --layout")
+        if self.layout is not None and self.layout.world % self.nodes:
+            raise TopoplanError(f"--device cpu: layout {self.layout} has {self.layout.world} ranks, which do not "
+                                f"split evenly over {self.nodes} node(s)")
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,
@@ -150,9 +176,18 @@ def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, n
 def launch_spec(request: LaunchRequest) -> LaunchSpec:
     """Read the topology, take the layout (--layout, placed by the planner's placement, or --rank N of the
     plan), and build the spec. Without --topo the machine itself is read, and its /sys too."""
-    from topoplan.plan.placement import place
+    from topoplan.launch.cpu_slots import cpu_slots
+    from topoplan.plan.placement import expand, place
 
     r = request
+    if r.device == "cpu":
+        assert r.layout is not None  # LaunchRequest requires it for a CPU launch
+        facts = CpuFacts.read_sysfs()
+        slots = cpu_slots(r.layout.world // r.nodes, facts)
+        command = r.command or runner_command(r.layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
+        return build_spec(slots, r.layout, expand(r.layout, r.nodes, [g.id for g in slots.gpus]), command=command,
+                          nodes=r.nodes, hosts=r.hosts, master_port=r.port, facts=facts, device="cpu",
+                          mem_policy=r.mem_policy, launcher=r.launcher)
     topology = read_launch_topology(r.topo, r.p2p)
     if r.layout is not None:
         chosen = r.layout
@@ -169,4 +204,4 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
     command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
-                      master_port=r.port, facts=facts)
+                      master_port=r.port, facts=facts, mem_policy=r.mem_policy, launcher=r.launcher)

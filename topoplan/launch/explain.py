@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from topoplan.cpuset import format_cpu_list
+from topoplan.launch.binding import MEM_POLICIES, describe_cpus
 from topoplan.launch.spec import LaunchSpec
 
 
@@ -18,11 +18,11 @@ def explain(spec: LaunchSpec, console: Console) -> None:
         table.add_column("why")
         for var in r.env:
             table.add_row(var.name, var.value, var.reason)
-        cpus = format_cpu_list(r.cpus) if r.cpus is not None else "(not bound)"
-        table.add_row("numactl --physcpubind", cpus, "CPUs from the GPU's affinity, split between the ranks sharing "
-                      "it, whole physical cores first")
-        table.add_row("numactl --membind" if r.mem_node is not None else "numactl --localalloc",
-                      str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
+        table.add_row("numactl --cpunodebind" if r.cpus is None and r.cpu_node is not None
+                      else "numactl --physcpubind", describe_cpus(r.cpus, r.cpu_node), r.cpu_reason)
+        option = MEM_POLICIES[r.mem_policy][0]
+        table.add_row(f"numactl {option or '(no memory policy)'}" if r.mem_node is not None or option is None
+                      else "numactl --localalloc", str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
         console.print(table)
     for note in spec.notes:
         console.print(f"note: {note}")
