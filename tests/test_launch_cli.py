@@ -53,7 +53,7 @@ def test_command_after_double_dash_and_explain_gives_every_reason():
         assert set(rank["reasons"]) == set(rank["env"]) and all(rank["reasons"].values())
         for name in rank["env"]:
             assert name in result.stderr
-    assert data["ranks"][0]["mem_node_reason"] and "numactl --membind" in result.stderr
+    assert data["ranks"][0]["mem_node_reason"] and "numactl --preferred" in result.stderr
 
 
 def test_output_file_is_written_executable(tmp_path):
@@ -108,7 +108,7 @@ def test_srun_refuses_nodes_bound_differently():
     placements = block_placements(layout, ["GPU0", "GPU1"], nodes=2)
     placements[2:] = [RankPlacement(2, 1, "GPU6", 0, 0, 1), RankPlacement(3, 1, "GPU7", 1, 0, 1)]
     spec = build_spec(topo, layout, placements, command=["x"], hosts=["a", "b"])
-    with pytest.raises(TopoplanError, match="one --gpu-bind/--cpu-bind map to every node"):
+    with pytest.raises(TopoplanError, match="one binding map to every node"):
         render(spec, "srun")
     assert "CUDA_VISIBLE_DEVICES=6,7" in render(spec, "mpirun")  # mpirun places every rank on its own
     shuffled = block_placements(layout, ["GPU0", "GPU1"], nodes=2)

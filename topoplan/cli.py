@@ -55,9 +55,9 @@ class InspectSource(str, Enum):
 
 @app.command()
 def inspect(
-    file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
-                             help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin). "
-                                  "Default: read this machine."),
+    file: str | None = typer.Option(None, "--topo", "--file", "-f", metavar="PATH",
+                                    help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin); --file "
+                                         "is the same option. Default: read this machine."),
     source: InspectSource = typer.Option(InspectSource.auto, "--source",
                                          help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
     save: str | None = typer.Option(None, "--save", metavar="FILE",
@@ -87,8 +87,8 @@ def inspect(
 def plan_command(
     model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
                               "folder or its config.json."),
-    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
-                             "through NVML."),
+    topo: str = typer.Option(None, "--topo", "--file", help="`nvidia-smi topo -m` text file or NVML recording "
+                             "(--file is the same option); default: read this machine through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
                             "which names no GPU."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
@@ -153,8 +153,8 @@ def launch(
     command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --). Default: the "
                                         "bundled runner with the layout's degrees, --checkpoint or a built-in "
                                         "--model, and the prompt."),
-    topo: str = typer.Option(None, "--topo", metavar="FILE", help="`nvidia-smi topo -m` output of one node ('-': "
-                             "stdin). Default: this machine, through NVML."),
+    topo: str = typer.Option(None, "--topo", "--file", metavar="FILE", help="`nvidia-smi topo -m` output of one "
+                             "node ('-': stdin; --file is the same option). Default: this machine, through NVML."),
     p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` output of the same node."),
     layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N, placed by the planner's placement."),
     rank: int = typer.Option(None, "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same "
@@ -181,6 +181,16 @@ def launch(
                                       "numbering."),
     output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of "
                                "stdout."),
+    device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
+                               "nodes, gloo), no GPU requests; needs --layout."),
+    mem_policy: str = typer.Option("preferred", "--mem-policy", help="numactl memory policy on the rank's NUMA "
+                                   "node: preferred (spills when full), bind (strict) or none."),
+    partition: str = typer.Option(None, "--partition", help="Slurm partition (srun, sbatch)."),
+    account: str = typer.Option(None, "--account", help="Slurm account (srun, sbatch)."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit, e.g. 30, 1:00:00, 1-12:00:00."),
+    job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
+    allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
+                                           "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
     from rich.console import Console
@@ -188,6 +198,7 @@ def launch(
     from topoplan.atomic import write_atomic
     from topoplan.launch.command import LaunchRequest, launch_spec, parse_hosts
     from topoplan.launch.explain import explain as explain_spec
+    from topoplan.launch.options import LauncherOptions
     from topoplan.launch.render import render
     from topoplan.layout import Layout
 
@@ -196,7 +207,8 @@ def launch(
                                 topo=topo, p2p=p2p, gpu=gpu, objective=objective, nodes=nodes,
                                 hosts=parse_hosts(hosts), port=port, command=tuple(command or ()),
                                 this_machine=this_machine, checkpoint=checkpoint, prompts=tuple(prompt),
-                                prompt_ids=tuple(prompt_ids))
+                                prompt_ids=tuple(prompt_ids), device=device, mem_policy=mem_policy,
+                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
         spec = launch_spec(request)
         text = render(spec, fmt.value)
     except TopoplanError as error:
@@ -308,8 +320,8 @@ def calibrate_command(
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each size."),
     dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
                               "fp32 on CPU)."),
-    topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
-                             "(default: NVML)."),
+    topo: str = typer.Option(None, "--topo", "--file", help="GPU machines: `topo -m` text file naming the link "
+                             "classes (--file is the same option; default: NVML)."),
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
