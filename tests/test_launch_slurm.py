@@ -66,16 +66,6 @@ def unsharded() -> list[str]:
     return generated_lines(done.stdout)
 
 
-def test_cpu_sbatch_asks_for_no_gpu(tmp_path):
-    text = emit("sbatch", tmp_path / "job.sbatch", "--model", "tiny", "--partition", "debug", "--time", "10",
-                "--job-name", "tiny tp2").read_text()
-    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
-    assert header[:4] == ["#SBATCH '--job-name=tiny tp2'", "#SBATCH --partition=debug", "#SBATCH --time=10",
-                          "#SBATCH --nodes=1"]
-    assert "gpu" not in text.replace("topoplan", "").lower()  # no --gres/--gpus*, no CUDA variables
-    assert "--backend gloo" in text
-
-
 @pytest.mark.parametrize("fmt", ["sbatch", "srun"])
 def test_runner_under_slurm_matches_unsharded(fmt, slurm_env, unsharded, tmp_path):
     script = emit(fmt, tmp_path / f"job.{fmt}", "--model", "tiny", "--partition", "debug")
