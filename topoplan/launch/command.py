@@ -12,7 +12,7 @@ from topoplan.cpuset import CpuFacts
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
 from topoplan.launch.options import LauncherOptions
-from topoplan.launch.spec import LaunchSpec, build_spec, check_hosts
+from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.runner.options import parse_ids
@@ -113,9 +113,7 @@ class LaunchRequest:
         if self.hosts is not None:
             check_hosts(self.hosts, self.nodes)
         check_mem_policy(self.mem_policy)
-        if self.device not in ("gpu", "cpu"):
-            raise TopoplanError(f"--device {self.device!r}: expected gpu or cpu")
-        if self.device == "cpu":
+        if check_device(self.device) == "cpu":
             self._check_cpu_launch()
         self._check_plan_options()
 

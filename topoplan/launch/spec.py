@@ -30,6 +30,13 @@ from topoplan.topology.model import Topology
 # those launchers leave them out so the launcher stays the one source of truth.
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+DEVICES = ("gpu", "cpu")  # where ranks compute: their GPUs, or CPUs alone (--device cpu)
+
+
+def check_device(device: str) -> str:
+    if device not in DEVICES:
+        raise TopoplanError(f"--device {device!r}: expected one of {', '.join(DEVICES)}")
+    return device
 
 
 @dataclass(frozen=True)
@@ -188,8 +195,7 @@ def build_spec(
     slots (topoplan.launch.cpu_slots) and no CUDA or NCCL variable is set. `mem_policy` is a key of
     topoplan.launch.binding.MEM_POLICIES; `launcher` holds the launchers' own options (Slurm, Open MPI).
     """
-    if device not in ("gpu", "cpu"):
-        raise TopoplanError(f"--device {device!r}: expected gpu or cpu")
+    check_device(device)
     check_mem_policy(mem_policy)
     on_gpu = device == "gpu"
     nodes = nodes if nodes is not None else 1 + max((p.node for p in placements), default=0)
