@@ -52,6 +52,15 @@ def test_empty_affinity_binds_to_the_numa_node():
            "(numactl --cpunodebind=1)" in "\n".join(spec.notes)
 
 
+def test_explain_shows_the_numa_node_binding():
+    result = launch("--topo", str(H200), "--layout", "tp=8", "--format", "json", "--explain")
+    assert result.exit_code == 0, result.output
+    assert "numactl --cpunodebind" in result.stderr and "NUMA node 1" in result.stderr
+    rank4 = json.loads(result.stdout)["ranks"][4]
+    assert (rank4["cpus"], rank4["cpu_node"], rank4["mem_policy"]) == (None, 1, "preferred")
+    assert rank4["command"][:4] == ["numactl", "--cpunodebind=1", "--preferred=1", "--"]
+
+
 def test_empty_affinity_takes_the_node_cpus_from_sys_on_this_machine():
     facts = CpuFacts({}, {0: (0, 2, 4, 6, 8, 10), 1: (1, 3, 5, 7, 9, 11)})
     spec = spec_for(H200, Layout(tp=8), facts=facts)
