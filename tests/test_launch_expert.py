@@ -121,11 +121,12 @@ def test_slurm_cluster_options():
                                                                    "--account=proj1", "--time=1-12:00:00"]
 
 
-@pytest.mark.parametrize("kw, message", [({"time": "1 day"}, "--time '1 day'"), ({"partition": "a,b"}, "--partition"),
+@pytest.mark.parametrize("kw, message", [({"time": "1 day"}, "--time '1 day'"), ({"partition": "a b"}, "--partition"),
                                          ({"account": "x;y"}, "--account"), ({"job_name": ""}, "--job-name")])
 def test_bad_slurm_options_are_refused(kw, message):
     with pytest.raises(TopoplanError, match=message):
         LauncherOptions(**kw)
+    assert LauncherOptions(partition="gpu-a,gpu-b").slurm_args() == ["--partition=gpu-a,gpu-b"]  # sbatch -p a,b
 
 
 def test_cpu_launch_asks_for_no_gpu():

@@ -10,7 +10,8 @@ from topoplan.errors import TopoplanError
 
 # sbatch(1) --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "UNLIMITED"/"INFINITE").
 _SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)")
-_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # partition and account names: one word, no shell or list syntax
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # an account or partition name: one word, no shell syntax
+_SLURM_NAMES = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")  # --partition a,b: the first that can start
 DEFAULT_JOB_NAME = "topoplan"
 
 
@@ -23,9 +24,12 @@ class LauncherOptions:
     allow_run_as_root: bool = False  # mpirun: export OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1
 
     def __post_init__(self) -> None:
-        for option, value in (("--partition", self.partition), ("--account", self.account)):
-            if value is not None and not _SLURM_NAME.fullmatch(value):
-                raise TopoplanError(f"{option} {value!r}: expected one Slurm name (letters, digits, _ . + -)")
+        if self.partition is not None and not _SLURM_NAMES.fullmatch(self.partition):
+            raise TopoplanError(f"--partition {self.partition!r}: expected Slurm partition names (letters, digits, "
+                                "_ . + -), separated by commas")
+        if self.account is not None and not _SLURM_NAME.fullmatch(self.account):
+            raise TopoplanError(f"--account {self.account!r}: expected one Slurm account name (letters, digits, "
+                                "_ . + -)")
         if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
             raise TopoplanError(f"--time {self.time!r}: expected a Slurm time limit: minutes, MM:SS, HH:MM:SS, "
                                 "D-HH, D-HH:MM or D-HH:MM:SS")
