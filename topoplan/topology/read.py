@@ -60,10 +60,11 @@ def attach_p2p(topology: Topology, p2p: P2pMatrices) -> Topology:
     if p2p.n_gpus != len(topology.gpus):
         raise TopoplanError(f"the P2P matrix has {p2p.n_gpus} GPUs but the topology ({topology.source}) has "
                             f"{len(topology.gpus)}; expected both from the same machine", source=p2p.source)
-    codes = {(link.a, link.b): link.code for link in topology.links()}
-    return build_topology(topology.gpus, topology.nics, codes, arch=topology.arch, gpu_name=topology.gpu_name,
-                          p2p=p2p.statuses, source=topology.source,
-                          notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)))
+    links = topology.links()
+    return build_topology(topology.gpus, topology.nics, {(l.a, l.b): l.code for l in links}, arch=topology.arch,
+                          gpu_name=topology.gpu_name, p2p=p2p.statuses, source=topology.source,
+                          notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)),
+                          evidence={(l.a, l.b): l.evidence for l in links if l.evidence}, vendor=topology.vendor)
 
 
 def read_text(path: str, expected: str = _EXPECTED) -> str:
