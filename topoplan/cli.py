@@ -44,6 +44,7 @@ class InspectFormat(str, Enum):
     mermaid = "mermaid"
     svg = "svg"
     png = "png"
+    nccl_xml = "nccl-xml"
 
 
 class InspectSource(str, Enum):
@@ -56,7 +57,8 @@ class InspectSource(str, Enum):
 @app.command()
 def inspect(
     file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
-                             help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin). "
+                             help="A saved `nvidia-smi topo -m` paste, NVML recording, NCCL topology XML, "
+                                  "`rocm-smi --showtopo` or `amd-smi topology` output ('-': stdin). "
                                   "Default: read this machine."),
     source: InspectSource = typer.Option(InspectSource.auto, "--source",
                                          help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
@@ -66,7 +68,8 @@ def inspect(
                                    help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
     p2p: str | None = typer.Option(None, "--p2p", metavar="FILE",
                                    help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
-    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o."),
+    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o; "
+                                             "nccl-xml writes a file for NCCL_TOPO_FILE."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:

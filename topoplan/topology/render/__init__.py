@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology
 
-FORMATS = ("table", "json", "dot", "mermaid", "svg", "png")
+FORMATS = ("table", "json", "dot", "mermaid", "svg", "png", "nccl-xml")
 IMAGE_FORMATS = ("svg", "png")
 # Width for the table when stdout is not a terminal (a pipe, a file): wide enough for 8 GPUs x 18 NICs.
 PIPE_WIDTH = 200
@@ -35,6 +35,10 @@ def _text(topo: Topology, fmt: str) -> str:
         from topoplan.topology.render.mermaid import render_mermaid
 
         return render_mermaid(topo)
+    if fmt == "nccl-xml":
+        from topoplan.topology.nccl_xml import write_nccl_xml
+
+        return write_nccl_xml(topo)
     raise ValueError(fmt)
 
 
