@@ -251,8 +251,10 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if layout.tp > 1:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+            trays = any(h.across_nodes for r in rings for h in self.pricer.ring_hops(r))
             where = "spans nodes" if hop.link_class == "net" else (
-                "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
+                "spans nodes over NVLink (one multi-node NVLink domain)" if trays and hop.link_class == "nvlink"
+                else "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
             comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
                           for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "

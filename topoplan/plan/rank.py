@@ -91,7 +91,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
                   f"= {context} tokens", model.name)
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus)
     costs = CostModel(model, device, workload, calibration, pricer)
     ranked = []
     for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):

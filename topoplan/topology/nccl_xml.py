@@ -118,8 +118,9 @@ def _parse(text: str, source: str) -> tuple[ET.Element, dict[ET.Element, int]]:
                             f"{EXPECTED}", source=source, line=1)
     forbidden = _FORBIDDEN.search(text)
     if forbidden:
+        line = text.count("\n", 0, forbidden.start()) + 1
         raise TopoplanError(f"the file declares a {forbidden.group(1).upper()}, which an NCCL topology never does; "
-                            "refused (entity expansion)", source=source, line=text.count("\n", 0, forbidden.start()) + 1)
+                            "refused (entity expansion)", source=source, line=line)
     try:
         root = ET.fromstring(text.lstrip("\ufeff"))
     except ET.ParseError as error:
