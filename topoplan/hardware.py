@@ -148,8 +148,8 @@ GPUS: tuple[GpuSpec, ...] = (
             "Fabric links, 1075 GB/s aggregate; PCIe Gen5", vendor="amd", memory_type="HBM3e"),
     GpuSpec("mi300a", ("mi300a-apu",), ("AMD Instinct MI300A",), "gfx942", 128, 5300, 980.6, 1961.2, 4, 5,
             "AMD Instinct MI300A data sheet: APU, 128 GB HBM3 shared with its 24 Zen 4 cores, 5.3 TB/s, FP16/BF16 "
-            "980.6 and FP8 1961.2 TFLOPS dense; 4 x16 Infinity Fabric links (a 4-APU node is a full mesh)", vendor="amd",
-            memory_type="HBM3"),
+            "980.6 and FP8 1961.2 TFLOPS dense; 4 x16 Infinity Fabric links (a 4-APU node is a full mesh)",
+            vendor="amd", memory_type="HBM3"),
     GpuSpec("rx-7900-xtx", ("7900xtx", "7900-xtx"), ("Radeon RX 7900 XTX", "AMD Radeon RX 7900 XTX"), "gfx1100", 24,
             960, 122.8, None, 0, 4, "AMD Radeon RX 7900 XTX specifications: 24 GB GDDR6, 960 GB/s, 122.8 TFLOPS peak "
             "FP16 (WMMA); no FP8, no Infinity Fabric link between cards; PCIe Gen4 x16", vendor="amd",
