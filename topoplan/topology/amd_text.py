@@ -58,20 +58,22 @@ def detect_amd_text(text: str) -> str | None:
 def parse_rocm_smi_topo(text: str, source: str = "<text>") -> Topology:
     """Parse `rocm-smi --showtopo` (or `--showtopotype/-weight/-hops/-numa`) output."""
     lines = clean_lines(text)
-    tables, numa = _rocm_tables(lines, source)
-    return _build(tables, numa, ROCM_SMI, source)
+    tables, numa, numa_line = _rocm_tables(lines, source)
+    return _build(tables, numa, ROCM_SMI, source, numa_line)
 
 
 def parse_amd_smi_topology(text: str, source: str = "<text>") -> Topology:
     """Parse `amd-smi topology` text output (the table form of ROCm 6.1 and later)."""
     lines = clean_lines(text)
-    return _build(_amd_tables(lines, source), {}, AMD_SMI, source)
+    return _build(_amd_tables(lines, source), {}, AMD_SMI, source, 1)
 
 
 # --- framing ---------------------------------------------------------------------------------------------
-def _rocm_tables(lines: list[Line], source: str) -> tuple[dict[str, _Table], dict[int, int | None]]:
+def _rocm_tables(lines: list[Line], source: str) -> tuple[dict[str, _Table], dict[int, int | None], int]:
+    """The GPU-pair tables, each GPU's NUMA node, and the line of the Numa Nodes banner (1 if none)."""
     tables: dict[str, _Table] = {}
     numa: dict[int, int | None] = {}
+    numa_line = 1
     current: _Table | None = None
     in_numa = False
     for line in lines:
@@ -81,6 +83,7 @@ def _rocm_tables(lines: list[Line], source: str) -> tuple[dict[str, _Table], dic
         if banner:
             title = banner.group(1).lower()
             current, in_numa = None, title == "numa nodes"
+            numa_line = line.number if in_numa else numa_line
             if title.endswith(" between two gpus"):
                 current = _start(tables, title.removesuffix(" between two gpus"), line, source)
             continue
@@ -94,7 +97,7 @@ def _rocm_tables(lines: list[Line], source: str) -> tuple[dict[str, _Table], dic
                 numa[int(match.group(1))] = node if node >= 0 else None
         elif current is not None:
             _add_row(current, line, source, _rocm_label)
-    return tables, numa
+    return tables, numa, numa_line
 
 
 def _amd_tables(lines: list[Line], source: str) -> dict[str, _Table]:
@@ -155,7 +158,8 @@ def _add_row(table: _Table, line: Line, source: str, is_label: Callable[[str], b
 
 
 # --- meaning ----------------------------------------------------------------------------------------------
-def _build(tables: dict[str, _Table], numa: dict[int, int | None], tool: str, source: str) -> Topology:
+def _build(tables: dict[str, _Table], numa: dict[int, int | None], tool: str, source: str,
+           numa_line: int) -> Topology:
     link_table = tables.get("link type")
     if link_table is None:
         raise TopoplanError(f"no link type table: expected the output of `{tool}` (its 'Link Type' table names "
@@ -196,7 +200,7 @@ def _build(tables: dict[str, _Table], numa: dict[int, int | None], tool: str, so
             for i, label in enumerate(labels)]
     if numa and set(numa) != set(range(n)):
         raise TopoplanError(f"the Numa Nodes block names GPUs {sorted(numa)}, the tables {n} GPUs (0..{n - 1}); "
-                            "expected one entry per GPU", source=source)
+                            "expected one entry per GPU", source=source, line=numa_line)
     return build_topology(gpus, [], codes, p2p=p2p, source=source, notes=notes, evidence=evidence, vendor="amd")
 
 

@@ -32,6 +32,7 @@ MAX_CHARS = 4_000_000  # a 72-GPU dump is ~100 kB; anything this large is not a 
 VERSIONS = ("1", "2")
 SWITCH_CLASS = "0x068000"  # NVSwitch, as NCCL's tclass names it
 BRIDGE_CLASS = "0x060400"  # a PCI-to-PCI bridge (a PCIe switch port)
+_SAME_SOCKET = ("PIX", "PXB", "PHB", "NODE")  # PCIe paths that stay inside one socket
 _BUSID = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
 _FORBIDDEN = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
@@ -43,6 +44,7 @@ class _Device:
     kind: str  # "gpu" or "nic"
     busid: str | None
     numa: int | None
+    cpu: int  # which <cpu> element (a negative or repeated numaid still names a distinct CPU)
     cpus: tuple[int, ...] | None
     chain: tuple[str, ...]  # bus ids of the <pci> elements above it and itself, top first
     line: int
@@ -73,17 +75,16 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
                             f"{', '.join(VERSIONS)}", source=source, line=lines.get(root, 1))
     devices: list[_Device] = []
     seen: dict[str, int] = {}
-    for cpu in root:
-        if cpu.tag != "cpu":
-            continue
+    for k, cpu in enumerate(c for c in root if c.tag == "cpu"):
         numa = _int_attr(cpu, "numaid", lines, source, allow_negative=True)
         cpus = _affinity(cpu.get("affinity"), lines.get(cpu, 1), source)
-        _walk(cpu, (), numa if numa is not None and numa >= 0 else None, cpus, devices, seen, lines, source)
+        place = _Device("cpu", None, numa if numa is not None and numa >= 0 else None, k, cpus, (), 0)
+        _walk(cpu, (), place, devices, seen, lines, source)
     gpus = sorted((d for d in devices if d.kind == "gpu"), key=lambda d: _bus_key(d.busid))
     if not gpus:
         raise TopoplanError(f"no GPU in the file (no <gpu>, no <pci> of class 0x03xxxx); {EXPECTED}",
                             source=source, line=1)
-    nics = [d for d in devices if d.kind == "nic"]
+    nics = sorted((d for d in devices if d.kind == "nic"), key=lambda d: _bus_key(d.busid))  # as GPUs: bus order
     notes: list[str] = []
     if not any(g.dev is not None for g in gpus):
         notes.append("no <gpu> elements (a hint file for NCCL_TOPO_FILE): NVLink/XGMI are not described, GPU "
@@ -142,8 +143,8 @@ def _start_lines(root: ET.Element, text: str) -> dict[ET.Element, int]:
     return dict(zip(root.iter(), starts))
 
 
-def _walk(node: ET.Element, chain: tuple[str, ...], numa: int | None, cpus: tuple[int, ...] | None,
-          devices: list[_Device], seen: dict[str, int], lines: dict[ET.Element, int], source: str) -> None:
+def _walk(node: ET.Element, chain: tuple[str, ...], place: _Device, devices: list[_Device], seen: dict[str, int],
+          lines: dict[ET.Element, int], source: str) -> None:
     """Collect the devices under a <cpu> or <pci>: GPUs, NICs (one per <net>), in document order."""
     for child in node:
         line = lines.get(child, 1)
@@ -158,24 +159,25 @@ def _walk(node: ET.Element, chain: tuple[str, ...], numa: int | None, cpus: tupl
             cls = child.get("class", "")
             nets = [net for nic in child.findall("nic") for net in nic.findall("net")]
             if gpu is not None or (cls.startswith("0x03") and not len(child)):
-                devices.append(_gpu(child, gpu, here, numa, cpus, lines, source))
+                devices.append(_gpu(child, gpu, here, place, lines, source))
             elif nets:
-                devices += [_nic(net, busid, here, numa, cpus, lines, source) for net in nets]
+                devices += [_nic(net, busid, here, place, lines, source) for net in nets]
             elif cls.startswith("0x02") and not len(child):
-                devices.append(_Device("nic", busid, numa, cpus, here, line))
+                devices.append(_Device("nic", busid, place.numa, place.cpu, place.cpus, here, line))
             else:
-                _walk(child, here, numa, cpus, devices, seen, lines, source)
+                _walk(child, here, place, devices, seen, lines, source)
         elif child.tag == "nic":  # a NIC NCCL could not place on the PCI tree (a VM's virtual NIC)
-            devices += [_nic(net, None, chain, numa, cpus, lines, source) for net in child.findall("net")]
+            devices += [_nic(net, None, chain, place, lines, source) for net in child.findall("net")]
         elif child.tag == "gpu":
             raise TopoplanError("<gpu> outside a <pci> element; expected <pci busid=...><gpu .../></pci>",
                                 source=source, line=line)
 
 
-def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], numa: int | None,
-         cpus: tuple[int, ...] | None, lines: dict[ET.Element, int], source: str) -> _Device:
+def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place: _Device,
+         lines: dict[ET.Element, int], source: str) -> _Device:
     line = lines.get(pci, 1)
-    device = _Device("gpu", chain[-1], numa, cpus, chain, line, vendor=_VENDORS.get(pci.get("vendor", "").lower()))
+    device = _Device("gpu", chain[-1], place.numa, place.cpu, place.cpus, chain, line,
+                     vendor=_VENDORS.get(pci.get("vendor", "").lower()))
     if gpu is None:
         return device
     device.dev = _int_attr(gpu, "dev", lines, source)
@@ -196,13 +198,13 @@ def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], numa: 
     return device
 
 
-def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], numa: int | None,
-         cpus: tuple[int, ...] | None, lines: dict[ET.Element, int], source: str) -> _Device:
+def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], place: _Device,
+         lines: dict[ET.Element, int], source: str) -> _Device:
     name = net.get("name")
     if not name:
         raise TopoplanError("<net> without a name; expected name=\"mlx5_0\" (the NIC NCCL uses)", source=source,
                             line=lines.get(net, 1))
-    return _Device("nic", busid, numa, cpus, chain, lines.get(net, 1), name=name)
+    return _Device("nic", busid, place.numa, place.cpu, place.cpus, chain, lines.get(net, 1), name=name)
 
 
 def _fabric_counts(gpus: list[_Device], ids: dict[int, str], notes: list[str],
@@ -242,7 +244,7 @@ def _fabric_counts(gpus: list[_Device], ids: dict[int, str], notes: list[str],
 
 def _pci_code(a: _Device, b: _Device) -> tuple[str, str]:
     """NCCL's PCIe path type between two devices, from where they sit in the tree."""
-    if a.numa != b.numa:
+    if a.cpu != b.cpu:
         return "SYS", f"NCCL XML: different <cpu> (NUMA {a.numa} and {b.numa})"
     ca, cb = a.chain[:-1] if a.busid else a.chain, b.chain[:-1] if b.busid else b.chain  # bridges above each
     shared = 0
@@ -298,7 +300,7 @@ def _int_attr(element: ET.Element, name: str, lines: dict[ET.Element, int], sour
         number = int(text, 16) if text.startswith("0x") else int(text)
     except ValueError:
         number = None
-    if number is None or number < (-1 if allow_negative else 0):
+    if number is None or (number < 0 and not allow_negative):
         raise TopoplanError(f"<{element.tag}> {name}={value!r}: expected a whole number", source=source,
                             line=lines.get(element, 1))
     return number
@@ -325,32 +327,34 @@ _PCIE_SPEED = {12.0: "8.0 GT/s PCIe", 24.0: "16.0 GT/s PCIe", 48.0: "32.0 GT/s P
 def write_nccl_xml(topology: Topology) -> str:
     """The topology as an NCCL topology XML that NCCL (NCCL_TOPO_FILE) and parse_nccl_xml read back.
 
-    PCIe paths are rebuilt as a bridge tree that gives every pair its code (PIX: one shared bridge, PXB: a
-    bridge above those, PHB: only the CPU, SYS: another <cpu>); `topo -m`'s NODE is written as PHB, which is
-    what NCCL calls it. Bridges get made-up bus ids in domain ffff (as Azure's files do); devices without a
-    bus id get made-up ones in PCI bus order. NVLink/XGMI become direct <nvlink>/<xgmi> links with their counts.
+    Each NUMA node is a <cpu>; PCIe paths are rebuilt as a bridge tree that gives every pair its code (PIX: one
+    shared bridge, PXB: a bridge above those, PHB: only the CPU, SYS: another <cpu>). `topo -m`'s NODE is PHB
+    inside one NUMA node and SYS between two, as NCCL counts them. Devices whose NUMA node the source did not
+    give share the <cpu> of what they reach without SYS; sockets nothing places get numaid -1, -2, ... Bridges
+    get made-up bus ids in domains fxxx (as Azure's files use ffff); devices without a bus id get made-up ones
+    in index order. NVLink/XGMI become direct <nvlink>/<xgmi> links with their counts.
     """
     buses = _bus_ids(topology)
     speed = _PCIE_SPEED.get(ARCH_LINKS[topology.arch].pcie_gbps) if topology.arch in ARCH_LINKS else None
     root = ET.Element("system", version="1")
-    devices = [*topology.gpus, *topology.nics]
-    numa_of = {d.id: d.numa_node for d in devices}
-    for node in sorted({n for n in numa_of.values()}, key=lambda n: (n is None, n or 0)):
-        here = [d.id for d in devices if d.numa_node == node]
-        cpu = ET.SubElement(root, "cpu", numaid=str(-1 if node is None else node))
-        cpus = next((g.cpus for g in topology.gpus if g.numa_node == node and g.cpus), None)
+    devices = [d.id for d in [*topology.gpus, *topology.nics]]
+    sockets = _sockets(topology, devices)
+    for numaid in sorted(set(sockets.values()), key=lambda n: (n < 0, abs(n))):
+        here = [d for d in devices if sockets[d] == numaid]
+        cpu = ET.SubElement(root, "cpu", numaid=str(numaid))
+        cpus = next((g.cpus for g in topology.gpus if g.id in here and g.cpus), None)
         if cpus:
             cpu.set("affinity", _cpumap(cpus))
-        domain = "ffff" if node is None else f"f{node:03x}"
-        for b, group in enumerate(_groups(topology, here, ("PIX", "PXB"))):
+        domain = f"f{numaid:03x}" if numaid >= 0 else f"fe{-numaid:02x}"
+        for b, group in enumerate(_components(topology, here, ("PIX", "PXB"))):
             parent = cpu
             if len(group) > 1:
                 parent = ET.SubElement(cpu, "pci", {"busid": f"{domain}:{b + 1:02x}:00.0", "class": BRIDGE_CLASS})
-            subgroups = _groups(topology, group, ("PIX",))
-            for s, sub in enumerate(subgroups):
+            subgroups = _components(topology, group, ("PIX",))
+            for k, sub in enumerate(subgroups):
                 holder = parent
                 if len(subgroups) > 1:
-                    holder = ET.SubElement(parent, "pci", {"busid": f"{domain}:{b + 1:02x}:{s + 1:02x}.0",
+                    holder = ET.SubElement(parent, "pci", {"busid": f"{domain}:{b + 1:02x}:{k + 1:02x}.0",
                                                            "class": BRIDGE_CLASS})
                 for device in sub:
                     _write_device(topology, holder, device, buses, speed)
@@ -358,16 +362,44 @@ def write_nccl_xml(topology: Topology) -> str:
     return ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _groups(topology: Topology, members: list[str], codes: tuple[str, ...]) -> list[list[str]]:
-    """Members joined (transitively) by links with one of these codes, in device order."""
-    groups: list[list[str]] = []
-    for device in members:
-        home = next((g for g in groups if any(_code(topology, device, m) in codes for m in g)), None)
-        if home is None:
-            groups.append([device])
-        else:
-            home.append(device)
-    return groups
+def _sockets(topology: Topology, devices: list[str]) -> dict[str, int]:
+    """The numaid each device is written under: its NUMA node; else that of the nearest device with one that it
+    reaches over PCIe without SYS; else a made-up negative id shared by the devices it reaches that way."""
+    nodes = topology.graph.nodes
+    out = {d: nodes[d]["device"].numa_node for d in devices if nodes[d]["device"].numa_node is not None}
+    for device in devices:
+        if device in out:
+            continue
+        near = sorted((topology.link(device, other).kind.rank, k, other) for k, other in enumerate(devices)
+                      if other in out and _code(topology, device, other) in _SAME_SOCKET)
+        if near:
+            out[device] = out[near[0][2]]
+    rest = [d for d in devices if d not in out]
+    for k, group in enumerate(_components(topology, rest, _SAME_SOCKET)):
+        out.update({d: -1 - k for d in group})
+    return out
+
+
+def _components(topology: Topology, members: list[str], codes: tuple[str, ...]) -> list[list[str]]:
+    """Members joined, directly or through each other, by links whose code starts with one of `codes`; in
+    device order (a union-find over the pairs)."""
+    parent = {m: m for m in members}
+
+    def find(m: str) -> str:
+        while parent[m] != m:
+            parent[m] = parent[parent[m]]
+            m = parent[m]
+        return m
+
+    for i, a in enumerate(members):
+        for b in members[i + 1:]:
+            code = _code(topology, a, b)
+            if code is not None and code.startswith(codes):
+                parent[find(b)] = find(a)
+    groups: dict[str, list[str]] = {}
+    for m in members:
+        groups.setdefault(find(m), []).append(m)
+    return list(groups.values())
 
 
 def _code(topology: Topology, a: str, b: str) -> str | None:
@@ -410,8 +442,8 @@ def _write_device(topology: Topology, parent: ET.Element, device_id: str, buses:
 
 def _bus_ids(topology: Topology) -> dict[str, str]:
     """Each device's bus id in NCCL's spelling (0000:1b:00.0). GPUs get made-up ones in index order (domain
-    0000) unless every GPU has one; a NIC without one gets a made-up one (domain 0001) unless it is alone on its
-    NUMA node's CPU (PHB to all there), where a bare <nic> says the same, as NCCL writes a virtual NIC."""
+    0000) unless every GPU has one; a NIC without one gets a made-up one (domain 0001), except a lone named NIC
+    with no PCIe switch in common with a GPU, written as a bare <nic> as NCCL writes a VM's virtual NIC."""
     out: dict[str, str] = {}
     known = all(g.pci_bus_id for g in topology.gpus)
     for k, gpu in enumerate(topology.gpus):
@@ -419,8 +451,8 @@ def _bus_ids(topology: Topology) -> dict[str, str]:
     for k, nic in enumerate(topology.nics):
         if nic.pci_bus_id:
             out[nic.id] = _nccl_busid(nic.pci_bus_id)
-        elif not nic.name or any(_code(topology, nic.id, other.id) in ("PIX", "PXB")
-                                 for other in [*topology.gpus, *topology.nics] if other is not nic):
+        elif len(topology.nics) > 1 or not nic.name or any(
+                _code(topology, nic.id, other.id) in ("PIX", "PXB") for other in topology.gpus):
             out[nic.id] = f"0001:{k + 1:02x}:00.0"
     return out
 
