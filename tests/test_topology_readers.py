@@ -204,7 +204,8 @@ AMD_TEXT = (ROOT / "amd" / "amd-smi-rx7900xtx-2gpu-pcie-rocm-issue6074.txt").rea
     (parse_amd_smi_topology, AMD_TEXT.replace("0000:0c:00.0 2            0", "0000:0d:00.0 2            0"), 12,
      "expected row 0000:0c:00.0"),
     (parse_amd_smi_topology, AMD_TEXT.replace("0000:0c:00.0 40           0", "0000:0c:00.0 forty        0").replace(
-        "0000:03:00.0 0            40", "0000:03:00.0 0            forty"), 7, "expected a whole number, found 'forty'"),
+        "0000:03:00.0 0            40", "0000:03:00.0 0            forty"), 7,
+     "expected a whole number, found 'forty'"),
     (parse_amd_smi_topology, AMD_TEXT.split("NUMA BW TABLE:")[0].rsplit("\n", 2)[0], 13,
      "'link type' table has no row 0000:0c:00.0"),
 ])

@@ -21,7 +21,6 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
 
-
 # What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
 # that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
 RUNTIMES = {"cuda": ("CUDA", "NCCL", "CUDA_VISIBLE_DEVICES"), "rocm": ("ROCm", "RCCL", "HIP_VISIBLE_DEVICES")}
