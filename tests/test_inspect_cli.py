@@ -89,7 +89,8 @@ def test_json_dgx_a100():
                                "nearest_gpus": [f"GPU{i}" for i in range(8)]}
     assert data["nvlink_islands"] == [[f"GPU{i}" for i in range(8)]]
     assert data["links"][0] == {"a": "GPU0", "b": "GPU1", "code": "NV12", "kind": "nvlink", "nvlinks": 12,
-                                "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None}  # 12 x NCCL's 20 GB/s
+                                "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None,
+                                "evidence": None}  # 12 x NCCL's 20 GB/s; a topo -m cell quotes nothing more
     sys_link = next(l for l in data["links"] if (l["a"], l["b"]) == ("GPU0", "NIC2"))
     assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == (
         "SYS", "sys", 0, 10.0)

@@ -136,6 +136,15 @@ def test_inspect_writes_nccl_xml(tmp_path):
     assert read_topology(str(out)).link("GPU0", "GPU3").code == "NV4"
 
 
+def test_p2p_matrix_goes_only_with_topo_m_text(tmp_path):
+    p2p = tmp_path / "p2p.txt"
+    p2p.write_text(" \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n")
+    result = runner.invoke(app, ["inspect", "--file", str(ROOT / "nccl" / "azure-ndv2-v100-8gpu-flat-hint.xml"),
+                                 "--p2p", str(p2p)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"topoplan: error: {p2p}: --p2p goes with `topo -m` text, not with a nccl-xml file"
+
+
 # --- refusals: one line, file and line, what was expected ------------------------------------------------
 def _refusal(reader, text: str) -> TopoplanError:
     with pytest.raises(TopoplanError) as caught:

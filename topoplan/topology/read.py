@@ -32,11 +32,13 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
     source = _display(path)
     text = read_text(path)
     fmt = detect_format(text)
-    if fmt in READERS and p2p_path is not None:
-        raise TopoplanError(f"--p2p goes with `topo -m` text; a {fmt} file says what it knows of P2P itself",
-                            source=_display(p2p_path))
     if fmt == "recording":
+        if p2p_path is not None:
+            raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
+                                source=_display(p2p_path))
         return topology_from_recording(parse_recording(text, source), source)
+    if fmt in READERS and p2p_path is not None:
+        raise TopoplanError(f"--p2p goes with `topo -m` text, not with a {fmt} file", source=_display(p2p_path))
     if fmt in READERS:
         return READERS[fmt](text, source)
     if fmt != "smi-text":
