@@ -65,8 +65,11 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
     def pci_info(bus_id: Any) -> Any:
         return types.SimpleNamespace(busId=bus_id.encode())  # ctypes hands char arrays over as bytes
 
-    def fabric_info(handle: FakeHandle, info: Any) -> int:
-        """Fill the caller's c_nvmlGpuFabricInfoV_t as the driver does, from the recorded answer."""
+    def fabric_info(handle: FakeHandle, pointer: Any) -> int:
+        """Fill the caller's c_nvmlGpuFabricInfoV_t, passed by reference as the C call needs, from the recording."""
+        info = getattr(pointer, "_obj", None)  # what ctypes.byref points at
+        assert isinstance(info, real.c_nvmlGpuFabricInfoV_t), "nvmlDeviceGetGpuFabricInfoV needs byref(struct)"
+        assert info.version == real.nvmlGpuFabricInfo_v2, "the struct's version field must be set"
         answer = field(handle, "fabric", "nvmlDeviceGetGpuFabricInfoV")
         info.clusterUuid[:] = uuid.UUID(answer["cluster_uuid"]).bytes
         info.cliqueId, info.state, info.status = answer["clique_id"], answer["state"], answer["status"]

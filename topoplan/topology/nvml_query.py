@@ -8,6 +8,7 @@ The pynvml module is passed in: the real one on a GPU machine, a replaying fake 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import uuid
@@ -84,7 +85,7 @@ def _fabric(ask: _Asker, handle: Any) -> Answer:
         return {"cluster_uuid": str(uuid.UUID(bytes=bytes(info.clusterUuid))), "clique_id": int(info.cliqueId),
                 "state": int(info.state), "status": int(info.status)}
 
-    return ask("nvmlDeviceGetGpuFabricInfoV", handle, info, convert=read)
+    return ask("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), convert=read)  # NVML fills the struct
 
 
 def _gpu(ask: _Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answer]:
