@@ -78,7 +78,7 @@ def test_nvswitch_links_count_once_per_pair_and_say_so():
     topo = read_topology(str(ROOT / "nccl" / "ibm-cloud-h100-8gpu-nvswitch-8nic-dump.xml"))
     link = topo.link("GPU0", "GPU7")  # each GPU: 5 + 5 + 4 + 4 links to the four NVSwitches
     assert (link.code, link.nvlinks, link.evidence) == ("NV18", 18, "NCCL XML: <nvlink> 0 direct + 18 through switches")
-    assert topo.link("GPU0", "NIC0").evidence == "NCCL XML: 1 PCI bridge(s) between them, below 0000:a1:00.0"
+    assert topo.link("GPU0", "NIC7").evidence == "NCCL XML: 1 PCI bridge(s) between them, below 0000:a1:00.0"
     assert [n.name for n in topo.nearest_nics("GPU3")] == ["mlx5_4"]
 
 
@@ -106,10 +106,12 @@ def test_xml_round_trip_gives_the_same_graph(path):
     assert write_nccl_xml(twice) == write_nccl_xml(again)  # the writer's own output is a fixed point
 
 
-@pytest.mark.parametrize("path", [*TOPO, *sorted((ROOT / "amd").glob("*.txt"))], ids=lambda p: p.stem[:24])
+@pytest.mark.parametrize("path", [*TOPO, *sorted((ROOT / "amd").glob("*.txt")), *sorted((ROOT / "nvml").glob("*.json"))],
+                         ids=lambda p: p.stem[:24])
 def test_other_sources_export_what_nccl_can_say(path):
     """A `topo -m` or AMD graph written as XML and read back keeps every GPU and NIC, every fabric link and
-    every PIX/PXB/SYS path; NODE becomes PHB (NCCL has no NODE); bus ids it lacked are made up in index order."""
+    every PIX/PXB/SYS path; NODE becomes PHB (NCCL has no NODE); bus ids it lacked are made up in index order.
+    NVML recordings keep their real bus ids."""
     first = read_topology(str(path))
     again = parse_nccl_xml(write_nccl_xml(first), "again.xml")
     assert [g.id for g in again.gpus] == [g.id for g in first.gpus]
@@ -117,11 +119,19 @@ def test_other_sources_export_what_nccl_can_say(path):
     # a NIC without a NUMA node goes under the socket of a GPU it reaches without SYS
     assert all(n.numa_node == m.numa_node for n, m in zip(first.nics, again.nics) if n.numa_node is not None)
     assert [g.numa_node for g in again.gpus] == [g.numa_node for g in first.gpus]
+    if all(g.pci_bus_id for g in first.gpus):
+        assert [g.pci_bus_id for g in again.gpus] == [_nccl_spelling(g.pci_bus_id) for g in first.gpus]
     numa = {d.id: d.numa_node for d in [*again.gpus, *again.nics]}
     want = {(l.a, l.b): (("PHB" if numa[l.a] == numa[l.b] else "SYS") if l.code == "NODE" else l.code)
             for l in first.links()}
     got = {(l.a, l.b): l.code for l in again.links() if (l.a, l.b) in want}
     assert got == want
+
+
+def _nccl_spelling(busid: str) -> str:
+    """NVML's 00000000:1B:00.0 as NCCL writes it, by hand: a 4-digit domain, lower case."""
+    domain, rest = busid.split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def test_inspect_writes_nccl_xml(tmp_path):

@@ -84,7 +84,9 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
     if not gpus:
         raise TopoplanError(f"no GPU in the file (no <gpu>, no <pci> of class 0x03xxxx); {EXPECTED}",
                             source=source, line=1)
-    nics = sorted((d for d in devices if d.kind == "nic"), key=lambda d: _bus_key(d.busid))  # as GPUs: bus order
+    # NICs in NCCL's own order (`<net dev>`, the order it lists network devices), then unnamed ones in bus order
+    nics = sorted((d for d in devices if d.kind == "nic"),
+                  key=lambda d: (d.dev is None, d.dev if d.dev is not None else 0, _bus_key(d.busid)))
     notes: list[str] = []
     if not any(g.dev is not None for g in gpus):
         notes.append("no <gpu> elements (a hint file for NCCL_TOPO_FILE): NVLink/XGMI are not described, GPU "
@@ -204,7 +206,9 @@ def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], place: _Dev
     if not name:
         raise TopoplanError("<net> without a name; expected name=\"mlx5_0\" (the NIC NCCL uses)", source=source,
                             line=lines.get(net, 1))
-    return _Device("nic", busid, place.numa, place.cpu, place.cpus, chain, lines.get(net, 1), name=name)
+    device = _Device("nic", busid, place.numa, place.cpu, place.cpus, chain, lines.get(net, 1), name=name)
+    device.dev = _int_attr(net, "dev", lines, source)
+    return device
 
 
 def _fabric_counts(gpus: list[_Device], ids: dict[int, str], notes: list[str],
