@@ -106,8 +106,10 @@ def test_xml_round_trip_gives_the_same_graph(path):
     assert write_nccl_xml(twice) == write_nccl_xml(again)  # the writer's own output is a fixed point
 
 
-@pytest.mark.parametrize("path", [*TOPO, *sorted((ROOT / "amd").glob("*.txt")), *sorted((ROOT / "nvml").glob("*.json"))],
-                         ids=lambda p: p.stem[:24])
+OTHER_SOURCES = [*TOPO, *sorted((ROOT / "amd").glob("*.txt")), *sorted((ROOT / "nvml").glob("*.json"))]
+
+
+@pytest.mark.parametrize("path", OTHER_SOURCES, ids=lambda p: p.stem[:24])
 def test_other_sources_export_what_nccl_can_say(path):
     """A `topo -m` or AMD graph written as XML and read back keeps every GPU and NIC, every fabric link and
     every PIX/PXB/SYS path; NODE becomes PHB (NCCL has no NODE); bus ids it lacked are made up in index order.
