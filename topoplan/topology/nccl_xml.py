@@ -39,13 +39,22 @@ _VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 EXPECTED = "expected an NCCL topology XML (NCCL_TOPO_DUMP_FILE output or an NCCL_TOPO_FILE)"
 
 
+@dataclass(frozen=True)
+class _Cpu:
+    """One <cpu> element: a NUMA node and its CPUs."""
+
+    index: int  # which <cpu> element (a negative or repeated numaid still names a distinct CPU)
+    numa: int | None  # numaid; None when -1 (unknown)
+    cpus: tuple[int, ...] | None
+
+
 @dataclass
 class _Device:
+    """A GPU or NIC as the file places it."""
+
     kind: str  # "gpu" or "nic"
     busid: str | None
-    numa: int | None
-    cpu: int  # which <cpu> element (a negative or repeated numaid still names a distinct CPU)
-    cpus: tuple[int, ...] | None
+    cpu: _Cpu
     chain: tuple[str, ...]  # bus ids of the <pci> elements above it and itself, top first
     line: int
     sm: str | None = None
@@ -78,7 +87,7 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
     for k, cpu in enumerate(c for c in root if c.tag == "cpu"):
         numa = _int_attr(cpu, "numaid", lines, source, allow_negative=True)
         cpus = _affinity(cpu.get("affinity"), lines.get(cpu, 1), source)
-        place = _Device("cpu", None, numa if numa is not None and numa >= 0 else None, k, cpus, (), 0)
+        place = _Cpu(k, numa if numa is not None and numa >= 0 else None, cpus)
         _walk(cpu, (), place, devices, seen, lines, source)
     gpus = sorted((d for d in devices if d.kind == "gpu"), key=lambda d: _bus_key(d.busid))
     if not gpus:
@@ -109,8 +118,8 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
                 codes[pair], evidence[pair] = _pci_code(a, b)
     arch, vendor = _arch(gpus, notes)
     return build_topology(
-        [Gpu(ids[id(d)], i, pci_bus_id=d.busid, cpus=d.cpus, numa_node=d.numa) for i, d in enumerate(gpus)],
-        [Nic(ids[id(d)], k, name=d.name, pci_bus_id=d.busid, numa_node=d.numa) for k, d in enumerate(nics)],
+        [Gpu(ids[id(d)], i, pci_bus_id=d.busid, cpus=d.cpu.cpus, numa_node=d.cpu.numa) for i, d in enumerate(gpus)],
+        [Nic(ids[id(d)], k, name=d.name, pci_bus_id=d.busid, numa_node=d.cpu.numa) for k, d in enumerate(nics)],
         codes, arch=arch, source=source, notes=notes, evidence=evidence, vendor=vendor)
 
 
@@ -145,7 +154,7 @@ def _start_lines(root: ET.Element, text: str) -> dict[ET.Element, int]:
     return dict(zip(root.iter(), starts))
 
 
-def _walk(node: ET.Element, chain: tuple[str, ...], place: _Device, devices: list[_Device], seen: dict[str, int],
+def _walk(node: ET.Element, chain: tuple[str, ...], place: _Cpu, devices: list[_Device], seen: dict[str, int],
           lines: dict[ET.Element, int], source: str) -> None:
     """Collect the devices under a <cpu> or <pci>: GPUs, NICs (one per <net>), in document order."""
     for child in node:
@@ -165,7 +174,7 @@ def _walk(node: ET.Element, chain: tuple[str, ...], place: _Device, devices: lis
             elif nets:
                 devices += [_nic(net, busid, here, place, lines, source) for net in nets]
             elif cls.startswith("0x02") and not len(child):
-                devices.append(_Device("nic", busid, place.numa, place.cpu, place.cpus, here, line))
+                devices.append(_Device("nic", busid, place, here, line))
             else:
                 _walk(child, here, place, devices, seen, lines, source)
         elif child.tag == "nic":  # a NIC NCCL could not place on the PCI tree (a VM's virtual NIC)
@@ -175,10 +184,10 @@ def _walk(node: ET.Element, chain: tuple[str, ...], place: _Device, devices: lis
                                 source=source, line=line)
 
 
-def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place: _Device,
+def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place: _Cpu,
          lines: dict[ET.Element, int], source: str) -> _Device:
     line = lines.get(pci, 1)
-    device = _Device("gpu", chain[-1], place.numa, place.cpu, place.cpus, chain, line,
+    device = _Device("gpu", chain[-1], place, chain, line,
                      vendor=_VENDORS.get(pci.get("vendor", "").lower()))
     if gpu is None:
         return device
@@ -200,13 +209,13 @@ def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place:
     return device
 
 
-def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], place: _Device,
+def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], place: _Cpu,
          lines: dict[ET.Element, int], source: str) -> _Device:
     name = net.get("name")
     if not name:
         raise TopoplanError("<net> without a name; expected name=\"mlx5_0\" (the NIC NCCL uses)", source=source,
                             line=lines.get(net, 1))
-    device = _Device("nic", busid, place.numa, place.cpu, place.cpus, chain, lines.get(net, 1), name=name)
+    device = _Device("nic", busid, place, chain, lines.get(net, 1), name=name)
     device.dev = _int_attr(net, "dev", lines, source)
     return device
 
@@ -248,8 +257,8 @@ def _fabric_counts(gpus: list[_Device], ids: dict[int, str], notes: list[str],
 
 def _pci_code(a: _Device, b: _Device) -> tuple[str, str]:
     """NCCL's PCIe path type between two devices, from where they sit in the tree."""
-    if a.cpu != b.cpu:
-        return "SYS", f"NCCL XML: different <cpu> (NUMA {a.numa} and {b.numa})"
+    if a.cpu.index != b.cpu.index:
+        return "SYS", f"NCCL XML: different <cpu> (NUMA {a.cpu.numa} and {b.cpu.numa})"
     ca, cb = a.chain[:-1] if a.busid else a.chain, b.chain[:-1] if b.busid else b.chain  # bridges above each
     shared = 0
     while shared < min(len(ca), len(cb)) and ca[shared] == cb[shared]:
