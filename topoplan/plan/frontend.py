@@ -49,8 +49,9 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
-        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
-        raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
+        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s, mi300x)"
+        raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML never "
+                            f"do){hint}", source=topology.source or None)
     return DeviceSpec.from_gpu(spec, nic_gbps)
 
 
