@@ -137,13 +137,16 @@ class LinkPricer:
 
     def _domains(self, base: int, slots: Sequence[Slot]) -> tuple[int, ...]:
         """The slots' NVLink domains, counted from the first slot's: rings with the same shape and the same
-        domain pattern cost the same wherever they start."""
+        domain pattern cost the same wherever they start. Without a multi-node domain every node is its own,
+        which the shape already says: ()."""
+        if self.domain_nodes == 1 or not slots:
+            return ()
         first = self._domain(base + slots[0][0])
         return tuple(self._domain(base + node) - first for node, _ in slots)
 
     def ring_hops(self, ring: Ring) -> list[Hop]:
         """The hops of the ring slots[0] -> slots[1] -> ... -> slots[0] (memoised by shape and domains)."""
-        key = (ring.shape, self._domains(ring.base, ring.slots)) if ring.slots else (ring.shape, ())
+        key = (ring.shape, self._domains(ring.base, ring.slots))
         if key not in self._rings:
             self._rings[key] = self._ring_hops(ring.slots, ring.base)
         return self._rings[key]
