@@ -50,8 +50,8 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
     if spec is None:
         guess = infer_gpu_family(topology)
         hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s, mi300x)"
-        raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML never "
-                            f"do){hint}", source=topology.source or None)
+        raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML "
+                            f"never do){hint}", source=topology.source or None)
     return DeviceSpec.from_gpu(spec, nic_gbps)
 
 
