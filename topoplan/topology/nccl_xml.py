@@ -36,6 +36,10 @@ _SAME_SOCKET = ("PIX", "PXB", "PHB", "NODE")  # PCIe paths that stay inside one 
 _BUSID = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
 _FORBIDDEN = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
+GPU_CLASSES = ("0x03", "0x12")  # display/3D controller; processing accelerator (how MI300X shows in a VM)
+# Older RCCL writes `gcn` as HIP's numeric gcnArch (gfx90a = 910); newer writes the gfx name.
+GCN_NAMES = {"906": "gfx906", "908": "gfx908", "910": "gfx90a", "940": "gfx940", "941": "gfx941", "942": "gfx942",
+             "950": "gfx950", "1100": "gfx1100", "1201": "gfx1201"}
 EXPECTED = "expected an NCCL topology XML (NCCL_TOPO_DUMP_FILE output or an NCCL_TOPO_FILE)"
 
 
@@ -169,7 +173,7 @@ def _walk(node: ET.Element, chain: tuple[str, ...], place: _Cpu, devices: list[_
             gpu = child.find("gpu")
             cls = child.get("class", "")
             nets = [net for nic in child.findall("nic") for net in nic.findall("net")]
-            if gpu is not None or (cls.startswith("0x03") and not len(child)):
+            if gpu is not None or (cls.startswith(GPU_CLASSES) and not len(child)):
                 devices.append(_gpu(child, gpu, here, place, lines, source))
             elif nets:
                 devices += [_nic(net, busid, here, place, lines, source) for net in nets]
@@ -193,7 +197,8 @@ def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place:
         return device
     device.dev = _int_attr(gpu, "dev", lines, source)
     device.sm = gpu.get("sm")
-    device.gcn = gpu.get("gcn") if (gpu.get("gcn") or "").startswith("gfx") else None
+    gcn = gpu.get("gcn") or ""
+    device.gcn = gcn if gcn.startswith("gfx") else GCN_NAMES.get(gcn)
     for link in gpu:
         if link.tag in ("nvlink", "xgmi"):
             where = lines.get(link, 1)
