@@ -74,6 +74,19 @@ def test_launch_on_an_amd_box_selects_gpus_with_hip_visible_devices():
     assert any("HIP_VISIBLE_DEVICES selects them" in note for note in spec["notes"])
 
 
+def test_launch_from_an_rccl_dump_names_the_socket_nics():
+    """RCCL's own XML of an MI300X VM: the GPUs and NICs of a NUMA node share its CPU (PHB), so a rank gets the
+    four NICs of its socket; RCCL reads NCCL_IB_HCA."""
+    topo = ROOT / "fixtures" / "nccl" / "rccl-mi300x-8gpu-xgmi-8nic-vm-topo-expl.xml"
+    result = runner.invoke(app, ["launch", "--topo", str(topo), "--gpu", "mi300x", "--model", "70b",
+                                 "--layout", "tp=8,pp=1,dp=1", "--format", "json", "--", "python", "serve.py"])
+    assert result.exit_code == 0, result.output
+    ranks = json.loads(result.stdout)["ranks"]
+    assert ranks[0]["env"]["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3"
+    assert ranks[7]["env"]["NCCL_IB_HCA"] == "=mlx5_4,mlx5_5,mlx5_6,mlx5_7"
+    assert ranks[0]["env"]["HIP_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+
+
 def test_launch_on_radeon_pair_without_peer_access_limits_p2p(tmp_path):
     result = runner.invoke(app, ["launch", "--topo", str(RX7900), "--gpu", "rx-7900-xtx", "--model", "8b",
                                  "--layout", "tp=2,pp=1,dp=1", "--format", "shell", "--", *PRINT_ENV])
