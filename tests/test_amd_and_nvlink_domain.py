@@ -49,17 +49,21 @@ def test_plan_on_an_amd_box():
     assert lookup_gpu("mi300x").memory_gb == 192
 
 
-def _rank_env(script: str, tmp_path: Path) -> list[dict]:
-    """Run emitted shell lines whose command prints the rank's GPU variables, one JSON line per rank."""
-    path = tmp_path / "launch.sh"
+def _rank_env(script: str, out: Path) -> list[dict]:
+    """Run emitted shell lines whose command writes the rank's GPU variables to out/rank<N>.json."""
+    path = out / "launch.sh"
     path.write_text(script)
-    done = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=120, check=True)
-    return sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda r: int(r["RANK"]))
+    subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=120, check=True)
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"), key=lambda p: int(p.stem[4:]))]
 
 
-PRINT_ENV = [sys.executable, "-c", "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('RANK', "
-             "'HIP_VISIBLE_DEVICES', 'CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'NCCL_P2P_LEVEL', "
-             "'NCCL_MNNVL_ENABLE')}))"]
+def print_env(out: Path) -> list[str]:
+    """A rank command recording its GPU variables in its own file (ranks run at once: no shared stdout)."""
+    names = ("RANK", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NCCL_P2P_LEVEL",
+             "NCCL_MNNVL_ENABLE")
+    code = (f"import json, os, pathlib; pathlib.Path({str(out)!r}, 'rank' + os.environ['RANK'] + '.json')"
+            f".write_text(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))")
+    return [sys.executable, "-c", code]
 
 
 def test_launch_on_an_amd_box_selects_gpus_with_hip_visible_devices():
@@ -89,7 +93,7 @@ def test_launch_from_an_rccl_dump_names_the_socket_nics():
 
 def test_launch_on_radeon_pair_without_peer_access_limits_p2p(tmp_path):
     result = runner.invoke(app, ["launch", "--topo", str(RX7900), "--gpu", "rx-7900-xtx", "--model", "8b",
-                                 "--layout", "tp=2,pp=1,dp=1", "--format", "shell", "--", *PRINT_ENV])
+                                 "--layout", "tp=2,pp=1,dp=1", "--format", "shell", "--", *print_env(tmp_path)])
     assert result.exit_code == 0, result.output
     ranks = _rank_env(result.stdout, tmp_path)
     assert [(r["HIP_VISIBLE_DEVICES"], r["NCCL_P2P_LEVEL"]) for r in ranks] == [("0,1", "PXB"), ("0,1", "PXB")]
@@ -117,6 +121,8 @@ def test_tray_recording_names_one_nvlink_domain():
     assert {l.code for l in topo.links() if l.b.startswith("GPU")} == {"NV18"}  # every link goes to the switches
     data = json.loads(runner.invoke(app, ["inspect", "--file", str(TRAY), "--json"]).stdout)
     assert [g["fabric_domain"] for g in data["gpus"]] == [DOMAIN] * 4
+    table = runner.invoke(app, ["inspect", "--file", str(TRAY)], env={"COLUMNS": "200"}).stdout
+    assert f"NVLink domain: {DOMAIN} (cluster/clique): GPU0, GPU1, GPU2, GPU3;" in table
 
 
 def test_fabric_still_being_set_up_is_no_domain_and_says_so():
