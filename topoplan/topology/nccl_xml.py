@@ -66,6 +66,7 @@ class _Device:
     dev: int | None = None
     vendor: str | None = None
     name: str | None = None
+    dumped: bool = False  # described by a <gpu> element (a dump), not only by its PCI class (a hint file)
     fabric: list[tuple[str, str, int, str, int]] = field(default_factory=list)  # (tag, target, count, tclass, line)
 
 
@@ -95,13 +96,13 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
         _walk(cpu, (), place, devices, seen, lines, source)
     gpus = sorted((d for d in devices if d.kind == "gpu"), key=lambda d: _bus_key(d.busid))
     if not gpus:
-        raise TopoplanError(f"no GPU in the file (no <gpu>, no <pci> of class 0x03xxxx); {EXPECTED}",
+        raise TopoplanError(f"no GPU in the file (no <gpu>, no <pci> of class 0x03xxxx or 0x12xxxx); {EXPECTED}",
                             source=source, line=1)
     # NICs in NCCL's own order (`<net dev>`, the order it lists network devices), then unnamed ones in bus order
     nics = sorted((d for d in devices if d.kind == "nic"),
                   key=lambda d: (d.dev is None, d.dev if d.dev is not None else 0, _bus_key(d.busid)))
     notes: list[str] = []
-    if not any(g.dev is not None for g in gpus):
+    if not any(g.dumped for g in gpus):
         notes.append("no <gpu> elements (a hint file for NCCL_TOPO_FILE): NVLink/XGMI are not described, GPU "
                      "pairs are PCIe paths only, and NICs have no names")
     devs = [g.dev for g in gpus]
@@ -111,7 +112,7 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
     ids = {id(d): f"GPU{i}" for i, d in enumerate(gpus)} | {id(d): f"NIC{k}" for k, d in enumerate(nics)}
     codes: dict[tuple[str, str], str] = {}
     evidence: dict[tuple[str, str], str] = {}
-    fabric = _fabric_counts(gpus, ids, notes, source)
+    fabric = _fabric_counts(gpus, ids, notes)
     everything = [*gpus, *nics]
     for i, a in enumerate(everything):
         for b in everything[i + 1:]:
@@ -195,6 +196,7 @@ def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place:
                      vendor=_VENDORS.get(pci.get("vendor", "").lower()))
     if gpu is None:
         return device
+    device.dumped = True
     device.dev = _int_attr(gpu, "dev", lines, source)
     device.sm = gpu.get("sm")
     gcn = gpu.get("gcn") or ""
@@ -225,8 +227,8 @@ def _nic(net: ET.Element, busid: str | None, chain: tuple[str, ...], place: _Cpu
     return device
 
 
-def _fabric_counts(gpus: list[_Device], ids: dict[int, str], notes: list[str],
-                   source: str) -> dict[tuple[str, str], tuple[str, str]]:
+def _fabric_counts(gpus: list[_Device], ids: dict[int, str],
+                   notes: list[str]) -> dict[tuple[str, str], tuple[str, str]]:
     """NVLink/XGMI code and evidence per GPU pair: direct links by target bus id, plus links through
     switches (the smaller of the two GPUs' switch-link counts, each GPU's traffic crossing its own)."""
     by_bus = {g.busid: g for g in gpus}
