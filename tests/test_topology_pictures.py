@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_topology_render import _two_sockets
+from test_topology_render import _two_sockets
 from topoplan.machine import load_topology
 from topoplan.topology.render.picture import picture
 from topoplan.topology.render.png import SCALE, render_png, rgb
