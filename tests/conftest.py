@@ -7,9 +7,8 @@ anything there, and child processes inherit the same. home_guard.py watches this
 
 from __future__ import annotations
 
-import pytest
-
 import home_guard
+import pytest
 
 home_guard.install()
 CACHE_VARS = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")

@@ -11,8 +11,8 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-
 from test_topology_render import _two_sockets
+
 from topoplan.machine import load_topology
 from topoplan.topology.render.picture import picture
 from topoplan.topology.render.png import SCALE, render_png, rgb
