@@ -121,6 +121,11 @@ def inspect(
         raise fail(error) from None
 
 
+class PlanDevice(str, Enum):
+    gpu = "gpu"
+    cpu = "cpu"
+
+
 @app.command("plan")
 def plan_command(
     model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
@@ -146,6 +151,9 @@ def plan_command(
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
                                     "the cost model's constants."),
+    device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
+                                      "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
+                                      "the --calibration file's `cpu` entry."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -163,7 +171,12 @@ def plan_command(
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
-        result = plan_for(request)
+        if device is PlanDevice.cpu:
+            from topoplan.bench.cpu_plan import plan_cpu
+
+            result = plan_cpu(request)
+        else:
+            result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
     for warning in result.warnings:
