@@ -16,7 +16,7 @@ from test_topology_render import _two_sockets
 from topoplan.machine import load_topology
 from topoplan.topology.render.picture import picture
 from topoplan.topology.render.png import SCALE, render_png, rgb
-from topoplan.topology.render.scene import BACKGROUND, FILL, Box, scene
+from topoplan.topology.render.scene import BACKGROUND, FILL, Box, label_box, scene
 from topoplan.topology.render.svg import render_svg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +45,11 @@ def test_layout_of_every_fixture_keeps_boxes_apart_and_inside(path: Path):
         assert {b.id for b in laid.nodes if _overlap(frame, b)} == set(groups[int(frame.id[4:])]), frame.id
     for edge in laid.edges:  # arcs stay on the picture
         assert all(0 <= edge.at(t / 10)[1] <= laid.height for t in range(11)), (edge.a, edge.b)
+    labels = [label_box(e) for e in laid.edges if e.labelled]
+    for (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) in combinations(labels, 2):  # drawn labels never collide
+        assert not (ax0 < bx1 and bx0 < ax1 and ay0 < by1 and by0 < ay1)
+    if any(e.a.startswith("GPU") and e.b.startswith("GPU") for e in laid.edges):
+        assert labels  # some GPU-GPU arc says its code and bandwidth on the picture
 
 
 def test_svg_has_one_node_per_device_labels_and_typed_edges():

@@ -14,13 +14,14 @@ writers only paint. No Graphviz: the graph is small and regular, so a fixed layo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
 from topoplan.topology.render.picture import KIND_COLOR, group_cpus, link_label, picture
 
 CHAR_W, LINE_H = 7, 13  # text metrics in pixels (font size 11.5 monospace; font.py draws 6 x 8)
+LABEL_W = 6  # per character of an edge label (drawn at 85 % of the font size in the SVG, 6 px in the PNG)
 PAD, GAP, MARGIN = 8, 16, 16  # inside a box, between boxes, around the picture
 NODE_H_LINES = 2
 FILL = {"gpu": "#e8f5d0", "nic": "#dde8f7", "hub": "#f4f9ea"}
@@ -144,11 +145,49 @@ def _rise(a: Box, b: Box) -> float:
     return min(ARC_MAX, 12 + 0.35 * abs(a.cx - b.cx))
 
 
-def _arc(a: Box, b: Box) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
+def _ports(links: list[Link], boxes: dict[str, Box]) -> dict[tuple[str, str], float]:
+    """Where each arc leaves the top of each GPU box: arcs to the left from its left half, to the right from
+    its right half, farther GPUs farther out, so nested arcs do not share an end or cross there."""
+    ports: dict[tuple[str, str], float] = {}
+    for box in boxes.values():
+        others = [l.other(box.id) for l in links if box.id in (l.a, l.b)]
+        left = sorted((o for o in others if boxes[o].cx < box.cx), key=lambda o: boxes[o].cx)  # far to near
+        right = sorted((o for o in others if boxes[o].cx >= box.cx), key=lambda o: boxes[o].cx)  # near to far
+        half = box.w / 2 - 4
+        for i, other in enumerate(left):
+            ports[(box.id, other)] = box.x + 4 + half * i / len(left)
+        for i, other in enumerate(right):
+            ports[(box.id, other)] = box.cx + half * (i + 1) / len(right)
+    return ports
+
+
+def _arc(a: Box, b: Box, ports: dict[tuple[str, str], float]
+         ) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
     """From the top of one box to the top of the other of the same row, bulging upwards (the apex of a
     quadratic curve is half way to its control point)."""
-    start, end = (a.cx, a.y), (b.cx, b.y)
+    start, end = (ports[(a.id, b.id)], a.y), (ports[(b.id, a.id)], b.y)
     return start, ((start[0] + end[0]) / 2, min(a.y, b.y) - 2 * _rise(a, b)), end
+
+
+def label_box(edge: Edge) -> tuple[float, float, float, float]:
+    """The rectangle (x0, y0, x1, y1) a label drawn at the middle of the edge covers."""
+    x, y = edge.at(0.5)
+    half = len(edge.label) * LABEL_W / 2 + 2
+    return x - half, y - LINE_H / 2, x + half, y + LINE_H / 2
+
+
+def _place_labels(edges: list[Edge]) -> list[Edge]:
+    """Label the GPU-GPU arcs, shortest first, skipping a label that would cover one already placed: a full
+    mesh of one link kind then shows every other label, the legend and (SVG) each edge's title the rest."""
+    placed: list[tuple[float, float, float, float]] = []
+    out = {}
+    for edge in sorted((e for e in edges if e.labelled), key=lambda e: e.points[1][1], reverse=True):
+        x0, y0, x1, y1 = label_box(edge)
+        if any(x0 < px1 and px0 < x1 and y0 < py1 and py0 < y1 for px0, py0, px1, py1 in placed):
+            out[id(edge)] = replace(edge, labelled=False)
+        else:
+            placed.append((x0, y0, x1, y1))
+    return [out.get(id(e), e) for e in edges]
 
 
 def _line(a: Box, b: Box) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
@@ -209,14 +248,16 @@ def scene(topo: Topology) -> Scene:
         width_px, dashed = _style(hub.link)
         edges += [Edge(g, hub.id, hub.link.kind, hub.link.code, link_label(hub.link), False,
                        _line(hub_box, by_id[g]), width_px, dashed) for g in hub.gpus]
+    ports = _ports(pic.gpu_links, {b.id: b for b in nodes if b.kind == "gpu"})
     for link in pic.gpu_links:
         width_px, dashed = _style(link)
         edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), True,
-                          _arc(by_id[link.a], by_id[link.b]), width_px, dashed))
+                          _arc(by_id[link.a], by_id[link.b], ports), width_px, dashed))
     for link in pic.nic_links:
         width_px, dashed = _style(link)
         edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), False,
                           _line(by_id[link.a], by_id[link.b]), width_px, dashed))
+    edges = _place_labels(edges)
 
     bottom = max((b.y + b.h for b in [*frames, *nodes, *hubs]), default=MARGIN)
     kinds = [k for k in LinkKind if any(e.kind is k for e in edges)]
