@@ -94,3 +94,19 @@ def test_a_calibration_from_another_core_count_is_warned(tmp_path: Path):
     done = plan("--model", "tiny", "--calibration", str(path), "--top", "1")
     assert done.returncode == 0
     assert done.stderr == f"topoplan: warning: {path} was measured on {CORES + 2} cores; this machine has {CORES}\n"
+
+
+def test_plan_on_a_machine_without_gpus_points_to_device_cpu(tmp_path: Path):
+    """No driver (a pynvml whose nvmlInit fails, no nvidia-smi on PATH) and no --topo: the error says how to
+    plan this CPU machine instead."""
+    (tmp_path / "pynvml.py").write_text(
+        "class NVMLError(Exception):\n    value = 9\n    def __str__(self):\n        return 'Driver Not Loaded'\n"
+        "def nvmlInit():\n    raise NVMLError()\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "topoplan", "plan", "--model", "tiny", "--calibration",
+                           str(calibration(tmp_path))], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("topoplan: error: no topology from this machine: NVML could not start")
+    assert done.stderr.endswith("; on a machine without GPUs, `plan --device cpu --calibration FILE` plans its "
+                                "CPU-process layouts\n")
