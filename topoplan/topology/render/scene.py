@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Link, Topology
-from topoplan.topology.render.picture import KIND_COLOR, group_cpus, link_label, picture
+from topoplan.topology.render.picture import KIND_COLOR, Picture, group_cpus, link_label, picture
 
 CHAR_W, LINE_H = 7, 13  # text metrics in pixels (font size 11.5 monospace; font.py draws 6 x 8)
 LABEL_W = 6  # per character of an edge label (drawn at 85 % of the font size in the SVG, 6 px in the PNG)
@@ -197,76 +197,94 @@ def _line(a: Box, b: Box) -> tuple[tuple[float, float], tuple[float, float], tup
     return start, ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2), end
 
 
-def scene(topo: Topology) -> Scene:
-    """Lay the picture of `topo` out (see the module docstring)."""
-    pic = picture(topo)
+def _group(topo: Topology, pic: Picture, numa: int | None, devices: list[str], x: float
+           ) -> tuple[Box | None, list[Box], float]:
+    """One NUMA node's frame (None for devices on no known node) and device boxes, from `x`; and the x where
+    the next group starts."""
+    kinds = {d: topo.graph.nodes[d]["kind"] for d in devices}
     lone = set(pic.lone_nics)
-    title_h = LINE_H + GAP if topo.source else 0
-    frames: list[Box] = []
-    nodes: list[Box] = []
-    x = MARGIN
-    for numa, devices in pic.groups.items():
-        kinds = {d: topo.graph.nodes[d]["kind"] for d in devices}
-        head: tuple[str, ...] = ()
-        if numa is not None:
-            cpus = group_cpus(topo, devices)
-            head = (f"NUMA node {numa}",) + ((f"CPUs {cpus}",) if cpus else ())
-        inner_x, top = x + (PAD if head else 0), (PAD if head else 0)
-        gpus = _row([(d, "gpu", _device_lines(topo, d, False, [])) for d in devices if kinds[d] == "gpu"], inner_x, top)
-        nic_top = top + (max(b.h for b in gpus) + 2 * GAP if gpus else 0)
-        nics = _row([(d, "nic", _device_lines(topo, d, d in lone, pic.nic_links))
-                     for d in devices if kinds[d] == "nic"], inner_x, nic_top)
-        inner_w = max(_row_width(gpus), _row_width(nics), text_width(head))
-        # centre the narrower row under the wider one
-        gpus = [_shift(b, (inner_w - _row_width(gpus)) / 2) for b in gpus]
-        nics = [_shift(b, (inner_w - _row_width(nics)) / 2) for b in nics]
-        bottom = max((b.y + b.h for b in gpus + nics), default=top)
-        if head:
-            frames.append(Box(f"numa{numa}", "numa", x, 0, inner_w + 2 * PAD, bottom + PAD + len(head) * LINE_H + PAD,
-                              head))
-        nodes += gpus + nics
-        x += inner_w + 2 * (PAD if head else 0) + GAP
-    width = max(x - GAP + MARGIN, 2 * MARGIN + text_width((topo.source or "",)))
+    head: tuple[str, ...] = ()
+    if numa is not None:
+        cpus = group_cpus(topo, devices)
+        head = (f"NUMA node {numa}",) + ((f"CPUs {cpus}",) if cpus else ())
+    pad = PAD if head else 0
+    gpus = _row([(d, "gpu", _device_lines(topo, d, False, [])) for d in devices if kinds[d] == "gpu"], x + pad, pad)
+    nic_top = pad + (max(b.h for b in gpus) + 2 * GAP if gpus else 0)
+    nics = _row([(d, "nic", _device_lines(topo, d, d in lone, pic.nic_links))
+                 for d in devices if kinds[d] == "nic"], x + pad, nic_top)
+    inner_w = max(_row_width(gpus), _row_width(nics), text_width(head))
+    boxes = [_shift(b, (inner_w - _row_width(row)) / 2) for row in (gpus, nics) for b in row]  # rows centred
+    bottom = max((b.y + b.h for b in boxes), default=pad)
+    frame = Box(f"numa{numa}", "numa", x, 0, inner_w + 2 * pad, bottom + PAD + len(head) * LINE_H + PAD,
+                head) if head else None
+    return frame, boxes, x + inner_w + 2 * pad + GAP
 
-    by_id = {b.id: b for b in nodes}
-    arc_room = max((_rise(by_id[l.a], by_id[l.b]) for l in pic.gpu_links), default=0)
+
+def _hubs(pic: Picture, by_id: dict[str, Box]) -> list[Box]:
+    """Each all-to-all hub, centred over its GPUs (y 0: placed later)."""
     hubs = []
     for hub in pic.hubs:
         lines = ("NVLink all-to-all", f"{link_label(hub.link)} per pair")
         w, h = _size(lines)
         centre = sum(by_id[g].cx for g in hub.gpus) / len(hub.gpus)
-        hubs.append(Box(hub.id, "hub", centre - w / 2, 0, w, h, lines))
-    hub_h = max((b.h for b in hubs), default=0)
-    dy = MARGIN + title_h + (hub_h + 3 * GAP if hubs else 0) + arc_room + (GAP if arc_room else 0)
+        hubs.append(Box(hub.id, "hub", max(MARGIN, centre - w / 2), 0, w, h, lines))
+    return hubs
+
+
+def _edges(pic: Picture, by_id: dict[str, Box]) -> list[Edge]:
+    """Hub spokes, GPU-GPU arcs and NIC lines, labels placed."""
+    edges = []
+    for hub in pic.hubs:
+        width, dashed = _style(hub.link)
+        edges += [Edge(g, hub.id, hub.link.kind, hub.link.code, link_label(hub.link), False,
+                       _line(by_id[hub.id], by_id[g]), width, dashed) for g in hub.gpus]
+    ports = _ports(pic.gpu_links, {b.id: b for b in by_id.values() if b.kind == "gpu"})
+    for link in pic.gpu_links:
+        width, dashed = _style(link)
+        edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), True,
+                          _arc(by_id[link.a], by_id[link.b], ports), width, dashed))
+    for link in pic.nic_links:
+        width, dashed = _style(link)
+        edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), False,
+                          _line(by_id[link.a], by_id[link.b]), width, dashed))
+    return _place_labels(edges)
+
+
+def _legend(edges: list[Edge], baseline: float) -> list[LegendEntry]:
+    """One entry per link kind drawn, closest kind first, left to right."""
+    legend, x = [], float(MARGIN)
+    for kind in (k for k in LinkKind if any(e.kind is k for e in edges)):
+        text = "NVLink" if kind is LinkKind.NVLINK else kind.value.upper()
+        legend.append(LegendEntry(text, KIND_COLOR[kind], x, baseline))
+        x += LEGEND_LINE + len(text) * CHAR_W + GAP
+    return legend
+
+
+def scene(topo: Topology) -> Scene:
+    """Lay the picture of `topo` out (see the module docstring): groups left to right, then the hubs and the
+    room the arcs need above them, then the edges and the legend."""
+    pic = picture(topo)
+    frames: list[Box] = []
+    nodes: list[Box] = []
+    x = float(MARGIN)
+    for numa, devices in pic.groups.items():
+        frame, boxes, x = _group(topo, pic, numa, devices, x)
+        frames += [frame] if frame else []
+        nodes += boxes
+    by_id = {b.id: b for b in nodes}
+    arc_room = max((_rise(by_id[l.a], by_id[l.b]) for l in pic.gpu_links), default=0)
+    hubs = _hubs(pic, by_id)
+    title_h = LINE_H + GAP if topo.source else 0
+    hub_room = max(b.h for b in hubs) + 3 * GAP if hubs else 0
+    dy = MARGIN + title_h + hub_room + arc_room + (GAP if arc_room else 0)
     frames = [_shift(f, dy=dy) for f in frames]
     nodes = [_shift(b, dy=dy) for b in nodes]
-    hubs = [_shift(b, dx=max(0.0, MARGIN - b.x), dy=MARGIN + title_h) for b in hubs]
-    by_id = {b.id: b for b in [*nodes, *hubs]}
-
-    edges = []
-    for hub_box, hub in zip(hubs, pic.hubs):
-        width_px, dashed = _style(hub.link)
-        edges += [Edge(g, hub.id, hub.link.kind, hub.link.code, link_label(hub.link), False,
-                       _line(hub_box, by_id[g]), width_px, dashed) for g in hub.gpus]
-    ports = _ports(pic.gpu_links, {b.id: b for b in nodes if b.kind == "gpu"})
-    for link in pic.gpu_links:
-        width_px, dashed = _style(link)
-        edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), True,
-                          _arc(by_id[link.a], by_id[link.b], ports), width_px, dashed))
-    for link in pic.nic_links:
-        width_px, dashed = _style(link)
-        edges.append(Edge(link.a, link.b, link.kind, link.code, link_label(link), False,
-                          _line(by_id[link.a], by_id[link.b]), width_px, dashed))
-    edges = _place_labels(edges)
-
+    hubs = [_shift(b, dy=MARGIN + title_h) for b in hubs]
+    edges = _edges(pic, {b.id: b for b in [*nodes, *hubs]})
     bottom = max((b.y + b.h for b in [*frames, *nodes, *hubs]), default=MARGIN)
-    kinds = [k for k in LinkKind if any(e.kind is k for e in edges)]
-    legend, lx = [], float(MARGIN)
-    for kind in kinds:
-        text = "NVLink" if kind is LinkKind.NVLINK else kind.value.upper()
-        legend.append(LegendEntry(text, KIND_COLOR[kind], lx, bottom + GAP + LINE_H - 3))
-        lx += LEGEND_LINE + len(text) * CHAR_W + GAP
+    legend = _legend(edges, bottom + GAP + LINE_H - 3)
     height = bottom + (GAP + LINE_H if legend else 0) + MARGIN
-    width = max(width, lx - GAP + MARGIN)
-    return Scene(width, height, topo.source or None, tuple(frames), tuple([*hubs, *nodes]), tuple(edges),
+    right = max([x - GAP, MARGIN + text_width((topo.source or "",)), *(b.x + b.w for b in hubs),
+                 *(e.x + LEGEND_LINE + len(e.text) * CHAR_W for e in legend)])
+    return Scene(right + MARGIN, height, topo.source or None, tuple(frames), tuple([*hubs, *nodes]), tuple(edges),
                  tuple(legend))
