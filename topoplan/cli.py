@@ -13,6 +13,7 @@ from enum import Enum
 import typer
 
 import topoplan.bench.definitions as bench_defaults
+from topoplan import __version__
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -21,9 +22,13 @@ app = typer.Typer(
     name="topoplan",
     help="Read a multi-GPU machine's topology, plan TP x PP x DP layouts, launch, run and measure them.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
+list_app = typer.Typer(help="The catalogs the planner prices with (GPUs, models), each entry with its source.",
+                       no_args_is_help=True)
+app.add_typer(list_app, name="list")
 
 
 def fail(error: TopoplanError) -> typer.Exit:
@@ -32,9 +37,42 @@ def fail(error: TopoplanError) -> typer.Exit:
     return typer.Exit(error.exit_code)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"topoplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                       help="Print topoplan's version and exit.")) -> None:
     """topoplan: inspect, plan, launch, run, bench."""
+
+
+def _print_catalog(rows: list, table, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        from rich.console import Console
+
+        Console().print(table(rows))
+
+
+@list_app.command("gpus")
+def list_gpus(as_json: bool = typer.Option(False, "--json", help="Every field of every entry, as JSON.")) -> None:
+    """The GPU catalog: memory, bandwidth, peak TFLOP/s, NVLinks, and the datasheet each figure is from."""
+    from topoplan.plan.catalog import gpu_rows, gpu_table
+
+    _print_catalog(gpu_rows(), gpu_table, as_json)
+
+
+@list_app.command("models")
+def list_models(as_json: bool = typer.Option(False, "--json", help="Every entry with its config keys, as JSON."),
+                ) -> None:
+    """The model catalog: sizes as the planner reads them, aliases, and the config.json each is from."""
+    from topoplan.plan.catalog import model_rows, model_table
+
+    _print_catalog(model_rows(), model_table, as_json)
 
 
 class InspectFormat(str, Enum):
@@ -86,6 +124,11 @@ def inspect(
         raise fail(error) from None
 
 
+class PlanDevice(str, Enum):
+    gpu = "gpu"
+    cpu = "cpu"
+
+
 @app.command("plan")
 def plan_command(
     model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
@@ -111,6 +154,9 @@ def plan_command(
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
                                     "the cost model's constants."),
+    device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
+                                      "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
+                                      "the --calibration file's `cpu` entry."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -128,7 +174,12 @@ def plan_command(
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
-        result = plan_for(request)
+        if device is PlanDevice.cpu:
+            from topoplan.bench.cpu_plan import plan_cpu
+
+            result = plan_cpu(request)
+        else:
+            result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
     for warning in result.warnings:
@@ -383,7 +434,7 @@ def main() -> None:
     """Console-script entry point: user errors (ours and typer's usage errors) become one line on stderr
     and exit code 2, never a traceback or a boxed panel."""
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="topoplan", standalone_mode=False)  # also under `python -m topoplan`
     except TopoplanError as error:
         code = fail(error).exit_code
     except typer.Abort:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.bench.cpu import load_cpu_entry
+from topoplan.bench.cpu_plan import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.cpuset import cpu_cores
@@ -26,16 +27,8 @@ from topoplan.jsonfile import read_json
 from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
-from topoplan.plan.cost import LayoutCost, Workload
-from topoplan.plan.layouts import enumerate_layouts
-from topoplan.plan.rank import plan
+from topoplan.plan.cost import Workload
 from topoplan.runner.options import RunOptions
-
-
-@dataclass(frozen=True)
-class Candidate:
-    layout: Layout
-    threads: int  # intra-op threads per rank
 
 
 def model_spec(model: str) -> ModelSpec:
@@ -69,24 +62,6 @@ def parse_layouts(text: str) -> list[Layout] | None:
     return layouts
 
 
-def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int) -> list[Candidate]:
-    """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked)."""
-    if wanted is None:
-        found = [Candidate(Layout(), cores)]
-        if cores > 1:
-            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores) if l.world == cores and batch % l.dp == 0]
-        return found
-    out = []
-    for layout in wanted:
-        if layout.world > cores:
-            raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
-        if batch % layout.dp:
-            raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
-        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
-        out.append(Candidate(layout, max(1, cores // layout.world)))
-    return out
-
-
 @dataclass(frozen=True)
 class Prediction:
     prefill_ms: float
@@ -97,22 +72,10 @@ class Prediction:
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
             prompt_len: int, gen_len: int) -> Prediction:
-    """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it).
-
-    Priced twice, with the CPU device at each phase's matrix rows (topoplan.bench.cpu): a decode step
-    multiplies `batch` rows by each weight, prefill `batch x prompt_len`; the planner's own formulas
-    do the rest."""
-    layout, per_replica = cand.layout, batch // cand.layout.dp
-    cal = cpu_calibration(load_calibration(calibration_path), entry, cand.threads)
-
-    def price(rows: int) -> LayoutCost:
-        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
-        return plan(cpu_topology(layout.world), spec, device, Workload(per_replica, prompt_len, gen_len, "fp32"),
-                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
-
-    decode = price(per_replica)
-    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons,
-                      layer_split_json(decode.stage_layers))
+    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu)."""
+    cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
+                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE))
+    return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
 
 
 def prompts(batch: int, prompt_len: int) -> list[str]:

@@ -60,7 +60,13 @@ def plan_for(request: PlanRequest) -> Plan:
     r = request
     spec = find_model(r.model)
     cal = load_calibration(r.calibration)
-    topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    try:
+        topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    except TopoplanError as error:
+        if r.topo is not None:
+            raise
+        raise TopoplanError(f"{error}; on a machine without GPUs, `plan --device cpu --calibration FILE` plans "
+                            "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)

@@ -79,10 +79,9 @@ def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
     if fmt in IMAGE_FORMATS:
         if output is None:
             raise TopoplanError(f"--format {fmt} writes a picture: give the file with -o FILE")
-        from topoplan.topology.render.dot import render_dot
         from topoplan.topology.render.image import render_image
 
-        render_image(render_dot(topo), fmt, output)
+        render_image(topo, fmt, output)
     elif fmt == "table" and output is None:
         _print_table(topo)
     else:
