@@ -272,6 +272,12 @@ def bench_command(
     timeout: float = typer.Option(bench_defaults.DEFAULT_TIMEOUT_S, "--timeout",
                                   help="Seconds for rendezvous and each collective."),
     plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
+    check: bool = typer.Option(False, "--check", "-c", help="Verify every result (nccl-tests' -c): the #wrong "
+                               "column counts the wrong elements over all ranks."),
+    redop: str = typer.Option("sum", "--redop", "-o", help="Reduction of all_reduce, reduce and reduce_scatter: "
+                              "sum, prod, min, max or avg (avg: NCCL only)."),
+    root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
+                             "the group)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
@@ -286,9 +292,10 @@ def bench_command(
     try:
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
                                             backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
-                                            plot=plot)
-        result = spawn_json(request.world(), "topoplan.bench.worker", request.worker_argv(), echo=not as_json,
-                            what="bench")
+                                            plot=plot, redop=redop, root=root, check=check)
+        world = request.world()
+        request.check_backend(world)
+        result = spawn_json(world, "topoplan.bench.worker", request.worker_argv(), echo=not as_json, what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))

@@ -4,35 +4,96 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from topoplan.bench.definitions import human_size
 from topoplan.bench.plot import series, sparkline
+from topoplan.terminal import emit
+
+GROUP_COLUMNS = ("time", "algbw", "busbw", "#wrong")  # nccl-tests' per-form columns (time in us, GB/s)
 
 
-def bench_table(result: dict[str, Any]) -> Table:
-    table = Table(title=f"{result['backend']} on {result['device']}, groups of {result['group_size']} "
-                        f"({result['group']}), {result['dtype']}, {result['iters']} iters")
-    for name in ("op", "size", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
-        table.add_column(name, justify="left" if name == "op" else "right")
-    for row in result["results"]:
-        table.add_row(row["op"], human_size(row["size_bytes"]), str(row["count"]), f"{row['time_us']:.1f}",
-                      f"{row['algbw_gbps']:.3f}", f"{row['busbw_gbps']:.3f}")
+def _time(us: float) -> str:
+    """nccl-tests' precision: tenths below 10 ms, whole microseconds above (the column stays narrow)."""
+    return f"{us:.1f}" if us < 1e4 else f"{us:.0f}"
+
+
+def _wrong(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return ""
+    return "N/A" if row.get("wrong") is None else str(row["wrong"])
+
+
+def op_table(op: str, rows: list[dict[str, Any]], with_count: bool) -> Table:
+    """One op's sweep as nccl-tests prints it: size, count, then time/algbw/busbw/#wrong out of place and in
+    place (the forms the op has); its reduction and root in the title."""
+    first = rows[0]
+    title = op + (f", redop {first['redop']}" if first["redop"] != "none" else "") + (
+        f", root {first['root']}" if first["root"] >= 0 else "")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("size\n(B)", justify="right", no_wrap=True)
+    if with_count:
+        table.add_column("count\n(elts)", justify="right", no_wrap=True)
+    forms = [place for place in (False, True) if any(r["in_place"] == place for r in rows)]
+    for place in forms:
+        for i, name in enumerate(GROUP_COLUMNS):
+            label = ("in-place" if place else "out-of-place") if i == 0 else ""
+            table.add_column(f"{label}\n{name}" if label else f"\n{name}", justify="right", no_wrap=True)
+    by_size: dict[int, dict[bool, dict[str, Any]]] = {}
+    for row in rows:
+        by_size.setdefault(row["size_bytes"], {})[row["in_place"]] = row
+    for size, forms_at in by_size.items():
+        cells = [human_size(size)] + ([str(next(iter(forms_at.values()))["count"])] if with_count else [])
+        for place in forms:
+            row = forms_at.get(place)
+            cells += ([_time(row["time_us"]), f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}"]
+                      if row else ["", "", ""]) + [_wrong(row)]
+        table.add_row(*cells)
     return table
 
 
+def bench_tables(result: dict[str, Any], console: Console) -> list[Table]:
+    """One table per op, with the element count where the console's width leaves room for it."""
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for row in result["results"]:
+        by_op.setdefault(row["op"], []).append(row)
+    tables = []
+    for op, rows in by_op.items():
+        table = op_table(op, rows, with_count=True)
+        natural = console.measure(table, options=console.options.update_width(10_000)).maximum  # unclamped
+        if natural > console.width:
+            table = op_table(op, rows, with_count=False)
+        tables.append(table)
+    return tables
+
+
 def print_bench(result: dict[str, Any], console: Console) -> None:
-    console.print(bench_table(result))
+    """The header line, a table per op, the chart, what was skipped and nccl-tests' closing lines."""
+    head = (f"{result['backend']} on {result['device']}, groups of {result['group_size']} ({result['group']}), "
+            f"{result['dtype']}, {result['iters']} iters")
+    lines: list[Any] = [Text(head), Text("time in us, bandwidths in GB/s"), *bench_tables(result, console)]
     data = series(result["results"])
     top = max((bw for pts in data.values() for _, bw in pts), default=0.0)
     if data:
-        console.print(f"busbw vs size (full block = {top:.3f} GB/s):")
+        lines.append(Text(f"busbw vs size (full block = {top:.3f} GB/s):"))
         width = max(len(op) for op in data)
         for op, pts in data.items():
-            console.print(f"  {op:<{width}}  {sparkline(pts, top)}  {human_size(pts[0][0])}..{human_size(pts[-1][0])}")
+            lines.append(Text(f"  {op:<{width}}  {sparkline(pts, top)}  "
+                              f"{human_size(pts[0][0])}..{human_size(pts[-1][0])}"))
     for skip in result["skipped"]:
-        console.print(f"[yellow]skipped[/yellow] {skip['op']}: {skip['reason']}", highlight=False)
+        form = " (in place)" if skip.get("in_place") else ""
+        lines.append(Text.assemble(("skipped", "yellow"), f" {skip['op']}{form}: {skip['reason']}"))
+    if not result["results"]:
+        lines.append(Text("nothing measured: every op was skipped (see the reasons above)", style="bold"))
+    if result.get("check"):
+        wrong = sum(r["wrong"] or 0 for r in result["results"])
+        lines.append(Text(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"))
+    for op, value in result.get("avg_busbw_gbps", {}).items():
+        lines.append(Text(f"# Avg bus bandwidth    : {value:.4f} ({op})"))
+    emit(console, *lines)
 
 
 def validate_table(result: dict[str, Any]) -> Table:
