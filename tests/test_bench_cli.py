@@ -60,6 +60,63 @@ def test_ops_the_backend_lacks_are_skipped_with_the_reason():
     assert [r["op"] for r in result["results"]] == ["sendrecv"]
 
 
+def test_check_reports_no_wrong_value_on_real_ranks_in_both_forms():
+    # nccl-tests' -c, -o, -r: 2 gloo ranks, every form the backend runs, a non-default reduction and root
+    done = topoplan("bench", "--ranks", "2", "--backend", "gloo", "--sizes", "4K,12K", "--iters", "1", "--warmup",
+                    "0", "-c", "-o", "max", "-r", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["check"] is True and result["redop"] == "max" and result["root"] == 1
+    rows = result["results"]
+    assert rows and all(r["wrong"] == 0 for r in rows)
+    forms = {(r["op"], r["in_place"]) for r in rows}
+    assert ("all_gather", False) in forms and ("all_gather", True) in forms  # gloo runs both
+    assert {r["redop"] for r in rows if r["op"] == "all_reduce"} == {"max"}
+    assert {r["redop"] for r in rows if r["op"] == "sendrecv"} == {"none"}
+    assert {r["root"] for r in rows if r["op"] in ("broadcast", "reduce")} <= {1}
+    assert {r["root"] for r in rows if r["op"] == "all_reduce"} == {-1}
+    ag = [r["busbw_gbps"] for r in rows if r["op"] == "all_gather"]
+    assert result["avg_busbw_gbps"]["all_gather"] == pytest.approx(sum(ag) / len(ag))
+
+
+def test_table_has_nccl_tests_columns_and_closing_lines():
+    done = topoplan("bench", "--ranks", "2", "--backend", "gloo", "--sizes", "4K", "--iters", "1", "--warmup", "0",
+                    "--ops", "all_gather,all_reduce", "-c")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "out-of-place" in out and "in-place" in out and "#wrong" in out and "algbw" in out
+    assert "# Out of bounds values : 0 OK" in out
+    assert "# Avg bus bandwidth    : " in out and "(all_gather)" in out and "(all_reduce)" in out
+    assert "all_reduce, redop sum" in out
+
+
+def test_one_rank_busbw_is_zero_as_nccl_tests_prints_it():
+    done = topoplan("bench", "--ranks", "1", "--sizes", "4K", "--iters", "1", "--warmup", "0",
+                    "--ops", "all_reduce,all_gather,broadcast", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {(r["op"], r["in_place"]): r for r in json.loads(done.stdout)["results"]}
+    assert rows[("all_reduce", True)]["busbw_gbps"] == 0.0 and rows[("all_gather", False)]["busbw_gbps"] == 0.0
+    broadcast = rows[("broadcast", True)]
+    assert broadcast["busbw_gbps"] == broadcast["algbw_gbps"] > 0  # factor 1, as nccl-tests
+
+
+def test_all_skipped_says_so():
+    done = topoplan("bench", "--ranks", "1", "--sizes", "4K", "--iters", "1", "--warmup", "0", "--ops", "sendrecv")
+    assert done.returncode == 0, done.stderr
+    assert "nothing measured: every op was skipped" in done.stdout
+
+
+def test_nccl_without_cuda_is_refused_in_the_parent():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: nccl is runnable here")
+    done = topoplan("bench", "--ranks", "2", "--backend", "nccl", "--sizes", "4K", timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("topoplan: error: --backend nccl: 2 rank(s) need a CUDA device each")
+    assert done.stderr.count("\n") == 1 and "[rank" not in done.stderr
+
+
 def test_one_rank_skips_sendrecv_and_table_lists_it():
     done = topoplan("bench", "--ranks", "1", "--sizes", "4K", "--iters", "1", "--warmup", "0",
                     "--ops", "all_reduce,sendrecv")
@@ -80,6 +137,8 @@ def test_layout_groups(tmp_path):
     (["--ops", "allreduce"], "unknown allreduce"),
     (["--ranks", "2", "--layout", "tp=2"], "pass one"),
     (["--plot", "/nonexistent-dir/x.svg"], "/nonexistent-dir: the folder does not exist"),
+    (["--ranks", "2", "--root", "2", "--ops", "broadcast"], "--root 2: the groups have 2 rank(s)"),
+    (["--redop", "mean"], "--redop 'mean': expected one of sum, prod, min, max, avg"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     done = topoplan("bench", *args, timeout=60)

@@ -118,6 +118,7 @@ def plan_command(
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
+    from topoplan.terminal import emit
 
     try:
         if top < 0:
@@ -134,7 +135,7 @@ def plan_command(
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
         console = Console()
-        console.print(plan_table(result, top or None, console.width))
+        emit(console, plan_table(result, top or None, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
 
@@ -202,7 +203,7 @@ def launch(
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
-        explain_spec(spec, Console(stderr=True, width=160))
+        explain_spec(spec, Console(stderr=True))
     if output:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:

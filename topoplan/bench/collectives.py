@@ -48,11 +48,17 @@ REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": di
 class Case:
     """One op at one size on preallocated buffers: `call` runs it (allocation stays out of the timed loop);
     `fill` writes the data check's inputs (topoplan.bench.datacheck) and zeroes the outputs; after one call,
-    `check` counts the elements this rank holds that are wrong."""
+    `check` counts the elements of `result` (this rank's output; None where it receives nothing) that differ
+    from `expected`."""
 
-    call: Callable[[], None]
-    fill: Callable[[], None]
-    check: Callable[[], int]
+    call: Callable[[], object]
+    fill: Callable[[], object]
+    result: torch.Tensor | None
+    expected: Callable[[], torch.Tensor]
+    n: int
+
+    def check(self) -> int:
+        return 0 if self.result is None else datacheck.wrong(self.result, self.expected(), self.n)
 
 
 def make_case(op: str, count: int, group: Group, rank: int, device: torch.device, dtype: torch.dtype, *,
@@ -75,9 +81,6 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
     def reduced(start: int, elements: int) -> Callable[[], torch.Tensor]:
         return lambda: datacheck.reduced(start, elements, n, data, device)
 
-    def checker(got: Callable[[], torch.Tensor] | None, expected: Callable[[], torch.Tensor]) -> Callable[[], int]:
-        return (lambda: 0) if got is None else (lambda: datacheck.wrong(got(), expected(), n))
-
     def zeroed(*outputs: torch.Tensor, then: Callable[[], object]) -> Callable[[], None]:
         def fill() -> None:
             for t in outputs:
@@ -88,33 +91,33 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
     if op == "all_reduce":
         x = buf(count)
         return Case(lambda: dist.all_reduce(x, op=red, group=g), lambda: x.copy_(mine(0, count)),
-                    checker(lambda: x, reduced(0, count)))
+                    x, reduced(0, count), n)
     if op == "broadcast":
         x = buf(count)
         return Case(lambda: dist.broadcast(x, src=root_rank, group=g),
                     zeroed(x, then=lambda: x.copy_(mine(0, count)) if me == root else None),
-                    checker(lambda: x, lambda: mine(0, count, root)))
+                    x, lambda: mine(0, count, root), n)
     if op == "reduce":
         x = buf(count)
         return Case(lambda: dist.reduce(x, dst=root_rank, op=red, group=g), lambda: x.copy_(mine(0, count)),
-                    checker((lambda: x) if me == root else None, reduced(0, count)))
+                    x if me == root else None, reduced(0, count), n)
     if op == "all_gather":
         out = buf(count)
         src = out[me * chunk:(me + 1) * chunk] if in_place else buf(chunk)
         return Case(lambda: ALL_GATHER(out, src, group=g), zeroed(out, then=lambda: src.copy_(mine(me * chunk, chunk))),
-                    checker(lambda: out, lambda: datacheck.gathered(chunk, n, device)))
+                    out, lambda: datacheck.gathered(chunk, n, device), n)
     if op == "reduce_scatter":
         src = buf(count)
         out = src[me * chunk:(me + 1) * chunk] if in_place else buf(chunk)
         return Case(lambda: REDUCE_SCATTER(out, src, op=red, group=g),
                     zeroed(out, then=lambda: src.copy_(mine(0, count))),
-                    checker(lambda: out, reduced(me * chunk, chunk)))
+                    out, reduced(me * chunk, chunk), n)
     if op == "gather":
-        src = buf(chunk)
-        outs = [buf(chunk) for _ in range(n)] if me == root else None
+        src, whole = buf(chunk), buf(count) if me == root else None
+        outs = list(whole.split(chunk)) if whole is not None else None  # views: the check reads `whole`
         return Case(lambda: dist.gather(src, outs, dst=root_rank, group=g),
                     zeroed(*(outs or []), then=lambda: src.copy_(mine(me * chunk, chunk))),
-                    checker((lambda: torch.cat(outs)) if outs else None, lambda: datacheck.gathered(chunk, n, device)))
+                    whole, lambda: datacheck.gathered(chunk, n, device), n)
     if op == "scatter":
         out = buf(chunk)
         ins = [buf(chunk) for _ in range(n)] if me == root else None
@@ -123,12 +126,12 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
             for j, t in enumerate(ins or []):
                 t.copy_(mine(j * chunk, chunk))
         return Case(lambda: dist.scatter(out, ins, src=root_rank, group=g), zeroed(out, then=fill_scatter),
-                    checker(lambda: out, lambda: mine(me * chunk, chunk, root)))
+                    out, lambda: mine(me * chunk, chunk, root), n)
     if op == "all_to_all":
         src, out = buf(count), buf(count)
         return Case(lambda: dist.all_to_all_single(out, src, group=g),
                     zeroed(out, then=lambda: src.copy_(mine(0, count))),
-                    checker(lambda: out, lambda: datacheck.exchanged(me, chunk, n, device)))
+                    out, lambda: datacheck.exchanged(me, chunk, n, device), n)
     if op == "sendrecv":  # nccl-tests' sendrecv: send to the next rank of the ring, receive from the previous
         src, out = buf(count), buf(count)
         nxt, prv = group.ranks[(me + 1) % n], group.ranks[(me - 1) % n]
@@ -138,7 +141,7 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
                                                dist.P2POp(dist.irecv, out, prv, g)]):
                 req.wait()
         return Case(sendrecv, zeroed(out, then=lambda: src.copy_(mine(0, count))),
-                    checker(lambda: out, lambda: mine(0, count, (me - 1) % n)))
+                    out, lambda: mine(0, count, (me - 1) % n), n)
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -5,7 +5,7 @@ any group are exact in every dtype the bench moves (fp8 included up to 4 ranks' 
 For `prod` exactly one rank holds a 2 at each index and the others 1 ((i + j) mod n == 0), so the product
 is 2 whatever n is, without overflow. Outputs start at 0, which no input holds: an operation that writes
 nothing is caught. A value is wrong when it differs from the expected one by more than n rounding steps of
-its dtype (avg divides by n).
+its dtype (avg divides by n); NaN and inf are always wrong.
 """
 
 from __future__ import annotations
@@ -51,4 +51,5 @@ def wrong(got: torch.Tensor, expected: torch.Tensor, n: int) -> int:
     """How many elements of `got` are not `expected`, within n rounding steps of got's dtype."""
     values = got.reshape(-1).to(torch.float64)
     tolerance = torch.finfo(got.dtype).eps * max(1, n) * expected.abs().clamp(min=1.0)
-    return int(((values - expected).abs() > tolerance).sum().item())
+    close = (values - expected).abs() <= tolerance  # False for NaN: a NaN is wrong too
+    return int((~close).sum().item())

@@ -96,27 +96,37 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
     emit(console, *lines)
 
 
-def validate_table(result: dict[str, Any]) -> Table:
+def validate_table(result: dict[str, Any], with_layers: bool = True) -> Table:
+    """Predicted vs measured per layout: times in ms (decode per token), errors relative to the measurement."""
     table = Table(title=f"predicted vs measured: {result['model']}, batch {result['batch']}, prompt "
-                        f"{result['prompt_len']}, {result['gen_len']} new tokens")
-    for name in ("layout", "threads/rank", "layers ran | priced", "pred prefill ms", "meas prefill ms", "prefill err",
-                 "pred decode ms/tok", "meas decode ms/tok", "decode err"):
-        table.add_column(name, justify="left" if name == "layout" else "right")
+                        f"{result['prompt_len']}, {result['gen_len']} new tokens",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("layout", no_wrap=True)
+    table.add_column("threads\n/rank", justify="right", overflow="fold")
+    if with_layers:
+        table.add_column("layers\nran | priced", justify="right", overflow="fold")
+    for phase in ("prefill", "decode"):
+        for what in ("pred", "meas", "err"):
+            table.add_column(f"{phase}\n{what}", justify="right", overflow="fold")
     best_p, best_m = result["best_predicted"], result["best_measured"]
     for row in result["rows"]:
-        name = f"tp={row['tp']},pp={row['pp']},dp={row['dp']}"
         marks = ("P" if _same(row, best_p) else "") + ("M" if _same(row, best_m) else "")
-        table.add_row(f"{name} {marks}".strip(), str(row["threads_per_rank"]), _splits(row),
-                      f"{row['predicted_prefill_ms']:.2f}",
-                      f"{row['measured_prefill_ms']:.2f}", f"{row['prefill_error']:+.0%}",
+        table.add_row(f"{_layout(row)} {marks}".strip(), str(row["threads_per_rank"]),
+                      *((_splits(row),) if with_layers else ()),
+                      f"{row['predicted_prefill_ms']:.2f}", f"{row['measured_prefill_ms']:.2f}",
+                      f"{row['prefill_error']:+.0%}",
                       f"{row['predicted_decode_ms']:.3f}", f"{row['measured_decode_ms']:.3f}", f"{row['error']:+.0%}")
     return table
+
+
+def _layout(row: dict[str, Any]) -> str:
+    return f"tp{row['tp']} pp{row['pp']} dp{row['dp']}"
 
 
 def _splits(row: dict[str, Any]) -> str:
     """Layers per stage the runner ran and the planner priced, `2/1/1 | 2/1/1` (a mismatch is flagged)."""
     ran, priced = ("/".join(str(s["layers"]) for s in row[key]) for key in ("stages_run", "stages_priced"))
-    return f"{ran} | {priced}" if row["stages_run"] == row["stages_priced"] else f"[red]{ran} | {priced} DIFFER"
+    return f"{ran} | {priced}" if row["stages_run"] == row["stages_priced"] else f"[red]{ran} | {priced} DIFFER[/]"
 
 
 def _same(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
@@ -124,10 +134,18 @@ def _same(row: dict[str, Any], best: dict[str, Any] | None) -> bool:
 
 
 def print_validate(result: dict[str, Any], console: Console) -> None:
-    console.print(validate_table(result))
-    console.print(f"load average {result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after "
-                  f"({result['cores']} cores).", highlight=False)
-    console.print("P: the planner's best (lowest predicted decode ms/token); M: the measured best. "
-                  f"Order {'matches' if result['order_matches'] else 'DIFFERS'}: predicted "
-                  f"{' < '.join(result['predicted_order'])}; measured {' < '.join(result['measured_order'])}.",
-                  highlight=False)
+    """The table at the console's width: the layers column moves under it when the width cannot hold it."""
+    table = validate_table(result)
+    lines: list[Any] = []
+    if console.measure(table, options=console.options.update_width(10_000)).maximum > console.width:
+        table = validate_table(result, with_layers=False)
+        differ = [f"{_layout(r)}: {_splits(r)}" for r in result["rows"] if r["stages_run"] != r["stages_priced"]]
+        lines.append(Text("layers per stage ran | priced: " + ("; ".join(differ) if differ else
+                                                               "as priced for every layout")))
+    lines += [Text(f"load average {result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after "
+                   f"({result['cores']} cores)."),
+              Text("Times in ms, decode per token; err: (predicted - measured) / measured."),
+              Text("P: the planner's best (lowest predicted decode ms/token); M: the measured best."),
+              Text(f"Order {'matches' if result['order_matches'] else 'DIFFERS'}: predicted "
+                   f"{' < '.join(result['predicted_order'])}; measured {' < '.join(result['measured_order'])}.")]
+    emit(console, table, *lines)
