@@ -27,21 +27,24 @@ def _wrong(row: dict[str, Any] | None) -> str:
     return "N/A" if row.get("wrong") is None else str(row["wrong"])
 
 
-def op_table(op: str, rows: list[dict[str, Any]], with_count: bool) -> Table:
+FORM_LABELS = {False: ("out-of-place", "out"), True: ("in-place", "in")}  # nccl-tests' group labels, then short
+
+
+def op_table(op: str, rows: list[dict[str, Any]], with_count: bool, short: bool = False) -> Table:
     """One op's sweep as nccl-tests prints it: size, count, then time/algbw/busbw/#wrong out of place and in
-    place (the forms the op has); its reduction and root in the title."""
+    place (the forms the op has); its reduction and root in the title. `short`: the forms labelled out/in."""
     first = rows[0]
     title = op + (f", redop {first['redop']}" if first["redop"] != "none" else "") + (
         f", root {first['root']}" if first["root"] >= 0 else "")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    table.add_column("size\n(B)", justify="right", no_wrap=True)
+    table.add_column("size\n(B)", justify="right", overflow="fold")
     if with_count:
-        table.add_column("count\n(elts)", justify="right", no_wrap=True)
+        table.add_column("count\n(elts)", justify="right", overflow="fold")
     forms = [place for place in (False, True) if any(r["in_place"] == place for r in rows)]
     for place in forms:
         for i, name in enumerate(GROUP_COLUMNS):
-            label = ("in-place" if place else "out-of-place") if i == 0 else ""
-            table.add_column(f"{label}\n{name}" if label else f"\n{name}", justify="right", no_wrap=True)
+            label = FORM_LABELS[place][short] if i == 0 else ""
+            table.add_column(f"{label}\n{name}", justify="right", overflow="fold")
     by_size: dict[int, dict[bool, dict[str, Any]]] = {}
     for row in rows:
         by_size.setdefault(row["size_bytes"], {})[row["in_place"]] = row
@@ -56,25 +59,28 @@ def op_table(op: str, rows: list[dict[str, Any]], with_count: bool) -> Table:
 
 
 def bench_tables(result: dict[str, Any], console: Console) -> list[Table]:
-    """One table per op, with the element count where the console's width leaves room for it."""
+    """One table per op: the element count and the long form labels where the console's width holds them."""
     by_op: dict[str, list[dict[str, Any]]] = {}
     for row in result["results"]:
         by_op.setdefault(row["op"], []).append(row)
     tables = []
     for op, rows in by_op.items():
-        table = op_table(op, rows, with_count=True)
-        natural = console.measure(table, options=console.options.update_width(10_000)).maximum  # unclamped
-        if natural > console.width:
-            table = op_table(op, rows, with_count=False)
-        tables.append(table)
+        choices = [op_table(op, rows, count, short) for count, short in ((True, False), (False, False), (False, True))]
+        tables.append(next((t for t in choices if natural_width(t, console) <= console.width), choices[-1]))
     return tables
+
+
+def natural_width(table: Table, console: Console) -> int:
+    """The width `table` takes when nothing limits it (console.measure clamps to the console's width)."""
+    return console.measure(table, options=console.options.update_width(10_000)).maximum
 
 
 def print_bench(result: dict[str, Any], console: Console) -> None:
     """The header line, a table per op, the chart, what was skipped and nccl-tests' closing lines."""
     head = (f"{result['backend']} on {result['device']}, groups of {result['group_size']} ({result['group']}), "
             f"{result['dtype']}, {result['iters']} iters")
-    lines: list[Any] = [Text(head), Text("time in us, bandwidths in GB/s"), *bench_tables(result, console)]
+    lines: list[Any] = [Text(head), Text("time in us, bandwidths in GB/s; out: out of place, in: in place"),
+                        *bench_tables(result, console)]
     data = series(result["results"])
     top = max((bw for pts in data.values() for _, bw in pts), default=0.0)
     if data:
@@ -137,7 +143,7 @@ def print_validate(result: dict[str, Any], console: Console) -> None:
     """The table at the console's width: the layers column moves under it when the width cannot hold it."""
     table = validate_table(result)
     lines: list[Any] = []
-    if console.measure(table, options=console.options.update_width(10_000)).maximum > console.width:
+    if natural_width(table, console) > console.width:
         table = validate_table(result, with_layers=False)
         differ = [f"{_layout(r)}: {_splits(r)}" for r in result["rows"] if r["stages_run"] != r["stages_priced"]]
         lines.append(Text("layers per stage ran | priced: " + ("; ".join(differ) if differ else
