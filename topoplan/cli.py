@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 
 import typer
@@ -24,6 +26,25 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@contextmanager
+def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar on stderr for a long command, fed (label, done, total): drawn on a terminal (or with
+    TOPOPLAN_PROGRESS=1), never with --json or into a pipe; None when not drawn."""
+    from topoplan.runner.process import Progress
+
+    with Progress.on_rank(0, quiet) as progress:
+        if progress.bar is None:
+            yield None
+            return
+        update = progress.task("starting")
+        yield lambda label, done, total: update(done, total, label)
+
+
+def warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
 
 
 def fail(error: TopoplanError) -> typer.Exit:
@@ -129,8 +150,7 @@ def plan_command(
         result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
-    for warning in result.warnings:
-        print(f"topoplan: warning: {warning}", file=sys.stderr)
+    warn(result.warnings)
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
@@ -320,6 +340,8 @@ def calibrate_command(
                              "(default: NVML)."),
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
+    force: bool = typer.Option(False, "--force", help="Measure and write even when the machine is busy (the file "
+                               "records the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
@@ -328,10 +350,13 @@ def calibrate_command(
 
     try:
         check_folder(out)
-        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
+        with progress_steps(as_json) as on_step:
+            document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
+                                 force=force, on_step=on_step)
         path = write_calibration(out, document)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(document["measured"]["load"]["warnings"])
     if as_json:
         print(json.dumps(document, indent=2))
     else:
@@ -355,6 +380,8 @@ def validate_command(
     gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
     repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
+    force: bool = typer.Option(False, "--force", help="Measure even when the machine is busy (the result records "
+                               "the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
@@ -364,10 +391,12 @@ def validate_command(
     from topoplan.bench.validate import validate
 
     try:
-        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                          repeats=repeats, timeout_s=timeout)
+        with progress_steps(as_json) as on_step:
+            result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                              repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(result["load"]["warnings"])
     if as_json:
         print(json.dumps(result, indent=2))
     else:
