@@ -1,6 +1,7 @@
 """`topoplan bench` end to end: 2 gloo ranks on this machine, tiny sizes."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,17 +13,21 @@ from topoplan.bench.definitions import OPS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def topoplan(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def topoplan(*args: str, timeout: float = 180, progress: bool = False) -> subprocess.CompletedProcess:
+    """The CLI with stdout and stderr piped; `progress`: TOPOPLAN_PROGRESS=1, drawn as on a terminal."""
+    env = {k: v for k, v in os.environ.items() if k != "TOPOPLAN_PROGRESS"} | (
+        {"TOPOPLAN_PROGRESS": "1"} if progress else {})
     return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     svg = tmp_path_factory.mktemp("bench") / "busbw.svg"
     done = topoplan("bench", "--ranks", "2", "--backend", "gloo", "--sizes", "4K:16K", "--iters", "2", "--warmup", "1",
-                    "--json", "--plot", str(svg))
+                    "--json", "--plot", str(svg), progress=True)
     assert done.returncode == 0, done.stderr
+    assert "sweeping" not in done.stderr  # --json: no progress bar, even where one could be drawn
     return json.loads(done.stdout), svg
 
 
@@ -117,10 +122,18 @@ def test_nccl_without_cuda_is_refused_in_the_parent():
     assert done.stderr.count("\n") == 1 and "[rank" not in done.stderr
 
 
+def test_progress_is_drawn_on_a_terminal_only():
+    args = ("bench", "--ranks", "1", "--sizes", "4K", "--iters", "1", "--warmup", "0", "--ops", "all_reduce")
+    forced = topoplan(*args, progress=True)  # as if stderr were a terminal
+    assert forced.returncode == 0, forced.stderr
+    assert "sweeping" in forced.stderr and "\x1b[" in forced.stderr and "sweeping" not in forced.stdout
+
+
 def test_one_rank_skips_sendrecv_and_table_lists_it():
     done = topoplan("bench", "--ranks", "1", "--sizes", "4K", "--iters", "1", "--warmup", "0",
                     "--ops", "all_reduce,sendrecv")
     assert done.returncode == 0, done.stderr
+    assert "sweeping" not in done.stderr  # piped: no progress bar
     assert "all_reduce" in done.stdout and "skipped sendrecv: sendrecv needs at least 2 ranks" in done.stdout
 
 

@@ -159,3 +159,19 @@ def test_validate_refuses_a_busy_machine_before_any_run(monkeypatch, tmp_path):
     monkeypatch.setattr(topoplan.bench.launch, "spawn_ranks", lambda *a, **k: pytest.fail("a rank started"))
     with pytest.raises(TopoplanError, match="busy: load average 8.60.*--force"):
         validate_module.validate("tiny", "tp=1", str(path), sources=sources(load=8.6, others_per_call=0.0))
+
+
+def test_progress_steps_draw_on_a_terminal_only(monkeypatch, capsys):
+    """The bar calibrate and validate feed: drawn when forced as on a terminal, never with --json or piped."""
+    monkeypatch.setenv("TOPOPLAN_PROGRESS", "1")
+    with cli.progress_steps(quiet=False) as on_step:
+        assert on_step is not None
+        on_step("the 2-rank sweep", 0, 3)
+        on_step("the probes at 1 thread(s)", 1, 3)
+    assert "the probes at 1 thread(s)" in capsys.readouterr().err
+    with cli.progress_steps(quiet=True) as on_step:  # --json
+        assert on_step is None
+    monkeypatch.delenv("TOPOPLAN_PROGRESS")
+    with cli.progress_steps(quiet=False) as on_step:  # stderr is pytest's capture, not a terminal
+        assert on_step is None
+    assert capsys.readouterr().err == ""
