@@ -121,4 +121,4 @@ def test_validate(width):
     check(text, width)
     for value in ("685.62", "12345.68", "-94%", "123.457", "1098.765", "tp1 pp2 dp1 "):
         assert value in text
-    assert "12/12 | 13/11 DIFFER" in text  # the layer split mismatch, in the table or under it
+    assert "12/12 | 13/11 DIFFER" in text and "[red]" not in text  # the mismatch, in the table or under it

@@ -146,8 +146,8 @@ def print_validate(result: dict[str, Any], console: Console) -> None:
     if natural_width(table, console) > console.width:
         table = validate_table(result, with_layers=False)
         differ = [f"{_layout(r)}: {_splits(r)}" for r in result["rows"] if r["stages_run"] != r["stages_priced"]]
-        lines.append(Text("layers per stage ran | priced: " + ("; ".join(differ) if differ else
-                                                               "as priced for every layout")))
+        lines.append(Text.from_markup("layers per stage ran | priced: " + ("; ".join(differ) if differ else
+                                                                           "as priced for every layout")))
     lines += [Text(f"load average {result['load_average'][0]:.2f} before, {result['load_average'][1]:.2f} after "
                    f"({result['cores']} cores)."),
               Text("Times in ms, decode per token; err: (predicted - measured) / measured."),

@@ -59,12 +59,12 @@ def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
                                options, on_point=on_point)
     if env.rank != 0:
         return None
+    rows = [asdict(m) for m in found]
     return {
         "backend": backend, "device": device.type, "dtype": r.dtype, "world": env.world_size,
         "group": r.group, "groups": [list(g) for g in groups], "group_size": group.size,
         "iters": r.iters, "warmup": r.warmup, "sizes": list(r.sizes), "redop": r.redop, "root": r.root,
-        "check": r.check, "results": [asdict(m) for m in found], "skipped": skipped,
-        "avg_busbw_gbps": avg_busbw([asdict(m) for m in found]),
+        "check": r.check, "results": rows, "skipped": skipped, "avg_busbw_gbps": avg_busbw(rows),
     }
 
 
