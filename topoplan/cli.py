@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 
 import typer
@@ -29,6 +31,25 @@ app = typer.Typer(
 list_app = typer.Typer(help="The catalogs the planner prices with (GPUs, models), each entry with its source.",
                        no_args_is_help=True)
 app.add_typer(list_app, name="list")
+
+
+@contextmanager
+def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar on stderr for a long command, fed (label, done, total): drawn on a terminal (or with
+    TOPOPLAN_PROGRESS=1), never with --json or into a pipe; None when not drawn."""
+    from topoplan.runner.process import Progress
+
+    with Progress.on_rank(0, quiet) as progress:
+        if progress.bar is None:
+            yield None
+            return
+        update = progress.task("starting")
+        yield lambda label, done, total: update(done, total, label)
+
+
+def warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
 
 
 def fail(error: TopoplanError) -> typer.Exit:
@@ -167,6 +188,7 @@ def plan_command(
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.plan.render import plan_table
+    from topoplan.terminal import emit
 
     try:
         if top < 0:
@@ -182,13 +204,12 @@ def plan_command(
             result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
-    for warning in result.warnings:
-        print(f"topoplan: warning: {warning}", file=sys.stderr)
+    warn(result.warnings)
     if as_json:
         print(json.dumps(plan_json(result, top or None), indent=1))
     else:
         console = Console()
-        console.print(plan_table(result, top or None, console.width))
+        emit(console, plan_table(result, top or None, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
 
@@ -256,7 +277,7 @@ def launch(
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
-        explain_spec(spec, Console(stderr=True, width=160))
+        explain_spec(spec, Console(stderr=True))
     if output:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
@@ -326,6 +347,12 @@ def bench_command(
     timeout: float = typer.Option(bench_defaults.DEFAULT_TIMEOUT_S, "--timeout",
                                   help="Seconds for rendezvous and each collective."),
     plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
+    check: bool = typer.Option(False, "--check", "-c", help="Verify every result (nccl-tests' -c): the #wrong "
+                               "column counts the wrong elements over all ranks."),
+    redop: str = typer.Option("sum", "--redop", "-o", help="Reduction of all_reduce, reduce and reduce_scatter: "
+                              "sum, prod, min, max or avg (avg: NCCL only)."),
+    root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
+                             "the group)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
@@ -340,9 +367,10 @@ def bench_command(
     try:
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
                                             backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
-                                            plot=plot)
-        result = spawn_json(request.world(), "topoplan.bench.worker", request.worker_argv(), echo=not as_json,
-                            what="bench")
+                                            plot=plot, redop=redop, root=root, check=check)
+        world = request.world()
+        request.check_backend(world)
+        result = spawn_json(world, "topoplan.bench.worker", request.worker_argv(), echo=not as_json, what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))
@@ -366,6 +394,8 @@ def calibrate_command(
                              "(default: NVML)."),
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
+    force: bool = typer.Option(False, "--force", help="Measure and write even when the machine is busy (the file "
+                               "records the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
@@ -374,10 +404,13 @@ def calibrate_command(
 
     try:
         check_folder(out)
-        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
+        with progress_steps(as_json) as on_step:
+            document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
+                                 force=force, on_step=on_step)
         path = write_calibration(out, document)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(document["measured"]["load"]["warnings"])
     if as_json:
         print(json.dumps(document, indent=2))
     else:
@@ -401,6 +434,8 @@ def validate_command(
     gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
     repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
+    force: bool = typer.Option(False, "--force", help="Measure even when the machine is busy (the result records "
+                               "the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
@@ -410,10 +445,12 @@ def validate_command(
     from topoplan.bench.validate import validate
 
     try:
-        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                          repeats=repeats, timeout_s=timeout)
+        with progress_steps(as_json) as on_step:
+            result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                              repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(result["load"]["warnings"])
     if as_json:
         print(json.dumps(result, indent=2))
     else:

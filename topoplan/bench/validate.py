@@ -11,8 +11,8 @@ the repeats is kept.
 
 from __future__ import annotations
 
-import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from topoplan.bench.cpu import load_cpu_entry
 from topoplan.bench.cpu_plan import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
+from topoplan.bench.load import LoadMonitor, Sources
 from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
@@ -97,8 +98,13 @@ def _rel(predicted: float, measured: float) -> float:
 
 
 def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 2, prompt_len: int = 32,
-             gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Predict and measure every candidate layout; the `--json` contract of docs/bench.md."""
+             gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0, force: bool = False,
+             sources: Sources | None = None,
+             on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Predict and measure every candidate layout; the `--json` contract of docs/bench.md.
+
+    A busy machine (topoplan.bench.load) is refused before any run unless `force`; runs other processes
+    disturbed are reported in the result's "load" warnings. `on_step(label, done, total)` reports progress."""
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed on CPU: run `topoplan calibrate` first (the planner has "
                             "no built-in CPU figures)")
@@ -108,16 +114,24 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     if gen_len < 2:
         raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
     entry = load_cpu_entry(calibration)
-    load_before = os.getloadavg()[0]
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     cores = len(cpu_cores())
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
+    monitor = LoadMonitor("validate", sources or Sources())
+    monitor.check_quiet(force)
     runs: list[list[dict]] = [[] for _ in candidates]
-    for _ in range(repeats):
+    total = repeats * len(candidates)
+    for round_ in range(repeats):
         for i, cand in enumerate(candidates):
-            runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
+            label = f"run {round_ + 1}/{repeats} of {cand.layout}"
+            if on_step:
+                on_step(label, round_ * len(candidates) + i, total)
+            with monitor.window(label):
+                runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
+    if on_step:
+        on_step("done", total, total)
     rows = []
     for cand, cost, results in zip(candidates, predicted, runs):
         timings = [r["timing"] for r in results]
@@ -134,6 +148,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "measured_decode_ms_runs": [t["decode_ms_per_token"] for t in timings],
                      "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
+    load = monitor.report()
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
     name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
@@ -141,7 +156,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                                         "measured_decode_ms")}
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
-            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], "rows": rows,
+            "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
+            "rows": rows,
             "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

@@ -55,10 +55,12 @@ def _print_table(topo: Topology) -> None:
 
     from rich.console import Console
 
+    from topoplan.terminal import emit
+
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH
-    console.print(_table_view(topo))
+    emit(console, _table_view(topo))
 
 
 def _plain_table(topo: Topology) -> str:
