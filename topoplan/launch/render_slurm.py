@@ -4,7 +4,8 @@
   allocation of whole nodes). It does not use `--gpu-bind=map_gpu`: that leaves each task one visible GPU,
   and NCCL's peer-to-peer path (NVLink, PCIe P2P) between ranks of a node needs every GPU of the node visible
   in each process. Instead the per-rank wrapper sets CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES
-  to the node's planned GPUs in local-rank order (topoplan.launch.spec), so task i uses cuda:i.
+  (HIP_VISIBLE_DEVICES on AMD, launch/device_env.py) to the node's planned GPUs in local-rank order, so task i
+  uses cuda:i. (On AMD nodes Slurm sets ROCR_VISIBLE_DEVICES to the step's GPUs: all of the node's, as asked.)
 - Slurm's GPU ids follow gres.conf; with `AutoDetect=nvml` and whole nodes they are the nvidia-smi (PCI bus)
   indices the plan uses. That is the assumption here.
 - CPUs and memory: `--cpu-bind=mask_cpu:` and `--mem-bind=[prefer,]map_mem:` bind before the program
