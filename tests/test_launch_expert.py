@@ -212,3 +212,21 @@ def test_calibrate_accepts_both_names():
     done = subprocess.run(["python3", "-m", "topoplan", "calibrate", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200"))
     assert "--topo" in done.stdout and "--file" in done.stdout
+
+
+def test_cpu_slots_fill_numa_nodes_in_blocks(monkeypatch):
+    import topoplan.launch.cpu_slots as slots_module
+
+    monkeypatch.setattr(slots_module, "cpu_cores", lambda: [0, 1, 2, 3, 4, 5, 6, 7])
+    facts = CpuFacts({}, {0: (0, 1, 2, 3), 1: (4, 5, 6, 7), 2: ()})  # node 2: memory only
+    topo = slots_module.cpu_slots(4, facts)
+    assert [(g.numa_node, g.cpus) for g in topo.gpus] == [(0, (0, 1, 2, 3)), (0, (0, 1, 2, 3)),
+                                                         (1, (4, 5, 6, 7)), (1, (4, 5, 6, 7))]
+    assert topo.link("CPU0", "CPU1").code == "NODE" and topo.link("CPU1", "CPU2").code == "SYS"
+    spec = build_spec(topo, Layout(tp=2, dp=2), block_placements(Layout(tp=2, dp=2), [g.id for g in topo.gpus]),
+                      command=CMD, facts=facts, device="cpu")
+    assert [r.binding_argv()[1:3] for r in spec.ranks] == [["--physcpubind=0-1", "--preferred=0"],
+                                                           ["--physcpubind=2-3", "--preferred=0"],
+                                                           ["--physcpubind=4-5", "--preferred=1"],
+                                                           ["--physcpubind=6-7", "--preferred=1"]]
+    assert spec.gpus_per_node == 0 and not any("CUDA" in v.name or "NCCL" in v.name for r in spec.ranks for v in r.env)

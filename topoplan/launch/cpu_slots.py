@@ -29,4 +29,7 @@ def cpu_slots(per_node: int, facts: CpuFacts) -> Topology:
     for i in range(per_node):
         node, cpus = domains[i * len(domains) // per_node]
         slots.append(Gpu(f"CPU{i}", i, cpus=cpus, numa_node=node))
-    return build_topology(slots, [], {}, source=SOURCE)
+    # the `topo -m` classes of a pair of CPU processes: same NUMA node, or across the SMP interconnect
+    codes = {(a.id, b.id): "NODE" if a.numa_node == b.numa_node else "SYS" for a in slots for b in slots
+             if a.index < b.index}
+    return build_topology(slots, [], codes, source=SOURCE)
