@@ -9,6 +9,8 @@ import shlex
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from launch_support import FIXTURES, ROOT, block_placements
 from typer.testing import CliRunner
 
@@ -230,3 +232,17 @@ def test_cpu_slots_fill_numa_nodes_in_blocks(monkeypatch):
                                                            ["--physcpubind=4-5", "--preferred=1"],
                                                            ["--physcpubind=6-7", "--preferred=1"]]
     assert spec.gpus_per_node == 0 and not any("CUDA" in v.name or "NCCL" in v.name for r in spec.ranks for v in r.env)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12), st.text(max_size=12), st.text(max_size=12), st.text(max_size=12))
+def test_any_slurm_option_text_is_refused_or_stays_one_word(partition, account, time_limit, job_name):
+    try:
+        options = LauncherOptions(partition, account, time_limit, job_name)
+    except TopoplanError as error:
+        assert "\n" not in str(error)
+        return
+    spec = build_spec(read_topology(str(DGX)), Layout(tp=2), block_placements(Layout(tp=2), ["GPU0", "GPU1"]),
+                      command=CMD, launcher=options)
+    header = [line for line in render(spec, "sbatch").splitlines() if line.startswith("#SBATCH")]
+    assert [shlex.split(line) for line in header[:4]] == [["#SBATCH", word] for word in options.slurm_args()]
