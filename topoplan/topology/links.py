@@ -28,7 +28,7 @@ class LinkKind(str, Enum):
         return list(LinkKind).index(self)
 
 
-_NV_CODE = re.compile(r"^NV(\d+)$")
+_NV_CODE = re.compile(r"^NV(\d{1,3})$")  # at most 18 links join two GPUs (B200)
 _PLAIN_CODES = {
     "PIX": LinkKind.PIX,
     "PXB": LinkKind.PXB,

@@ -33,10 +33,10 @@ _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GP
 _GPU_LABEL = re.compile(r"^GPU\d+$")
 _NIC_LABEL = re.compile(r"^NIC\d+$")
 _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_NUMBER = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[0-9]{1,9}")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
-_LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
+_LEGEND_NIC = re.compile(r"^\s*NIC(\d{1,6})\s*:\s*(\S+)\s*$")
 _MAX_NUMBER = MAX_CPU  # NUMA node numbers too: a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 

@@ -1,0 +1,44 @@
+"""Sizes no real machine or file reaches, so input beyond them is refused in one line instead of costing
+minutes or gigabytes. docs/limits.md lists each with the largest real case it leaves room for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+from topoplan.errors import TopoplanError
+
+# Input files: the largest real input is an NVML recording of a 72-GPU rack (~1 MB); 32 MiB is 30x that.
+MAX_INPUT_BYTES = 32 * 2**20
+# JSON nesting: recordings and calibrations nest 4-6 deep; HF configs 3-4 (rope_scaling, quantization_config).
+MAX_JSON_DEPTH = 64
+# Digits in any integer read from text: 18 digits hold every count, size and id a machine reports (int64).
+MAX_DIGITS = 18
+# One node: the largest single-OS-image GPU machines hold 16 GPUs (HGX-2, DGX-2), NICs a few dozen.
+MAX_GPUS_PER_NODE = 64
+MAX_NICS_PER_NODE = 128
+# Clusters: the largest published training clusters have ~100k GPUs; 16,384 nodes x 8 GPUs covers them.
+MAX_NODES = 16_384
+# Processes one `run`/`bench` may start on this machine: ranks beyond 8 per CPU only time-slice.
+RANKS_PER_CPU = 8
+
+
+def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX_INPUT_BYTES) -> bytes:
+    """At most `cap` bytes of `path` (or of `stream`, e.g. stdin): a larger input (or an endless one such as
+    /dev/zero) is refused after reading cap+1 bytes, never loaded whole."""
+    if stream is not None:
+        data = stream.read(cap + 1)
+    else:
+        with open(path, "rb") as handle:
+            data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise TopoplanError(f"larger than {cap // 2**20} MiB, the most topoplan reads from one input file; "
+                            f"expected a topology, recording, config or calibration file", source=str(path))
+    return data
+
+
+def check_digits(text: str, source: str | Path | None = None, line: int | None = None) -> int:
+    """`text` (digits only) as an int, refusing more than MAX_DIGITS digits before Python converts it."""
+    if len(text) > MAX_DIGITS:
+        raise TopoplanError(f"number with {len(text)} digits; expected at most {MAX_DIGITS}", source=source, line=line)
+    return int(text)
