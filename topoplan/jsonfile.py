@@ -19,7 +19,8 @@ def parse_json(text: str, source: str | Path, what: str) -> Any:
     NaN/Infinity and numbers that overflow to infinity (not JSON; they would print as invalid JSON later)."""
     _check_depth(text, source, what)
     try:
-        return json.loads(text, parse_int=lambda s: _int(s, source, what), parse_float=lambda s: _float(s, source, what),
+        return json.loads(text, parse_int=lambda s: _int(s, source, what),
+                          parse_float=lambda s: _float(s, source, what),
                           parse_constant=lambda s: _constant(s, source, what))
     except json.JSONDecodeError as error:
         raise TopoplanError(f"not valid JSON ({error.msg}); expected {what}", source=source,

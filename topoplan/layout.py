@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_NODES
 
 
 @dataclass(frozen=True, order=True)
@@ -62,9 +63,9 @@ class RankCoords:
 
 
 def check_nodes(nodes: int) -> None:
-    """A layout spreads over at least one node (`--nodes` of plan and launch)."""
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be >= 1, got {nodes}")
+    """A layout spreads over at least one node, at most MAX_NODES (`--nodes` of plan and launch)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise TopoplanError(f"--nodes must be from 1 to {MAX_NODES}, got {nodes}")
 
 
 GROUP_KINDS = ("tp", "pp", "dp")

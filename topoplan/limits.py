@@ -12,13 +12,15 @@ from topoplan.errors import TopoplanError
 MAX_INPUT_BYTES = 32 * 2**20
 # JSON nesting: recordings and calibrations nest 4-6 deep; HF configs 3-4 (rope_scaling, quantization_config).
 MAX_JSON_DEPTH = 64
-# Digits in any integer read from text: 18 digits hold every count, size and id a machine reports (int64).
-MAX_DIGITS = 18
-# One node: the largest single-OS-image GPU machines hold 16 GPUs (HGX-2, DGX-2), NICs a few dozen.
-MAX_GPUS_PER_NODE = 64
+# Digits in any integer read from text: 20 hold every count, size, id and 64-bit mask a machine reports (uint64).
+MAX_DIGITS = 20
+# One node: the largest single-OS-image GPU machines hold 16 GPUs (HGX-2, DGX-2) or 20 single-slot PCIe cards;
+# NICs a few dozen. Placement search grows with the cube of GPUs per node: 32 plans in seconds.
+MAX_GPUS_PER_NODE = 32
 MAX_NICS_PER_NODE = 128
-# Clusters: the largest published training clusters have ~100k GPUs; 16,384 nodes x 8 GPUs covers them.
-MAX_NODES = 16_384
+# Clusters: one inference deployment spans at most a few hundred nodes; 4,096 nodes x 8 GPUs (32k GPUs) is
+# beyond any published one and still plans in seconds.
+MAX_NODES = 4_096
 # Processes one `run`/`bench` may start on this machine: ranks beyond 8 per CPU only time-slice.
 RANKS_PER_CPU = 8
 

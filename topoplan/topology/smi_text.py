@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from topoplan.cpuset import MAX_CPU, parse_cpu_list
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
@@ -170,6 +171,10 @@ def _parse_header(line: Line, source: str) -> _Header:
                                 source=source, line=line.number)
     if len(set(devices)) != len(devices):
         raise TopoplanError("header: a device column is named twice", source=source, line=line.number)
+    if n_gpus > MAX_GPUS_PER_NODE or len(devices) - n_gpus > MAX_NICS_PER_NODE:
+        raise TopoplanError(f"{n_gpus} GPUs and {len(devices) - n_gpus} NICs in one matrix; one node has at most "
+                            f"{MAX_GPUS_PER_NODE} GPUs and {MAX_NICS_PER_NODE} NICs (docs/limits.md)",
+                            source=source, line=line.number)
     return _Header(line, devices, trailing, n_gpus)
 
 
