@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
+from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 
 # Input files: the largest real input is an NVML recording of a 72-GPU rack (~1 MB); 32 MiB is 30x that.
@@ -21,8 +22,15 @@ MAX_NICS_PER_NODE = 128
 # Clusters: one inference deployment spans at most a few hundred nodes; 4,096 nodes x 8 GPUs (32k GPUs) is
 # beyond any published one and still plans in seconds.
 MAX_NODES = 4_096
-# Processes one `run`/`bench` may start on this machine: ranks beyond 8 per CPU only time-slice.
+# Processes one `run`/`bench` may start on this machine: each local rank is a whole Python process with torch
+# loaded (~0.3 GB, seconds to start); beyond a few per CPU they only time-slice, and thousands would exhaust
+# memory before measuring anything.
 RANKS_PER_CPU = 8
+
+
+def max_local_ranks() -> int:
+    """The most ranks started on this machine (see RANKS_PER_CPU)."""
+    return RANKS_PER_CPU * len(cpu_cores())
 
 
 def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX_INPUT_BYTES) -> bytes:
