@@ -6,6 +6,7 @@ planner places and prices: there is no second grid here.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -110,8 +111,9 @@ def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str
 
 def rendezvous_store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
     """The rendezvous store, listening on MASTER_ADDR only (127.0.0.1 for one machine), not on every interface
-    as TCPStore's own listener does: rank 0 binds the socket itself and hands it over (master_listen_fd)."""
-    if env.rank != 0:
+    as TCPStore's own listener does: rank 0 binds the socket itself and hands it over (master_listen_fd).
+    Under torchrun the agent already serves the store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): join it."""
+    if env.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, timeout=timeout)
     family = socket.AF_INET6 if ":" in env.master_addr else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)

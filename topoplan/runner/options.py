@@ -66,11 +66,10 @@ class RunOptions:
             value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
             if isinstance(value, bool):
                 argv += [flag] if value else []
-            elif isinstance(value, list):
-                for item in value:
-                    argv += [flag, str(item)]
+            elif isinstance(value, list):  # `--flag=value`: a value starting with "-" is not read as an option
+                argv += [f"{flag}={item}" for item in value]
             elif value is not None:
-                argv += [flag, str(value)]
+                argv.append(f"{flag}={value}")
         return argv
 
     @property
