@@ -27,9 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from fuzz_cases import WouldSpawn, make_case, materialise, no_ranks  # noqa: E402
+
 import topoplan.bench.launch  # noqa: E402
 import topoplan.runner.local  # noqa: E402
-from fuzz_cases import WouldSpawn, make_case, materialise, no_ranks  # noqa: E402
 from topoplan import cli  # noqa: E402
 
 
