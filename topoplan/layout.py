@@ -44,7 +44,7 @@ class Layout:
         """Read `tp=4,pp=2,dp=1` (any order, missing degrees are 1)."""
         values: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            match = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d+)", part)
+            match = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d{1,9})", part)  # 9 digits: no int-string limit
             if not match or match.group(1) in values:
                 raise TopoplanError(f"layout {text!r}: expected tp=N,pp=N,dp=N (each at most once), got {part!r}")
             values[match.group(1)] = int(match.group(2))
