@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOPO = ROOT / "fixtures" / "topo"
 DGX = TOPO / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
-PASTES = sorted(p for p in TOPO.glob("*.txt") if ".measured" not in p.name and ".p2p" not in p.name)
+PASTES = sorted([*(p for p in TOPO.glob("*.txt") if ".measured" not in p.name and ".p2p" not in p.name),
+                 *(ROOT / "fixtures" / "amd").glob("*.txt"), *(ROOT / "fixtures" / "nccl").glob("*.xml")])
 RECORDINGS = sorted((ROOT / "fixtures" / "nvml").glob("*.json"))
 HUGE = "9" * 5000  # past Python's 4,300-digit int-string limit
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
