@@ -139,7 +139,7 @@ def test_cpu_launch_asks_for_no_gpu():
     assert header == ["#SBATCH '--job-name=tiny tp2'", "#SBATCH --partition=debug", "#SBATCH --time=10",
                       "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --exclusive"]
     assert "gpu" not in result.stdout.replace("topoplan", "").lower()  # no --gres/--gpus*, no CUDA variables
-    assert words(result.stdout)[-2:] == ["--prompt-ids", "1,2,3"] and "--backend gloo" in result.stdout
+    assert words(result.stdout)[-1] == "--prompt-ids=1,2,3" and "--backend=gloo" in words(result.stdout)
     data = json.loads(launch("--device", "cpu", "--layout", "tp=2", "--format", "json").stdout)
     assert data["device"] == "cpu" and all("CUDA_VISIBLE_DEVICES" not in r["env"] for r in data["ranks"])
     cpus = [set(r["cpus"]) for r in data["ranks"]]
