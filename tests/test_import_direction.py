@@ -22,7 +22,8 @@ ALLOWED = {
     "engines": {"base"},  # what each engine is, as data: read by plan, launch and bench, imports none of them
     "plan": {"base", "topology", "hardware", "machine", "models", "engines"},
     # launch writes the bundled runner's default command line: its options and built-in names, nothing else
-    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "runner.builtin", "runner.options"},
+    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan",
+               "runner.builtin", "runner.options"},
     "runner": {"base", "topology", "hardware", "models", "engines", "plan"},
     "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "runner"},
 }

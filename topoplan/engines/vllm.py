@@ -56,8 +56,8 @@ V1 = EngineProfile(
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 6, 8), max_bytes=8 * 1024 * 1024,
                             one_shot_max_bytes=((2, 8 * 1024 * 1024), (4, 512 * 1024), (8, 256 * 1024)),
                             one_shot_us=5.0, two_shot_us=10.0),
-    overheads=Overheads(memory_bandwidth_efficiency=0.80, flop_efficiency=0.60, layer_overhead_us=30.0,
-                        graph_layer_overhead_us=8.0, step_overhead_us=1000.0, step_overhead_per_rank_us=0.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.60, layer_overhead_us=30.0,
+                        graph_layer_overhead_us=64.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
         **MEMORY_SOURCES,
@@ -70,12 +70,16 @@ V1 = EngineProfile(
                                  "at 8-16 KiB for 2-8 GPUs (a100_sxm/0.14.0: 5.2-6.9 us)",
         "allreduce.two_shot_us": f"{AIC} h200_sxm/comm/vllm/0.24.0 vllm_graph: 10.5-11.1 us at 256 KiB, 4-8 GPUs",
         **{f"overheads.{k}": v for k, v in {
-            "memory_bandwidth_efficiency": "fitted (docs/engines.md): vLLM 0.12.0 H100 Qwen3-32B TP2/4/8 "
-                                           "TPOT, aiconfigurator 0.12 silicon_sample.csv",
+            "memory_bandwidth_efficiency": "fitted by benchmarks/engine_fit.py (grid top, 0.9) on vLLM 0.12.0 H100 "
+                                           "Qwen3-32B bf16 TP2/4/8 TPOT, prompt 1024 / gen 1024 "
+                                           "(tests/data/engine_measurements.json, aiconfigurator 0.12 "
+                                           "silicon_sample.csv); checked on the other 30 rows (docs/engines.md)",
             "flop_efficiency": "estimate, as the runner's default class of large cuBLAS/CUTLASS GEMMs",
             "layer_overhead_us": "prefill runs eagerly or piecewise-compiled: the FasterTransformer-fitted 30 us",
-            "graph_layer_overhead_us": "fitted (docs/engines.md): decode under full CUDA graphs",
-            "step_overhead_us": "fitted (docs/engines.md): scheduler, input preparation and sampling per step",
+            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 64 us per layer per decode step "
+                                       "(small kernels below peak bandwidth, QK-norm, attention's fixed cost)",
+            "step_overhead_us": "0: one model's rows cannot separate it from the per-layer figure (same layer "
+                                "count in every row), which absorbs it (benchmarks/engine_fit.py)",
             "step_overhead_per_rank_us": "V1 broadcasts the scheduler output once through shared memory "
                                          "(vllm/v1/executor/multiproc_executor.py): no per-rank term",
             "collective_base_us": "NCCL call under CUDA graphs (prefill-sized messages): fitted FasterTransformer "
