@@ -42,6 +42,11 @@ def test_json_keeps_every_field_and_adds_engine():
     assert plan_json("--engine", "topoplan") == default  # the default engine is the bundled runner's profile
 
 
+def test_the_table_names_the_engine():
+    run = topoplan("plan", "-m", "70b", *A100, "--engine", "sglang")
+    assert run.returncode == 0 and "ranked by latency for sglang@0.5" in run.stdout
+
+
 def test_unknown_engine_or_version_is_one_line_exit_2():
     for name, words in (("vllm@0.5", "no vllm profile for version '0.5'"), ("tgi", "unknown engine 'tgi'")):
         run = topoplan("plan", "-m", "70b", *A100, "--engine", name)
