@@ -12,7 +12,6 @@ from tests.test_plan_cli import DGX_A100, H100_NVL, topoplan
 from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import find_gpu
-from topoplan.layout import Layout
 from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
@@ -145,5 +144,5 @@ def test_h100_nvl_pairs_are_no_full_mesh_beyond_two():
     """H100 NVL boards bridge GPUs in pairs: a TP4 group has no full NVLink mesh, so vLLM falls back to NCCL."""
     out = json.loads(topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--engine", "vllm",
                               "--tp", "4", "--pp", "1", "--dp", "2", "--json").stdout)
-    assert not any("one-shot" in r for r in out["layouts"][0]["reasons"])
-    assert Layout(4).tp == 4
+    reasons = " ".join(out["layouts"][0]["reasons"])
+    assert "one-shot" not in reasons and "NVLink full mesh" not in reasons
