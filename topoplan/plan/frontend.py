@@ -63,7 +63,7 @@ def plan_for(request: PlanRequest) -> Plan:
     r = request
     engine = resolve(r.engine)
     spec = find_model(r.model)
-    cal = load_calibration(r.calibration, engine_calibration(engine))
+    cal = load_calibration(r.calibration, engine_calibration(engine), engine.name)
     topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
