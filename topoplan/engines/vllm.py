@@ -25,23 +25,25 @@ V0_2 = EngineProfile(
     parallelism=Parallelism(tp=True, pp=False, dp=False, ep=False, pads_vocab=True, tp_across_nodes=True),
     memory=MEMORY,
     allreduce=AllReducePath(custom=False),
-    overheads=Overheads(memory_bandwidth_efficiency=0.80, flop_efficiency=0.60, layer_overhead_us=60.0,
-                        graph_layer_overhead_us=60.0, step_overhead_us=3000.0, step_overhead_per_rank_us=300.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.80, flop_efficiency=0.60, layer_overhead_us=124.0,
+                        graph_layer_overhead_us=124.0, step_overhead_us=3000.0, step_overhead_per_rank_us=300.0,
                         collective_base_us=45.0),
     sources={
         **MEMORY_SOURCES,
-        "overheads.memory_bandwidth_efficiency": "same HBM efficiency as the FasterTransformer fit "
-                                                 "(docs/planner.md section 5): the weights stream through cuBLAS GEMMs",
+        # No published TP sweep of vLLM 0.2 was found: these are estimates, not fits (docs/engines.md).
+        "overheads.memory_bandwidth_efficiency": "estimate: the FasterTransformer fit's 0.8 (docs/planner.md "
+                                                 "section 5), below V1's fitted 0.9 (older attention kernels)",
         "overheads.flop_efficiency": "estimate: cuBLAS GEMMs at prefill sizes under xformers attention",
-        "overheads.layer_overhead_us": "eager PyTorch: ~12 kernels per layer at ~5 us launch each (CUDA graphs "
-                                       "came with PR #1926, December 2023, after 0.2.4)",
+        "overheads.layer_overhead_us": "estimate: vllm@0.32's fitted 64 us per layer plus eager launches, ~12 "
+                                       "kernels per layer at ~5 us each (CUDA graphs came with PR #1926, "
+                                       "December 2023, after 0.2.4)",
         "overheads.graph_layer_overhead_us": "no CUDA graphs in 0.2.0-0.2.4: the eager figure",
-        "overheads.step_overhead_us": "vLLM blog 2024-09-05: for Llama-3-8B on one H100 the GPU was busy only "
-                                      "38% of each step in v0.5.3 (API server 33%, scheduler 29%); 0.2 had the "
-                                      "same Python step loop without its later fixes",
-        "overheads.step_overhead_per_rank_us": "0.2 driver broadcasts each step's input metadata to every Ray "
-                                               "worker (vllm/worker/worker.py, broadcast of input tensors): "
-                                               "estimate per extra rank",
+        "overheads.step_overhead_us": "estimate: the Python scheduler, sampler and output processing per step; "
+                                      "vLLM blog 2024-09-05 measured the GPU busy only 38% of each step in v0.5.3 "
+                                      "(Llama-3-8B, one H100; API server 33%, scheduler 29%), 0.2 had the same "
+                                      "loop without its later fixes",
+        "overheads.step_overhead_per_rank_us": "estimate: the 0.2 driver broadcasts each step's inputs to every "
+                                               "Ray worker (vllm/worker/worker.py), a cost per extra rank",
         "overheads.collective_base_us": f"eager all-reduce launch: {AIC} a100_sxm/comm/vllm/0.14.0 "
                                         "custom_allreduce_perf vllm_eager 44 us at 8-16 KiB (eager launch cost)",
     },
