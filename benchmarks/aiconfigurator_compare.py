@@ -1,7 +1,10 @@
 """topoplan's engine profiles beside NVIDIA's aiconfigurator for the same configurations, and beside the
 published measurements where there are some (tests/data/engine_measurements.json).
 
-    python benchmarks/aiconfigurator_compare.py [--aic PATH] [--only issue|check|fit] [--json OUT]
+    python benchmarks/aiconfigurator_compare.py [--aic PATH] [--only issue|check|fit] [--json OUT] [--reuse JSON]
+
+--reuse takes aiconfigurator's figures from an earlier --json file (its estimates do not change; they take
+~1 min each) and prices topoplan's side again, e.g. after a profile's constants change.
 
 aiconfigurator 0.12 (pip `aiconfigurator==0.12`, in its own virtual environment: it pins pandas, pydantic...)
 runs offline: `aiconfigurator cli estimate` reads its bundled kernel tables and a local config.json. Found
@@ -125,15 +128,22 @@ def main() -> None:
     ap.add_argument("--aic", help="the aiconfigurator executable")
     ap.add_argument("--only", choices=("issue", "check", "fit"))
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--reuse", action="append", default=[], help="an earlier --json file: its aiconfigurator "
+                    "figures are reused for the same configurations (repeatable)")
     args = ap.parse_args()
     aic = find_aic(args.aic)
     rows = cases(args.only)
+    key = lambda c: (c["engine"], c["gpu"], c["model"], c["tp"], c["batch"], c["prompt"], c["gen"])  # noqa: E731
+    earlier = {key(c): c["aiconfigurator"] for path in args.reuse
+               for c in json.loads(Path(path).read_text())["rows"] if c["aiconfigurator"] is not None}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for case in rows:
             case.topoplan, _ = serving_tpot(resolve(case.engine), case.gpu, model_of(case.model), Layout(case.tp),
                                             case.batch, case.prompt, case.gen, case.dtype)
-            if aic:
+            if key(asdict(case)) in earlier:
+                case.aiconfigurator = earlier[key(asdict(case))]
+            elif aic:
                 case.aiconfigurator, case.note = run_aic(aic, case, Path(tmp))
             else:
                 case.note = "aiconfigurator not installed"
