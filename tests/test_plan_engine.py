@@ -67,7 +67,7 @@ def _pricer(engine: str) -> tuple[LinkPricer, Ring]:
     topo = read_topology(DGX_A100).with_arch(gpu.arch, gpu.key)
     profile = resolve(engine)
     cal = engine_calibration(profile)
-    return LinkPricer(topo, cal, 25.0, profile.allreduce), Ring.of([(0, f"GPU{i}") for i in range(8)])
+    return LinkPricer(topo, cal, 25.0, allreduce=profile.allreduce), Ring.of([(0, f"GPU{i}") for i in range(8)])
 
 
 def test_allreduce_path_by_hand():
