@@ -165,3 +165,9 @@ def test_a_calibration_files_engine_entry_applies_to_that_engine_only(tmp_path):
         load_calibration(path, engine="vllm")
     run = topoplan("plan", "-m", "70b", *A100, "--engine", "vllm", "--calibration", str(path))
     assert run.returncode == 2 and "engines.vllm.step_overhead_us" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_cpu_plans_refuse_a_serving_engine():
+    """`plan --device cpu` ranks the bundled runner's CPU processes; a serving engine's profile is for GPUs."""
+    run = topoplan("plan", "-m", "small", "--device", "cpu", "--engine", "vllm")
+    assert run.returncode == 2 and "--engine vllm" in run.stderr and run.stderr.count("\n") == 1, run.stderr
