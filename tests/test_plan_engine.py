@@ -5,6 +5,7 @@ line, exit 2."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -120,14 +121,14 @@ def test_a_calibration_reserve_overrides_the_engine_fraction():
 def test_step_overheads_and_cuda_graphs_change_decode_as_the_profile_says():
     """Same layout, only the per-step and per-layer constants differ: the difference is theirs alone."""
     base = engine_calibration(resolve("vllm"))
-    no_step = _cost("vllm", calibration=Calibration(**{**base.__dict__, "step_overhead_us": 0.0}))
+    no_step = _cost("vllm", calibration=replace(base, step_overhead_us=0.0))
     with_step = _cost("vllm", calibration=base)
     assert with_step.decode_ms_per_token - no_step.decode_ms_per_token == pytest.approx(
         resolve("vllm").overheads.step_overhead_us / 1e3)
-    eager = Calibration(**{**base.__dict__, "decode_layer_overhead_us": None})  # decode at the prefill overhead
+    eager = replace(base, decode_layer_overhead_us=None)  # decode at the prefill overhead
     assert _cost("vllm", calibration=eager).decode_ms_per_token - with_step.decode_ms_per_token == pytest.approx(
         80 * (base.layer_overhead_us - base.decode_layer_overhead_us) / 1e3)
-    per_rank = Calibration(**{**base.__dict__, "step_overhead_per_rank_us": 100.0})
+    per_rank = replace(base, step_overhead_per_rank_us=100.0)
     assert _cost("vllm", calibration=per_rank).decode_ms_per_token - with_step.decode_ms_per_token == pytest.approx(
         3 * 0.1)  # TP4: three ranks beyond the first
 
