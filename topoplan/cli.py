@@ -16,6 +16,7 @@ import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
+from topoplan.engines import DEFAULT_ENGINE
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -178,6 +179,9 @@ def plan_command(
     device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
                                       "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
                                       "the --calibration file's `cpu` entry."),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Serving engine to price for: topoplan (the bundled "
+                               "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
+                               "(docs/engines.md)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -194,7 +198,7 @@ def plan_command(
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
+                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration, engine=engine,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
         if device is PlanDevice.cpu:
             from topoplan.bench.cpu_plan import plan_cpu
