@@ -173,7 +173,20 @@ def launch(
     objective: str = typer.Option("latency", "--objective", help="Plan objective for --rank: latency or throughput."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes to spread the layout over."),
     hosts: str = typer.Option(None, "--hosts", help="Host names, one per node, node 0 first: a,b."),
-    port: int = typer.Option(DEFAULT_MASTER_PORT, "--port", help="Rendezvous TCP port on node 0."),
+    port: int = typer.Option(None, "--port", help=f"--engine topoplan: the rendezvous TCP port on node 0 (default "
+                             f"{DEFAULT_MASTER_PORT}). A serving engine: its HTTP port (default 8000)."),
+    master_port: int = typer.Option(None, "--master-port", help="A serving engine's rendezvous TCP port on node 0 "
+                                    f"(default {DEFAULT_MASTER_PORT})."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the bundled runner, per-rank lines), or a "
+                               "serving engine: vllm, sglang, trtllm (its own command per node; see "
+                               "docs/launch-engines.md)."),
+    device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on this machine's CPUs (--engine vllm, "
+                               "its CPU build)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="A serving engine's HTTP address."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
+                                      "the engine installed (default: python3 on PATH)."),
+    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
+                                     "(VLLM_CPU_KVCACHE_SPACE)."),
     fmt: LaunchFormat = typer.Option(LaunchFormat.shell, "--format", help="Launcher to write the lines for."),
     explain: bool = typer.Option(False, "--explain", help="Also print every variable's reason (on stderr)."),
     this_machine: bool = typer.Option(False, "--this-machine", help="The --topo file is of this machine: read SMT "
@@ -182,23 +195,38 @@ def launch(
     output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of "
                                "stdout."),
 ) -> None:
-    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
+    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
+    engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.launch.command import LaunchRequest, launch_spec, parse_hosts
+    from topoplan.engines import parse_engine
+    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
+    from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
+    from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.render import render
     from topoplan.layout import Layout
 
     try:
+        engine_id = parse_engine(engine)
+        serving = engine_id.name != "topoplan"
+        if not serving and master_port is not None:
+            raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
         request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
                                 topo=topo, p2p=p2p, gpu=gpu, objective=objective, nodes=nodes,
-                                hosts=parse_hosts(hosts), port=port, command=tuple(command or ()),
-                                this_machine=this_machine, checkpoint=checkpoint, prompts=tuple(prompt),
-                                prompt_ids=tuple(prompt_ids))
-        spec = launch_spec(request)
-        text = render(spec, fmt.value)
+                                hosts=parse_hosts(hosts),
+                                port=(master_port if serving else port) or DEFAULT_MASTER_PORT,
+                                command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
+                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=engine_id, device=device,
+                                host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
+                                engine_python=engine_python, kv_cache_gib=kv_cache_gib)
+        if serving:
+            served = engine_launch_for(request)
+            spec, text = served.spec, render_engine(served, fmt.value)
+        else:
+            spec = launch_spec(request)
+            text = render(spec, fmt.value)
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
