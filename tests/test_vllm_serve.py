@@ -22,14 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_support import ROOT, free_port
+from tests.launch_support import MARK, ROOT, free_port, marked_processes
 
 VLLM_PYTHON = os.environ.get("TOPOPLAN_VLLM_PYTHON")
 PROMPT = [1, 2, 3, 40, 50]
 NEW_TOKENS = 8
 START_TIMEOUT_S = 900  # vLLM's start-up on 2 loaded cores: imports, weights, KV cache, warm-up
 ENGINE_ARGS = ["--skip-tokenizer-init", "--dtype", "float32", "--enforce-eager"]  # byte model; fp32 as the runner
-MARK = "TOPOPLAN_TEST_MARK"  # inherited by every process the script starts: how we find leftovers
 
 if VLLM_PYTHON is None:
     if os.environ.get("CI"):
@@ -60,21 +59,6 @@ def runner_tokens(tp: int, pp: int, tmp: Path) -> list[int]:
                           str(pp), "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", str(NEW_TOKENS),
                           "--json"], check=True, env=_env(tmp, "run"), capture_output=True, text=True)
     return json.loads(out.stdout)["tokens"][0]
-
-
-def marked_processes(mark: str) -> list[int]:
-    """Processes whose environment carries MARK=mark (every descendant of the script inherits it)."""
-    found = []
-    needle = f"{MARK}={mark}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if needle in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
 
 
 def post(url: str, body: dict) -> dict:
@@ -130,8 +114,12 @@ def test_vllm_serves_the_runners_tokens(tmp_path: Path, checkpoint: Path, layout
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, proc, log)
-        reply = post(f"{url}/v1/completions", {"model": str(checkpoint), "prompt": PROMPT, "max_tokens": NEW_TOKENS,
-                                                "temperature": 0, "return_token_ids": True})
+        body = {"model": str(checkpoint), "prompt": PROMPT, "max_tokens": NEW_TOKENS, "temperature": 0,
+                "return_token_ids": True}
+        try:
+            reply = post(f"{url}/v1/completions", body)
+        except urllib.error.HTTPError as error:
+            pytest.fail(f"{layout}: HTTP {error.code} {error.read()[:2000]!r}\n{log.read_text()[-6000:]}")
         assert reply["choices"][0]["token_ids"] == runner_tokens(tp, pp, tmp_path)
     finally:
         if proc.poll() is None:
