@@ -13,6 +13,7 @@ from enum import Enum
 import typer
 
 import topoplan.bench.definitions as bench_defaults
+from topoplan.engines import DEFAULT_ENGINE
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -108,6 +109,9 @@ def plan_command(
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
                                     "the cost model's constants."),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Serving engine to price for: topoplan (the bundled "
+                               "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
+                               "(docs/engines.md)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -123,7 +127,7 @@ def plan_command(
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
+                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration, engine=engine,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
         result = plan_for(request)
     except TopoplanError as error:

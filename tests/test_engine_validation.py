@@ -1,0 +1,65 @@
+"""Each engine profile against published measurements of that engine (tests/data/engine_measurements.json,
+NVIDIA's silicon samples shipped with aiconfigurator 0.12): the checking rows, which the fit never saw
+(benchmarks/engine_fit.py uses only role "fit"), within 15% of the measured TPOT, and the measured order of
+TP layouts kept. docs/engines.md prints the table (benchmarks/engine_table.py)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+import pytest
+
+from tests.engine_cases import PUBLISHED, engine_rows, in_scope
+
+ROWS = engine_rows()
+
+
+def _id(r):
+    return f"{r.engine} {r.model} {r.dtype} TP{r.layout.tp} B{r.batch} {r.prompt}/{r.gen}"
+
+
+# Checking rows the model misses, each a strict xfail so a fix shows up: Llama-3.1-8B at TP8 with a long prompt
+# and short generation, where others' prefills are ~22% of the predicted TPOT (just inside the scope): the
+# measured TPOT is lower, as if TensorRT-LLM hid part of those prefills (docs/engines.md).
+KNOWN_MISSES = {"trtllm@1.0.0rc3 Llama-3.1-8B bf16 TP8 B8 2048/256",
+                "trtllm@1.0.0rc3 Llama-3.1-8B bf16 TP8 B8 4096/256"}
+CHECK = [r for r in ROWS if r.role == "check" and in_scope(r) and _id(r) not in KNOWN_MISSES]
+MISSES = [r for r in ROWS if _id(r) in KNOWN_MISSES]
+
+
+def test_the_data_is_published_rows_kept_apart():
+    """Fitting and checking rows are disjoint, every engine has both, and each row names its source row."""
+    rows = PUBLISHED["rows"]
+    assert all(r["id"] and r["role"] in ("fit", "check") for r in rows)
+    for engine in {r["engine"] for r in rows}:
+        roles = {r["role"] for r in rows if r["engine"] == engine}
+        assert roles == {"fit", "check"}, engine
+    assert len(CHECK) >= 60  # most checking rows are within the model's scope
+
+
+@pytest.mark.parametrize("row", CHECK, ids=[_id(r) for r in CHECK])
+def test_checking_rows_within_15_percent(row):
+    assert abs(row.error) <= 0.15, (row.predicted, row.measured)
+
+
+@pytest.mark.xfail(strict=True, reason="prefill interference over-predicted at TP8 for an 8B model (docs/engines.md)")
+@pytest.mark.parametrize("row", MISSES, ids=[_id(r) for r in MISSES])
+def test_known_misses_within_15_percent(row):
+    assert abs(row.error) <= 0.15, (row.predicted, row.measured)
+
+
+def _groups(rows):
+    key = lambda r: (r.engine, r.model, r.dtype, r.batch, r.prompt, r.gen)  # noqa: E731
+    return [list(g) for _, g in groupby(sorted(rows, key=key), key=key)]
+
+
+SWEEPS = [g for g in _groups([r for r in ROWS if in_scope(r)]) if len(g) > 1]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[_id(g[0]).rsplit(" TP", 1)[0] + f" B{g[0].batch} "
+                                                f"{g[0].prompt}/{g[0].gen}" for g in SWEEPS])
+def test_tp_order_matches_the_measurement(sweep):
+    """Faster measured TP layouts are predicted faster: the order of TP degrees by TPOT is the same."""
+    by_measured = [r.layout.tp for r in sorted(sweep, key=lambda r: r.measured)]
+    by_predicted = [r.layout.tp for r in sorted(sweep, key=lambda r: r.predicted)]
+    assert by_predicted == by_measured, [(r.layout.tp, round(r.measured, 2), round(r.predicted, 2)) for r in sweep]
