@@ -203,7 +203,7 @@ def test_engine_formats_and_versions() -> None:
     assert "--ntasks-per-node=1" in sbatch and "SLURM_NODEID" in sbatch
     with pytest.raises(TopoplanError, match="starts its own workers"):
         render_engine(served, "torchrun")
-    with pytest.raises(TopoplanError, match="0.32"):
+    with pytest.raises(TopoplanError, match="vllm@0.32"):
         engine_launch_for(LaunchRequest(layout=Layout(tp=2), topo=DGX, engine=EngineId("vllm", "0.2"),
                                         checkpoint="/m"))
 

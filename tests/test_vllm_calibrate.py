@@ -19,24 +19,33 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 
 
-def test_fit_takes_layer_cost_from_prefill_and_step_cost_from_decode() -> None:
-    # 8 layers. Prefill: 4 ms over the roofline in both rows -> 500 us a layer. Decode: 5 ms over -> 5000 - 8 x 500.
-    rows = [{"prefill_ms": 10.0, "decode_ms_per_token": 7.0}, {"prefill_ms": 12.0, "decode_ms_per_token": 8.0}]
-    base = [SimpleNamespace(prefill_ms=6.0, decode_ms_per_token=2.0), SimpleNamespace(prefill_ms=8.0,
-                                                                                      decode_ms_per_token=3.0)]
-    assert fit_overheads(8, rows, base) == pytest.approx({"layer_overhead_us": 500.0, "step_overhead_us": 1000.0})
+def test_fit_takes_layer_cost_from_prefill_and_step_costs_from_decode() -> None:
+    # 8 layers. Prefill: 4 ms over the roofline in every row -> 500 us a layer (8 x 500 = 4000 us of decode too).
+    # Decode: TP1 is 5 ms over -> step 1000 us; TP2 and PP2 are 7 ms over -> 2000 us more for their one extra rank.
+    rows = [{"layout": Layout(), "prefill_ms": 10.0, "decode_ms_per_token": 7.0},
+            {"layout": Layout(tp=2), "prefill_ms": 12.0, "decode_ms_per_token": 10.0},
+            {"layout": Layout(pp=2), "prefill_ms": 14.0, "decode_ms_per_token": 11.0}]
+    base = [SimpleNamespace(prefill_ms=6.0, decode_ms_per_token=2.0),
+            SimpleNamespace(prefill_ms=8.0, decode_ms_per_token=3.0),
+            SimpleNamespace(prefill_ms=10.0, decode_ms_per_token=4.0)]
+    assert fit_overheads(8, rows, base) == pytest.approx({"layer_overhead_us": 500.0, "decode_layer_overhead_us": 500.0,
+                                                          "step_overhead_us": 1000.0,
+                                                          "step_overhead_per_rank_us": 2000.0})
 
 
 def test_fit_never_goes_negative() -> None:
-    rows = [{"prefill_ms": 1.0, "decode_ms_per_token": 1.0}]
+    rows = [{"layout": Layout(), "prefill_ms": 1.0, "decode_ms_per_token": 1.0}]
     base = [SimpleNamespace(prefill_ms=2.0, decode_ms_per_token=2.0)]
-    assert fit_overheads(8, rows, base) == {"layer_overhead_us": 0.0, "step_overhead_us": 0.0}
+    assert fit_overheads(8, rows, base) == {"layer_overhead_us": 0.0, "decode_layer_overhead_us": 0.0,
+                                            "step_overhead_us": 0.0, "step_overhead_per_rank_us": 0.0}
 
 
 def test_engine_overheads_are_read_back_and_missing_ones_refused(tmp_path: Path) -> None:
     path = tmp_path / "cal.json"
-    path.write_text(json.dumps({"engines": {"vllm": {"layer_overhead_us": 12.5, "step_overhead_us": 900}}}))
-    assert engine_overheads(str(path)) == {"layer_overhead_us": 12.5, "step_overhead_us": 900.0}
+    fitted = {"layer_overhead_us": 12.5, "decode_layer_overhead_us": 12.5, "step_overhead_us": 900,
+              "step_overhead_per_rank_us": 300}
+    path.write_text(json.dumps({"engines": {"vllm": fitted}}))
+    assert engine_overheads(str(path)) == pytest.approx(fitted)
     path.write_text(json.dumps({"cpu": {}}))
     with pytest.raises(TopoplanError, match="calibrate --engine vllm"):
         engine_overheads(str(path))

