@@ -217,3 +217,11 @@ def test_cli_engine_errors_are_one_line(tmp_path: Path) -> None:
                               env=env)
         assert done.returncode == 2 and expected in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_nccl_variables_are_set_per_node_only_when_every_rank_agrees() -> None:
+    pairs = launch("vllm", "tp=2,dp=2", topo=NVL_PAIRS)  # GPU0,1,4,5: all nearest NIC0/NIC1 (mlx5_0, mlx5_1)
+    assert pairs.nodes[0].env_dict()["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+    dgx = launch("vllm", "tp=8")  # every GPU pair of the DGX A100 has its own two NICs
+    assert "NCCL_IB_HCA" not in dgx.nodes[0].env_dict()
+    assert any("differ in NCCL_IB_HCA" in note for note in dgx.notes)

@@ -209,6 +209,7 @@ def launch(
     from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
     from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
+    from topoplan.launch.explain import explain_engine
     from topoplan.launch.render import render
     from topoplan.layout import Layout
 
@@ -225,15 +226,14 @@ def launch(
                                 prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=engine_id, device=device,
                                 host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib)
-        if serving:
-            served = engine_launch_for(request)
-            spec, text = served.spec, render_engine(served, fmt.value)
-        else:
-            spec = launch_spec(request)
-            text = render(spec, fmt.value)
+        served = engine_launch_for(request) if serving else None
+        spec = served.spec if served is not None else launch_spec(request)
+        text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
     except TopoplanError as error:
         raise fail(error) from None
-    if explain:
+    if explain and served is not None:
+        explain_engine(served, Console(stderr=True, width=160))
+    elif explain:
         explain_spec(spec, Console(stderr=True, width=160))
     if output:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.launch.engines.common import EngineLaunch
 from topoplan.launch.spec import LaunchSpec
 
 
@@ -25,4 +26,24 @@ def explain(spec: LaunchSpec, console: Console) -> None:
                       str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
         console.print(table)
     for note in spec.notes:
+        console.print(f"note: {note}")
+
+
+def explain_engine(launch: EngineLaunch, console: Console) -> None:
+    """A serving engine's launch: per node its variables with reasons, and the ranks it will place where."""
+    console.print(launch.device_mapping)
+    for command in launch.nodes:
+        table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
+                      title_justify="left")
+        table.add_column("variable")
+        table.add_column("value")
+        table.add_column("why")
+        for var in command.env:
+            table.add_row(var.name, var.value, var.reason)
+        console.print(table)
+    for r in launch.spec.ranks:
+        cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"
+        console.print(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
+                      f"{r.local_rank} -> {r.gpu}, CPUs {cpus}", highlight=False)
+    for note in (*launch.notes, *launch.spec.notes):
         console.print(f"note: {note}")

@@ -107,13 +107,14 @@ def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[s
                   + ", ".join(f"{r.gpu} (rank {r.rank})" for r in ranks))]
     notes = []
     for name in ("NCCL_IB_HCA", "NCCL_P2P_LEVEL"):
-        values = {next((v for v in r.env if v.name == name), None) for r in ranks}
+        found_vars = [next((v for v in r.env if v.name == name), None) for r in ranks]
+        values = {v.value if v else None for v in found_vars}
         if len(values) == 1:
-            var = values.pop()
-            if var is not None:
-                env.append(var)
+            if found_vars[0] is not None:
+                env.append(EnvVar(name, found_vars[0].value, f"every rank of node {node.index}: "
+                                  + found_vars[0].reason))
         else:
-            found = ", ".join(sorted(v.value for v in values if v))
+            found = ", ".join(sorted(v or "unset" for v in values))
             notes.append(f"node {node.index}: ranks differ in {name} ({found}); one server environment cannot set "
                          "it per worker, so it is left to NCCL")
     return env, notes

@@ -45,6 +45,9 @@ WAIT = "\n".join([
     'exit "$status"',
 ])
 SHELL_FORMATS = ("shell", "srun", "sbatch", "json")
+# Per-rank placement facts in the JSON (the engine sets its workers' variables itself; see "nodes")
+RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu", "gpu_index", "cuda_index", "cpus",
+             "physical_cores", "mem_node")
 
 
 def _line(command: NodeCommand) -> str:
@@ -120,7 +123,7 @@ def engine_dict(launch: EngineLaunch) -> dict:
         "layout": {"tp": launch.spec.layout.tp, "pp": launch.spec.layout.pp, "dp": launch.spec.layout.dp},
         "nodes": [{"node": c.node, "host": launch.spec.nodes[c.node].host, "serves": c.serves, "argv": list(c.argv),
                    "env": c.env_dict(), "reasons": {v.name: v.reason for v in c.env}} for c in launch.nodes],
-        "ranks": spec_dict(launch.spec)["ranks"],
+        "ranks": [{k: r[k] for k in RANK_KEYS} for r in spec_dict(launch.spec)["ranks"]],
         "commands": [line for line in render_serve_script(launch).splitlines() if line and not line.startswith("#")],
         "notes": [*launch.notes, *launch.spec.notes],
     }
