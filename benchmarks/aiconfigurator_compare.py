@@ -1,7 +1,10 @@
 """topoplan's engine profiles beside NVIDIA's aiconfigurator for the same configurations, and beside the
 published measurements where there are some (tests/data/engine_measurements.json).
 
-    python benchmarks/aiconfigurator_compare.py [--aic PATH] [--only issue|measured] [--json OUT]
+    python benchmarks/aiconfigurator_compare.py [--aic PATH] [--only issue|check|fit] [--json OUT] [--reuse JSON]
+
+--reuse takes aiconfigurator's figures from an earlier --json file (its estimates do not change; they take
+~1 min each) and prices topoplan's side again, e.g. after a profile's constants change.
 
 aiconfigurator 0.12 (pip `aiconfigurator==0.12`, in its own virtual environment: it pins pandas, pydantic...)
 runs offline: `aiconfigurator cli estimate` reads its bundled kernel tables and a local config.json. Found
@@ -9,9 +12,11 @@ as --aic, $AICONFIGURATOR, `aiconfigurator` on PATH, or /work/aic-venv/bin/aicon
 script says so and prints topoplan's side only. Each estimate takes ~10 s of CPU (~45 s on a loaded box).
 
 Configurations: the issue's (Llama-2-70B fp16, batch 1, prompt 2048, TP2/4/8 on H100 for vLLM and
-TensorRT-LLM, on A100 for vLLM) and the fitting rows of each engine's published measurements (vLLM 0.12.0
-Qwen3-32B, TensorRT-LLM 1.0.0rc3 Llama-3.1-8B, SGLang 0.5.1.post1 Qwen3-32B), whose measured TPOT decides who
-is closer.
+TensorRT-LLM, on A100 for vLLM), and one TP sweep of checking rows per engine from its published
+measurements (CHECK_SWEEPS: rows topoplan's fit never saw), whose measured TPOT says who is closer;
+`--only fit` runs the fitting rows instead (topoplan was fitted on them: not a fair contest).
+aiconfigurator prices its own current kernel data (vLLM 0.24.0, TensorRT-LLM 1.3.0rc20, SGLang 0.5.14 on
+H100), newer than the measured engines.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ SYSTEMS = {"h100-sxm": "h100_sxm", "a100-sxm4-80gb": "a100_sxm", "h200": "h200_s
 # topoplan model -> what aiconfigurator's --model-path takes (a bundled HF id, or None: write a config.json)
 AIC_MODELS = {"Qwen3-32B": "Qwen/Qwen3-32B", "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B", "Llama-2-70B": None}
 GEN_ISSUE = 128  # the issue quotes TPOT at prompt 2048 without an output length; TPOT barely depends on it
+# (engine as measured, model, concurrency, prompt, gen): one checking sweep per engine, every TP it was run at
+CHECK_SWEEPS = [("vllm@0.12.0", "Qwen3-32B", 8, 4096, 1024), ("trtllm@1.0.0rc3", "Llama-3.1-8B", 8, 2048, 512),
+                ("sglang@0.5.1.post1", "Qwen3-32B", 16, 2048, 512)]
 
 
 @dataclass
@@ -63,10 +71,15 @@ def cases(only: str | None) -> list[Case]:
     if only in (None, "issue"):
         for engine, gpu in (("vllm", "h100-sxm"), ("trtllm", "h100-sxm"), ("vllm", "a100-sxm4-80gb")):
             out += [Case(engine, gpu, "Llama-2-70B", "fp16", tp, 1, 2048, GEN_ISSUE) for tp in (2, 4, 8)]
-    if only in (None, "measured"):
-        out += [Case(resolve(r["engine"]).name, r["gpu"].replace("_", "-"), r["model"], r["dtype"], r["tp"],
+    def measured(pick) -> list[Case]:
+        return [Case(resolve(r["engine"]).name, r["gpu"].replace("_", "-"), r["model"], r["dtype"], r["tp"],
                      r["concurrency"], r["prompt"], r["gen"], measured=r["tpot_ms"])
-                for r in PUBLISHED["rows"] if r["role"] == "fit" and r["dtype"] == "bf16"]
+                for r in PUBLISHED["rows"] if pick(r)]
+
+    if only in (None, "check"):
+        out += measured(lambda r: (r["engine"], r["model"], r["concurrency"], r["prompt"], r["gen"]) in CHECK_SWEEPS)
+    if only == "fit":
+        out += measured(lambda r: r["role"] == "fit" and r["dtype"] == "bf16")
     return out
 
 
@@ -113,17 +126,24 @@ def pct(value: float | None, ref: float | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--aic", help="the aiconfigurator executable")
-    ap.add_argument("--only", choices=("issue", "measured"))
+    ap.add_argument("--only", choices=("issue", "check", "fit"))
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--reuse", action="append", default=[], help="an earlier --json file: its aiconfigurator "
+                    "figures are reused for the same configurations (repeatable)")
     args = ap.parse_args()
     aic = find_aic(args.aic)
     rows = cases(args.only)
+    key = lambda c: (c["engine"], c["gpu"], c["model"], c["tp"], c["batch"], c["prompt"], c["gen"])  # noqa: E731
+    earlier = {key(c): c["aiconfigurator"] for path in args.reuse
+               for c in json.loads(Path(path).read_text())["rows"] if c["aiconfigurator"] is not None}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for case in rows:
             case.topoplan, _ = serving_tpot(resolve(case.engine), case.gpu, model_of(case.model), Layout(case.tp),
                                             case.batch, case.prompt, case.gen, case.dtype)
-            if aic:
+            if key(asdict(case)) in earlier:
+                case.aiconfigurator = earlier[key(asdict(case))]
+            elif aic:
                 case.aiconfigurator, case.note = run_aic(aic, case, Path(tmp))
             else:
                 case.note = "aiconfigurator not installed"

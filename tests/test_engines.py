@@ -4,6 +4,8 @@ and the rules each profile encodes (memory policy, all-reduce kernel choice) wor
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topoplan.engines import DEFAULT_ENGINE, ENGINE_NAMES, PROFILES, EngineId, resolve
 from topoplan.engines.profile import AllReducePath, MemoryPolicy, constants, version_tuple
@@ -82,3 +84,14 @@ def test_allreduce_kernel_choice_follows_vllm_rule():
 def test_memory_policy_free_basis_never_goes_below_the_weights():
     policy = MemoryPolicy(basis="free", fraction=0.9, option="x", kv_block_tokens=1, reserved_gb=4)
     assert policy.usable_bytes(10e9, 9e9, 1) == 9e9  # nothing free after weights and reserve: no KV pool
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30))
+def test_any_engine_text_resolves_or_is_one_line_error(text):
+    try:
+        profile = resolve(text)
+    except TopoplanError as err:
+        assert "\n" not in str(err) and str(err)
+    else:
+        assert profile.name in ENGINE_NAMES and (profile.matches(text.partition("@")[2]) or "@" not in text.strip())

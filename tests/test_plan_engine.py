@@ -12,9 +12,8 @@ from tests.test_plan_cli import DGX_A100, H100_NVL, topoplan
 from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import find_gpu
-from topoplan.layout import Layout
 from topoplan.models import find_model
-from topoplan.plan.calibration import Calibration
+from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
@@ -68,7 +67,7 @@ def _pricer(engine: str) -> tuple[LinkPricer, Ring]:
     topo = read_topology(DGX_A100).with_arch(gpu.arch, gpu.key)
     profile = resolve(engine)
     cal = engine_calibration(profile)
-    return LinkPricer(topo, cal, 25.0, profile.allreduce), Ring.of([(0, f"GPU{i}") for i in range(8)])
+    return LinkPricer(topo, cal, 25.0, allreduce=profile.allreduce), Ring.of([(0, f"GPU{i}") for i in range(8)])
 
 
 def test_allreduce_path_by_hand():
@@ -145,5 +144,24 @@ def test_h100_nvl_pairs_are_no_full_mesh_beyond_two():
     """H100 NVL boards bridge GPUs in pairs: a TP4 group has no full NVLink mesh, so vLLM falls back to NCCL."""
     out = json.loads(topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--engine", "vllm",
                               "--tp", "4", "--pp", "1", "--dp", "2", "--json").stdout)
-    assert not any("one-shot" in r for r in out["layouts"][0]["reasons"])
-    assert Layout(4).tp == 4
+    reasons = " ".join(out["layouts"][0]["reasons"])
+    assert "one-shot" not in reasons and "NVLink full mesh" not in reasons
+
+
+def test_a_calibration_files_engine_entry_applies_to_that_engine_only(tmp_path):
+    """`calibrate --engine vllm` writes `engines.vllm` (topoplan.bench.vllm_cpu); `plan --engine vllm` lays it
+    over the file's own keys, other engines ignore it."""
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"layer_overhead_us": 40.0, "engines": {"vllm": {
+        "decode_layer_overhead_us": 1.0, "step_overhead_us": 500.0, "device": "cpu", "fit_rows": []}}}))
+    vllm = load_calibration(path, engine_calibration(resolve("vllm")), "vllm")
+    assert (vllm.layer_overhead_us, vllm.decode_layer_overhead_us, vllm.step_overhead_us) == (40.0, 1.0, 500.0)
+    sglang = load_calibration(path, engine_calibration(resolve("sglang")), "sglang")
+    assert (sglang.layer_overhead_us, sglang.decode_layer_overhead_us, sglang.step_overhead_us) == (40.0, 43.0, 0.0)
+    runner = load_calibration(path)
+    assert (runner.layer_overhead_us, runner.decode_layer_overhead_us, runner.step_overhead_us) == (40.0, None, 0.0)
+    path.write_text(json.dumps({"engines": {"vllm": {"step_overhead_us": -1}}}))
+    with pytest.raises(TopoplanError, match="engines.vllm.step_overhead_us: expected a non-negative number"):
+        load_calibration(path, engine="vllm")
+    run = topoplan("plan", "-m", "70b", *A100, "--engine", "vllm", "--calibration", str(path))
+    assert run.returncode == 2 and "engines.vllm.step_overhead_us" in run.stderr and run.stderr.count("\n") == 1

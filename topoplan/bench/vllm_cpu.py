@@ -36,7 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.validate import Candidate, check_sizes, cpu_candidates, model_spec, predict, prompts
+from topoplan.bench.cpu_plan import Candidate, cpu_candidates
+from topoplan.bench.load import LoadMonitor
+from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
 from topoplan.cpuset import cpu_cores
 from topoplan.engines import EngineId
 from topoplan.errors import TopoplanError
@@ -189,8 +191,8 @@ def check_python(python: str) -> str:
 
 
 def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
-                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0
-                   ) -> dict[str, Any]:
+                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
+                   force: bool = False) -> dict[str, Any]:
     """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration document with an
     `engines.vllm` entry added (the input file's CPU entry prices the roofline)."""
     from topoplan.bench.cpu import load_cpu_entry
@@ -201,7 +203,8 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     document = read_json(Path(calibration), "a topoplan calibration file")
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
-    load_before = os.getloadavg()[0]
+    monitor = LoadMonitor("calibrate --engine vllm")
+    monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
     rows = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                            repeats=repeats, timeout_s=timeout_s)
@@ -210,7 +213,7 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     fitted = fit_overheads(spec.layers, rows, base)
     document.setdefault("engines", {})["vllm"] = {
         **fitted, "device": "cpu", "engine_version": vllm_version(python), "model": model, "batch": batch,
-        "prompt_len": prompt_len, "gen_len": gen_len, "load_average": [load_before, os.getloadavg()[0]],
+        "prompt_len": prompt_len, "gen_len": gen_len, "load": monitor.report(),
         "fit_rows": [{"tp": r["layout"].tp, "pp": r["layout"].pp, "dp": r["layout"].dp,
                       "measured_prefill_ms": r["prefill_ms"], "measured_decode_ms": r["decode_ms_per_token"],
                       "roofline_prefill_ms": b.prefill_ms, "roofline_decode_ms": b.decode_ms_per_token}
@@ -231,8 +234,8 @@ def engine_overheads(calibration: str) -> dict[str, float]:
 
 
 def validate_vllm(model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
-                  prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0
-                  ) -> dict[str, Any]:
+                  prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
+                  force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
     from topoplan.bench.cpu import load_cpu_entry
     from topoplan.bench.validate import summarize
@@ -244,7 +247,8 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     entry, overheads = load_cpu_entry(calibration), engine_overheads(calibration)
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
-    load_before = os.getloadavg()[0]
+    monitor = LoadMonitor("validate --engine vllm")
+    monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads)
                  for c in candidates]
@@ -264,5 +268,12 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     return {"engine": "vllm", "engine_version": vllm_version(python), "model": model, "params": spec.params,
             "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6, "batch": batch, "prompt_len": prompt_len,
             "gen_len": gen_len, "repeats": repeats, "cores": len(cpu_cores()), "calibration": calibration,
-            "engine_overheads": overheads, "load_average": [load_before, os.getloadavg()[0]], **summarize(rows)}
+            "engine_overheads": overheads, **_load(monitor), **summarize(rows)}
+
+
+def _load(monitor: LoadMonitor) -> dict[str, Any]:
+    """`validate`'s load fields. The busy check runs before measuring; vLLM's own server processes run for the
+    whole measurement, so the per-run share of other processes (LoadMonitor.window) is not taken."""
+    load = monitor.report()
+    return {"load_average": [load["load_before"], load["load_after"]], "load": load}
 

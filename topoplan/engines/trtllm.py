@@ -14,8 +14,8 @@ V1 = EngineProfile(
                         kv_block_tokens=32, reserved_gb=3.76),
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 8), max_bytes=8 * 1024 * 1024,
                             one_shot_max_bytes=((8, 256 * 1024),), one_shot_us=3.5, two_shot_us=10.0),
-    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.60, layer_overhead_us=30.0,
-                        graph_layer_overhead_us=55.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.85, flop_efficiency=0.70, layer_overhead_us=30.0,
+                        graph_layer_overhead_us=52.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
         "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
@@ -35,13 +35,15 @@ V1 = EngineProfile(
                                  "8-16 KiB, 2-8 GPUs (a100_sxm/1.0.0: 4.9-8.4 us)",
         "allreduce.two_shot_us": f"{AIC} h100_sxm/comm/trtllm/1.3.0rc20: 7.9-17.6 us at 256 KiB, 4-8 GPUs",
         **{f"overheads.{k}": v for k, v in {
-            "memory_bandwidth_efficiency": "fitted by benchmarks/engine_fit.py (grid top, 0.9) on TensorRT-LLM "
+            "memory_bandwidth_efficiency": "fitted by benchmarks/engine_fit.py (0.85) on TensorRT-LLM "
                                            "1.0.0rc3 H100 TP1/2/4/8 at concurrency 8, prompt 1024 / gen 512, "
                                            "Llama-3.1-8B bf16 and Qwen3-32B fp8 (tests/data/"
                                            "engine_measurements.json, aiconfigurator 0.12 silicon_sample.csv)",
-            "flop_efficiency": "estimate, as vllm@0.32",
+            "flop_efficiency": "0.7: TensorRT-LLM v0.5 docs/source/performance.md 'Low Latency', batch-1 first-token "
+                               "latency at 2048 tokens on A100 fp16 (Llama 7B TP1 133 ms, 70B TP4 377 ms) "
+                               "priced within 5% at 0.7 (docs/engines.md); kipply's A100 GEMM figure is 0.72",
             "layer_overhead_us": "prefill: as vllm@0.32",
-            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 55 us per layer per decode step "
+            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 52 us per layer per decode step "
                                        "(two models, 32 and 64 layers, tell it from the per-step figure)",
             "step_overhead_us": "fitted: 0 (least squares over the two models puts the fixed time per layer)",
             "step_overhead_per_rank_us": "one executor loop per rank under MPI: no per-rank term",

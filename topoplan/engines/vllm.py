@@ -25,23 +25,25 @@ V0_2 = EngineProfile(
     parallelism=Parallelism(tp=True, pp=False, dp=False, ep=False, pads_vocab=True, tp_across_nodes=True),
     memory=MEMORY,
     allreduce=AllReducePath(custom=False),
-    overheads=Overheads(memory_bandwidth_efficiency=0.80, flop_efficiency=0.60, layer_overhead_us=60.0,
-                        graph_layer_overhead_us=60.0, step_overhead_us=3000.0, step_overhead_per_rank_us=300.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.80, flop_efficiency=0.60, layer_overhead_us=124.0,
+                        graph_layer_overhead_us=124.0, step_overhead_us=3000.0, step_overhead_per_rank_us=300.0,
                         collective_base_us=45.0),
     sources={
         **MEMORY_SOURCES,
-        "overheads.memory_bandwidth_efficiency": "same HBM efficiency as the FasterTransformer fit "
-                                                 "(docs/planner.md section 5): the weights stream through cuBLAS GEMMs",
+        # No published TP sweep of vLLM 0.2 was found: these are estimates, not fits (docs/engines.md).
+        "overheads.memory_bandwidth_efficiency": "estimate: the FasterTransformer fit's 0.8 (docs/planner.md "
+                                                 "section 5), below V1's fitted 0.9 (older attention kernels)",
         "overheads.flop_efficiency": "estimate: cuBLAS GEMMs at prefill sizes under xformers attention",
-        "overheads.layer_overhead_us": "eager PyTorch: ~12 kernels per layer at ~5 us launch each (CUDA graphs "
-                                       "came with PR #1926, December 2023, after 0.2.4)",
+        "overheads.layer_overhead_us": "estimate: vllm@0.32's fitted 64 us per layer plus eager launches, ~12 "
+                                       "kernels per layer at ~5 us each (CUDA graphs came with PR #1926, "
+                                       "December 2023, after 0.2.4)",
         "overheads.graph_layer_overhead_us": "no CUDA graphs in 0.2.0-0.2.4: the eager figure",
-        "overheads.step_overhead_us": "vLLM blog 2024-09-05: for Llama-3-8B on one H100 the GPU was busy only "
-                                      "38% of each step in v0.5.3 (API server 33%, scheduler 29%); 0.2 had the "
-                                      "same Python step loop without its later fixes",
-        "overheads.step_overhead_per_rank_us": "0.2 driver broadcasts each step's input metadata to every Ray "
-                                               "worker (vllm/worker/worker.py, broadcast of input tensors): "
-                                               "estimate per extra rank",
+        "overheads.step_overhead_us": "estimate: the Python scheduler, sampler and output processing per step; "
+                                      "vLLM blog 2024-09-05 measured the GPU busy only 38% of each step in v0.5.3 "
+                                      "(Llama-3-8B, one H100; API server 33%, scheduler 29%), 0.2 had the same "
+                                      "loop without its later fixes",
+        "overheads.step_overhead_per_rank_us": "estimate: the 0.2 driver broadcasts each step's inputs to every "
+                                               "Ray worker (vllm/worker/worker.py), a cost per extra rank",
         "overheads.collective_base_us": f"eager all-reduce launch: {AIC} a100_sxm/comm/vllm/0.14.0 "
                                         "custom_allreduce_perf vllm_eager 44 us at 8-16 KiB (eager launch cost)",
     },
@@ -56,7 +58,7 @@ V1 = EngineProfile(
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 6, 8), max_bytes=8 * 1024 * 1024,
                             one_shot_max_bytes=((2, 8 * 1024 * 1024), (4, 512 * 1024), (8, 256 * 1024)),
                             one_shot_us=5.0, two_shot_us=10.0),
-    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.60, layer_overhead_us=30.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.70, layer_overhead_us=30.0,
                         graph_layer_overhead_us=64.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
@@ -74,7 +76,10 @@ V1 = EngineProfile(
                                            "Qwen3-32B bf16 TP2/4/8 TPOT, prompt 1024 / gen 1024 "
                                            "(tests/data/engine_measurements.json, aiconfigurator 0.12 "
                                            "silicon_sample.csv); checked on the other 30 rows (docs/engines.md)",
-            "flop_efficiency": "estimate, as the runner's default class of large cuBLAS/CUTLASS GEMMs",
+            "flop_efficiency": "kipply's profiled A100 GEMM efficiency (0.72), as the bundled runner's; checked on "
+                               "TensorRT-LLM v0.5's published batch-1 first-token latency at 2048 tokens on A100 "
+                               "fp16 (Llama 7B TP1 133 ms, 70B TP4 377 ms: docs/engines.md), no vLLM prefill "
+                               "measurement isolates it",
             "layer_overhead_us": "prefill runs eagerly or piecewise-compiled: the FasterTransformer-fitted 30 us",
             "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 64 us per layer per decode step "
                                        "(small kernels below peak bandwidth, QK-norm, attention's fixed cost)",

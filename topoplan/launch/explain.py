@@ -8,15 +8,18 @@ from rich.table import Table
 from topoplan.cpuset import format_cpu_list
 from topoplan.launch.engines.common import EngineLaunch
 from topoplan.launch.spec import LaunchSpec
+from topoplan.terminal import emit
 
 
 def explain(spec: LaunchSpec, console: Console) -> None:
+    """Printed at the console's width: long values fold onto more lines rather than being cut."""
+    tables: list[Table | str] = []
     for r in spec.ranks:
         table = Table(title=f"rank {r.rank}: node {r.node}, local rank {r.local_rank}, {r.gpu} "
                             f"(tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank})", title_justify="left")
-        table.add_column("variable")
-        table.add_column("value")
-        table.add_column("why")
+        table.add_column("variable", overflow="fold")
+        table.add_column("value", overflow="fold")
+        table.add_column("why", overflow="fold", ratio=1)
         for var in r.env:
             table.add_row(var.name, var.value, var.reason)
         cpus = format_cpu_list(r.cpus) if r.cpus is not None else "(not bound)"
@@ -24,26 +27,24 @@ def explain(spec: LaunchSpec, console: Console) -> None:
                       "it, whole physical cores first")
         table.add_row("numactl --membind" if r.mem_node is not None else "numactl --localalloc",
                       str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
-        console.print(table)
-    for note in spec.notes:
-        console.print(f"note: {note}")
+        tables.append(table)
+    emit(console, *tables, *(f"note: {note}" for note in spec.notes))
 
 
 def explain_engine(launch: EngineLaunch, console: Console) -> None:
-    """A serving engine's launch: per node its variables with reasons, and the ranks it will place where."""
-    console.print(launch.device_mapping)
+    """A serving engine's launch: per node its variables with reasons, and where each rank is placed."""
+    out: list[Table | str] = [launch.device_mapping]
     for command in launch.nodes:
         table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
                       title_justify="left")
-        table.add_column("variable")
-        table.add_column("value")
-        table.add_column("why")
+        table.add_column("variable", overflow="fold")
+        table.add_column("value", overflow="fold")
+        table.add_column("why", overflow="fold", ratio=1)
         for var in command.env:
             table.add_row(var.name, var.value, var.reason)
-        console.print(table)
+        out.append(table)
     for r in launch.spec.ranks:
         cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"
-        console.print(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
-                      f"{r.local_rank} -> {r.gpu}, CPUs {cpus}", highlight=False)
-    for note in (*launch.notes, *launch.spec.notes):
-        console.print(f"note: {note}")
+        out.append(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
+                   f"{r.local_rank} -> {r.gpu}, CPUs {cpus}")
+    emit(console, *out, *(f"note: {note}" for note in (*launch.notes, *launch.spec.notes)))

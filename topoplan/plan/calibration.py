@@ -50,6 +50,7 @@ class LinkCalibration:
 # NCCL orders them (NVLINK < PCI < NET).
 DEFAULT_LINKS: dict[str, LinkCalibration] = {
     LinkKind.NVLINK.value: LinkCalibration(3.0),
+    LinkKind.XGMI.value: LinkCalibration(3.0),  # no fit of its own yet: a direct GPU link, as NVLink
     LinkKind.PIX.value: LinkCalibration(5.0),
     LinkKind.PXB.value: LinkCalibration(5.0),
     LinkKind.PHB.value: LinkCalibration(5.0),
@@ -102,9 +103,11 @@ def _number(value: Any, where: str, path: Path, *, fraction: bool = False) -> fl
     return float(value)
 
 
-def parse_calibration(raw: Any, path: Path, base: Calibration | None = None) -> Calibration:
+def parse_calibration(raw: Any, path: Path, base: Calibration | None = None,
+                      engine: str | None = None) -> Calibration:
     """Validate a calibration dict and lay it over `base` (the engine's constants; default: the bundled
-    runner's); every problem names the key."""
+    runner's); with `engine`, its `engines.<engine>` entry (what `calibrate --engine` fitted) goes on top of
+    the file's own keys. Every problem names the key."""
     base = base or Calibration()
     if not isinstance(raw, dict):
         raise TopoplanError("expected a JSON object (a topoplan calibration file)", source=path)
@@ -132,6 +135,7 @@ def parse_calibration(raw: Any, path: Path, base: Calibration | None = None) -> 
         links[name] = LinkCalibration(alpha, bw)
     values: dict[str, Any] = {k: _number(raw[k], k, path, fraction=True) for k in _FRACTIONS if k in raw}
     values |= {k: _number(raw[k], k, path) for k in _TIMES if k in raw}
+    values |= _engine_values(raw, engine, path)
     if values.get("runtime_reserve") == 1.0:
         raise TopoplanError("runtime_reserve: 1.0 leaves no memory for the model", source=path)
     gpu = raw.get("gpu")
@@ -141,13 +145,28 @@ def parse_calibration(raw: Any, path: Path, base: Calibration | None = None) -> 
                    **values)
 
 
-def load_calibration(path: str | Path | None, base: Calibration | None = None) -> Calibration:
-    """The calibration in `path` laid over `base`, or `base` (default: the bundled runner's) when None."""
+def _engine_values(raw: dict[str, Any], engine: str | None, path: Path) -> dict[str, Any]:
+    """The cost-model constants of the file's `engines.<engine>` entry (its other keys are its record)."""
+    engines = raw.get("engines")
+    if engine is None or engines is None:
+        return {}
+    if not isinstance(engines, dict) or not isinstance(engines.get(engine, {}), dict):
+        raise TopoplanError(f"engines.{engine}: expected an object of constants (e.g. layer_overhead_us)",
+                            source=path)
+    entry = engines.get(engine, {})
+    values = {k: _number(entry[k], f"engines.{engine}.{k}", path, fraction=True) for k in _FRACTIONS if k in entry}
+    return values | {k: _number(entry[k], f"engines.{engine}.{k}", path) for k in _TIMES if k in entry}
+
+
+def load_calibration(path: str | Path | None, base: Calibration | None = None, engine: str | None = None
+                     ) -> Calibration:
+    """The calibration in `path` laid over `base`, or `base` (default: the bundled runner's) when None;
+    `engine` also applies the file's `engines.<engine>` entry."""
     base = base or Calibration()
     if path is None:
         return base
     path = Path(path)
-    return parse_calibration(read_json(path, "a topoplan calibration file"), path, base)
+    return parse_calibration(read_json(path, "a topoplan calibration file"), path, base, engine)
 
 
 def to_json(calibration: Calibration) -> dict[str, Any]:

@@ -48,7 +48,8 @@ class Plan:
     engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
 
 
-def _key(objective: str, cost: LayoutCost) -> tuple:
+def rank_key(objective: str, cost: LayoutCost) -> tuple:
+    """Sort key, best first: layouts that fit, then the objective, then throughput, then fewer stages."""
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
     return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
 
@@ -99,14 +100,14 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     engine = engine or resolve(DEFAULT_ENGINE)
     calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps, engine.allreduce)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
     costs = CostModel(model, device, workload, calibration, pricer, memory_policy(engine, calibration))
     ranked = []
     for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp,
                                     rules=engine.parallelism, engine=str(engine)):
         order = placer.local_order(layout, nodes)
         ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
-    ranked.sort(key=lambda r: _key(objective, r.cost))
+    ranked.sort(key=lambda r: rank_key(objective, r.cost))
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
