@@ -310,7 +310,7 @@ def launch(
         explain_engine(served, Console(stderr=True))
     elif explain:
         explain_spec(spec, Console(stderr=True))
-    if output:
+    if output is not None:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
         sys.stdout.write(text)
