@@ -56,11 +56,12 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
 
 
 def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
-              workload: Workload) -> LayoutCost:
+              workload: Workload, overheads: dict[str, float] | None = None) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
-    rows, prefill at prefill's, the request time from both."""
+    rows, prefill at prefill's, the request time from both. `overheads` (Calibration field -> value) replace
+    the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu)."""
     layout = cand.layout
-    cal = cpu_calibration(calibration, entry, cand.threads)
+    cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
     def at(rows: int) -> LayoutCost:
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
