@@ -64,3 +64,21 @@ def free_port() -> int:
 def generated_lines(stdout: str) -> list[str]:
     """The runner's human output: one `[i] 'text'` line per prompt."""
     return [line for line in stdout.splitlines() if line.startswith("[")]
+
+
+MARK = "TOPOPLAN_TEST_MARK"  # set for a launched script: every process it starts inherits it
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Processes whose environment carries MARK=mark (every descendant of the script inherits it)."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topoplan.cpuset import CpuFacts
+from topoplan.engines import DEFAULT_ENGINE, EngineId
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
+from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, EngineLaunch, ServeOptions
 from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
@@ -74,7 +76,9 @@ class LaunchRequest:
 
     The layout is `layout` (placed by the planner's placement) or row `rank` of `topoplan plan` for `model`;
     `command` is what every rank runs (empty: the bundled runner with `checkpoint` or a built-in `model`,
-    and the prompts)."""
+    and the prompts). A serving `engine` (vllm, sglang, trtllm) serves `checkpoint` on `host`:`serve_port`
+    instead, and `command` holds extra options for it; `device` cpu plans ranks on this machine's CPUs (vLLM's
+    CPU build). `port` is the rendezvous port (the bundled runner's MASTER_PORT, the engines' master port)."""
 
     layout: Layout | None = None
     rank: int | None = None
@@ -94,6 +98,15 @@ class LaunchRequest:
     device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
     mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
     launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
+    engine: EngineId = EngineId(DEFAULT_ENGINE)
+    host: str = DEFAULT_HOST
+    serve_port: int = DEFAULT_SERVE_PORT
+    engine_python: str = "python3"
+    kv_cache_gib: int = 1
+
+    @property
+    def serving(self) -> bool:
+        return self.engine.name != DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -104,7 +117,8 @@ class LaunchRequest:
         if self.rank is not None and self.rank < 1:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
-        if self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
+        self._check_engine_options()
+        if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
                                 "command; with your own COMMAND after --, put them in it")
         check_nodes(self.nodes)
@@ -128,6 +142,26 @@ class LaunchRequest:
         if self.layout is not None and self.layout.world % self.nodes:
             raise TopoplanError(f"--device cpu: layout {self.layout} has {self.layout.world} ranks, which do not "
                                 f"split evenly over {self.nodes} node(s)")
+
+    def _check_engine_options(self) -> None:
+        check_device(self.device)
+        if not self.serving:
+            return
+        if self.checkpoint is None:
+            raise TopoplanError(f"--engine {self.engine} serves a checkpoint: pass --checkpoint DIR (a folder on the "
+                                "launch hosts, or a hub name the engine can fetch)")
+        if self.prompts or self.prompt_ids:
+            raise TopoplanError(f"--prompt and --prompt-ids are for the bundled runner; --engine {self.engine} serves "
+                                "requests over HTTP")
+        if self.device == "cpu" and (self.rank is not None or self.topo is not None):
+            raise TopoplanError("--device cpu places ranks on this machine's CPUs: give --layout, without --topo or "
+                                "--rank")
+        self.serve_options()  # its own checks (host, port, ...)
+
+    def serve_options(self) -> ServeOptions:
+        return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
+                            python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
+                            extra_args=self.command)
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,
@@ -175,18 +209,11 @@ def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, n
 def launch_spec(request: LaunchRequest) -> LaunchSpec:
     """Read the topology, take the layout (--layout, placed by the planner's placement, or --rank N of the
     plan), and build the spec. Without --topo the machine itself is read, and its /sys too."""
-    from topoplan.launch.cpu_slots import cpu_slots
-    from topoplan.plan.placement import expand, place
+    from topoplan.plan.placement import place
 
     r = request
     if r.device == "cpu":
-        assert r.layout is not None  # LaunchRequest requires it for a CPU launch
-        facts = CpuFacts.read_sysfs()
-        slots = cpu_slots(r.layout.world // r.nodes, facts)
-        command = r.command or runner_command(r.layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
-        return build_spec(slots, r.layout, expand(r.layout, r.nodes, [g.id for g in slots.gpus]), command=command,
-                          nodes=r.nodes, hosts=r.hosts, master_port=r.port, facts=facts, device="cpu",
-                          mem_policy=r.mem_policy, launcher=r.launcher)
+        return cpu_launch_spec(r)
     topology = read_launch_topology(r.topo, r.p2p)
     if r.layout is not None:
         chosen = r.layout
@@ -201,6 +228,36 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
-    command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
+    if r.serving:  # the engine's command is per node (engine_launch_for); the spec carries its per-rank facts
+        command: Sequence[str] = (str(r.engine),)
+    else:
+        command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
                       master_port=r.port, facts=facts, mem_policy=r.mem_policy, launcher=r.launcher)
+
+
+def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
+    """`--device cpu`: every rank is a CPU process on this machine (the bundled runner over gloo, or vLLM's CPU
+    build); each node's ranks fill its NUMA nodes in blocks and split their CPUs (topoplan.launch.cpu_slots)."""
+    from topoplan.launch.cpu_slots import cpu_slots
+    from topoplan.plan.placement import expand
+
+    r = request
+    layout = r.layout
+    assert layout is not None  # checked by LaunchRequest
+    facts = CpuFacts.read_sysfs()
+    slots = cpu_slots(layout.world // r.nodes, facts)
+    if r.serving:
+        command: Sequence[str] = (str(r.engine),)
+    else:
+        command = r.command or runner_command(layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
+    return build_spec(slots, layout, expand(layout, r.nodes, [g.id for g in slots.gpus]), command=command,
+                      nodes=r.nodes, hosts=r.hosts, master_port=r.port, facts=facts, device="cpu",
+                      mem_policy=r.mem_policy, launcher=r.launcher)
+
+
+def engine_launch_for(request: LaunchRequest) -> EngineLaunch:
+    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node."""
+    from topoplan.launch.engines import engine_launch
+
+    return engine_launch(request.engine, launch_spec(request), request.serve_options())

@@ -67,14 +67,17 @@ def _binding_args(local: list[RankSpec]) -> tuple[list[str], bool]:
     return args, False
 
 
-def srun_lines(spec: LaunchSpec, cluster_options: bool = True) -> list[str]:
+def srun_lines(spec: LaunchSpec, cluster_options: bool = True, mpi: str | None = None) -> list[str]:
     """The MASTER_ADDR/PORT exports and the srun line; `cluster_options`: also --partition/--account/--time/
-    --job-name when given (an sbatch script puts them in its header instead)."""
+    --job-name when given (an sbatch script puts them in its header instead); `mpi`: Slurm's `--mpi` plugin, for
+    programs that are MPI jobs themselves (TensorRT-LLM: pmix)."""
     per_node = require_node_blocks(spec, "srun")
     local = _check_same_on_every_node(spec, per_node)
     master = shlex.quote(spec.master_addr) if spec.master_addr is not None else FIRST_NODE
     args = ["srun", *(spec.launcher.slurm_args() if cluster_options else []), f"--nodes={len(spec.nodes)}",
             f"--ntasks={spec.world}", f"--ntasks-per-node={per_node}"]
+    if mpi is not None:
+        args.append(f"--mpi={mpi}")
     hosts = [n.host for n in spec.nodes]
     if all(hosts):
         args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
@@ -89,12 +92,13 @@ def srun_lines(spec: LaunchSpec, cluster_options: bool = True) -> list[str]:
             shlex.join([*args, *wrapper, *spec.command])]
 
 
-def render_srun(spec: LaunchSpec) -> str:
-    return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); "
-                      "run inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
+def render_srun(spec: LaunchSpec, mpi: str | None = None) -> str:
+    header = (f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); run inside an "
+              "allocation of whole nodes (salloc --exclusive)")
+    return "\n".join([SHEBANG, header, *srun_lines(spec, mpi=mpi)]) + "\n"
 
 
-def render_sbatch(spec: LaunchSpec) -> str:
+def render_sbatch(spec: LaunchSpec, mpi: str | None = None) -> str:
     per_node = len(spec.nodes[0].ranks)
     header = [*spec.launcher.slurm_args(job_name=DEFAULT_JOB_NAME), f"--nodes={len(spec.nodes)}",
               f"--ntasks-per-node={per_node}"]
@@ -105,4 +109,4 @@ def render_sbatch(spec: LaunchSpec) -> str:
         header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header),
                       f"# topoplan launch: {spec.layout}, {spec.world} rank(s)", "set -euo pipefail",
-                      *srun_lines(spec, cluster_options=False)]) + "\n"
+                      *srun_lines(spec, cluster_options=False, mpi=mpi)]) + "\n"
