@@ -212,16 +212,16 @@ def test_cli_engine_errors_are_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
     for args, expected in ((["--engine", "vllm", "--layout", "tp=2", "--topo", DGX], "--checkpoint"),
                            (["--engine", "vlm", "--layout", "tp=2"], "unknown engine"),
-                           (["--device", "cpu", "--layout", "tp=2"], "--engine vllm")):
+                           (["--device", "cpu", "--layout", "tp=2", "--topo", DGX], "--topo describe")):
         done = subprocess.run([sys.executable, "-m", "topoplan", "launch", *args], capture_output=True, text=True,
                               env=env)
         assert done.returncode == 2 and expected in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_nccl_variables_are_set_per_node_only_when_every_rank_agrees() -> None:
-    pairs = launch("vllm", "tp=2,dp=2", topo=NVL_PAIRS)  # GPU0,1,4,5: all nearest NIC0/NIC1 (mlx5_0, mlx5_1)
+def test_nccl_ib_hca_is_the_node_wide_list_so_every_rank_agrees() -> None:
+    pairs = launch("vllm", "tp=2,dp=2", topo=NVL_PAIRS)  # both NICs are the nearest of some GPU
     assert pairs.nodes[0].env_dict()["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
-    dgx = launch("vllm", "tp=8")  # every GPU pair of the DGX A100 has its own two NICs
-    assert "NCCL_IB_HCA" not in dgx.nodes[0].env_dict()
-    assert any("differ in NCCL_IB_HCA" in note for note in dgx.notes)
+    dgx = launch("vllm", "tp=8")  # the DGX A100's 8 GPU-facing NICs; mlx5_8/9 are the nearest of no GPU
+    assert dgx.nodes[0].env_dict()["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
+    assert not any("differ in NCCL_IB_HCA" in note for note in dgx.notes)
