@@ -111,9 +111,8 @@ class StageModel:
 
     def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int):
         self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
-        dense_end = model.dense_layers if model.is_moe else model.layers
-        self.dense = max(0, min(stage.end, dense_end) - stage.start)
-        self.moe = stage.layers - self.dense
+        self.moe = model.moe_layers_in(range(stage.start, stage.end))
+        self.dense = stage.layers - self.moe
         self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
         self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp)
 
