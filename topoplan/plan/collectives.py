@@ -6,6 +6,10 @@ at once, so the slowest hop sets the bandwidth and the step latency grows with t
 All-gather (ring): n-1 steps, each moving S/n bytes (S = the gathered buffer):
     t = base + (n-1) * alpha_step + (n-1)/n * S / bw_bottleneck
 Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
+All-to-all (MoE dispatch and combine, S bytes sent per rank, an even share to every member): each rank
+exchanges with n-1 peers, so t = base + (n-1) * alpha + max over the links of the bytes each must carry /
+its bandwidth: (n-1)/n * S over the slowest GPU pair inside a node (nccl-tests' alltoall busbw
+= algbw * (n-1)/n), and on a group spanning nodes each node's m ranks push m * S * (n-m)/n through its rails.
 A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
 rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails.
 """
@@ -141,6 +145,31 @@ class LinkPricer:
     def allgather_us(self, ring: Ring, nbytes: float) -> float:
         """All-gather into an nbytes buffer (each rank contributes nbytes/n)."""
         return self._ring_us(ring, nbytes, len(ring) - 1)
+
+    def alltoall_us(self, group: Ring, nbytes: float) -> float:
+        """All-to-all over `group` (any member order) with `nbytes` sent by each rank, an even share per peer."""
+        n = len(group)
+        if n < 2:
+            return 0.0
+        per_node: dict[int, list[str]] = {}
+        for node, gpu in group.slots:
+            per_node.setdefault(node, []).append(gpu)
+        hops = [self._intra(a, b) for gpus in per_node.values() for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+        local = max(len(gpus) for gpus in per_node.values())
+        seconds = [(local - 1) / n * nbytes / (min(h.bandwidth_gbps for h in hops) * 1e3)] if hops else []
+        if len(per_node) > 1:
+            net = self.net(min(self.rails(gpus) for gpus in per_node.values()))
+            hops.append(net)
+            seconds.append(local * nbytes * (n - local) / n / (net.bandwidth_gbps * 1e3))
+        return self.calibration.collective_base_us + (n - 1) * max(h.alpha_us for h in hops) + max(seconds)
+
+    def group_bottleneck(self, group: Ring) -> Hop | None:
+        """The slowest link an all-to-all over `group` crosses (the network when it spans nodes)."""
+        nodes = {node for node, _ in group.slots}
+        if len(nodes) > 1:
+            return self.net(min(self.rails([g for n, g in group.slots if n == node]) for node in nodes))
+        hops = [self._intra(a[1], b[1]) for i, a in enumerate(group.slots) for b in group.slots[i + 1:]]
+        return min(hops, key=lambda h: (h.bandwidth_gbps, h.code)) if hops else None
 
     def handoff_us(self, src: Ring, dst: Ring, nbytes: float) -> float:
         """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;
