@@ -104,6 +104,8 @@ def plan_command(
     tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
     pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
     dp: int = typer.Option(None, "--dp", help="Fix the DP degree (all three: price one layout)."),
+    ep: int = typer.Option(None, "--ep", help="MoE models: fix the expert-parallel degree (1: experts TP-sharded; "
+                           "else tp x dp, vLLM's --enable-expert-parallel). Default: price both."),
     nic_gbps: float = typer.Option(None, "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); "
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
@@ -123,7 +125,7 @@ def plan_command(
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
+                              tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
         result = plan_for(request)
     except TopoplanError as error:

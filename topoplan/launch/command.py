@@ -44,6 +44,8 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
         prompt_ids = [DEFAULT_PROMPT_IDS]
     argv = ["python3", "-m", "topoplan.runner", "--model", runner_model,
             "--tp", str(layout.tp), "--pp", str(layout.pp), "--dp", str(layout.dp)]
+    if layout.ep > 1:
+        argv += ["--ep", str(layout.ep)]
     for text in prompts:
         argv += ["--prompt", text]
     for ids in prompt_ids:

@@ -34,12 +34,13 @@ class PlanRequest:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file; None: the defaults
 
     def __post_init__(self) -> None:
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
-                     dp=self.dp)
+                     dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
 
@@ -62,7 +63,7 @@ def plan_for(request: PlanRequest) -> Plan:
     topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
-                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep)
     return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
 
 
