@@ -217,6 +217,8 @@ def run(
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
+    ep: int = typer.Option(1, help="MoE checkpoints: split the experts over this many ranks of each TP group "
+                           "(must divide --tp; tokens travel by all-to-all)."),
     prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in "
                                      "model."),
     prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
@@ -237,7 +239,7 @@ def run(
     from topoplan.runner.options import RunOptions
 
     try:
-        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, prompt=prompt, prompt_ids=prompt_ids,
+        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
                           temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out)
         if save is not None:
