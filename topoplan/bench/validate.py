@@ -2,7 +2,9 @@
 runner measured, and whether the planner ranks the layouts in the measured order.
 
 On a CPU machine the layouts are CPU-process layouts: one rank with every core as threads (TP1), and
-every tp x pp x dp over one single-threaded rank per core. Each is priced by the planner on the CPU
+every tp x pp x dp over one single-threaded rank per core; for an MoE checkpoint also the expert-parallel
+layouts the bundled runner runs (ep = tp with dp 1, where the planner's ep = tp x dp and the runner's EP
+inside a TP group coincide). Each is priced by the planner on the CPU
 topology and device of the calibration's `cpu` entry (topoplan.bench.cpu), then run by the runner with
 the same batch, prompt length and new-token count. Runs are interleaved across layouts (round-robin
 over `repeats`) so a burst of load from other processes does not land on one layout only; the median of
@@ -69,12 +71,18 @@ def parse_layouts(text: str) -> list[Layout] | None:
     return layouts
 
 
+def runnable(layout: Layout) -> bool:
+    """The layouts both sides agree on: the runner keeps an EP group inside one TP group (ep divides tp)."""
+    return layout.tp % layout.ep == 0
+
+
 def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int) -> list[Candidate]:
     """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked)."""
     if wanted is None:
         found = [Candidate(Layout(), cores)]
         if cores > 1:
-            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores) if l.world == cores and batch % l.dp == 0]
+            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores)
+                      if l.world == cores and batch % l.dp == 0 and runnable(l)]
         return found
     out = []
     for layout in wanted:
@@ -82,7 +90,10 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
             raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
         if batch % layout.dp:
             raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
-        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
+        if not runnable(layout):
+            raise TopoplanError(f"{layout}: the bundled runner runs ep dividing tp (its replicas are independent)")
+        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp,  # the planner's checks
+                          ep=layout.ep if layout.ep > 1 else None)
         out.append(Candidate(layout, max(1, cores // layout.world)))
     return out
 
@@ -108,7 +119,7 @@ def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration
     def price(rows: int) -> LayoutCost:
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
         return plan(cpu_topology(layout.world), spec, device, Workload(per_replica, prompt_len, gen_len, "fp32"),
-                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
+                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep).layouts[0].cost
 
     decode = price(per_replica)
     return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons,
@@ -123,8 +134,9 @@ def prompts(batch: int, prompt_len: int) -> list[str]:
 def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: int, timeout_s: float) -> dict:
     """One runner run of the layout: its result's "timing" and "stages" (the layer split it ran)."""
     layout = cand.layout
-    opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, prompt_ids=prompts(batch, prompt_len),
-                      max_new_tokens=gen_len, backend="gloo", ignore_eos=True, json=True, timeout=timeout_s)
+    opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep,
+                      prompt_ids=prompts(batch, prompt_len), max_new_tokens=gen_len, backend="gloo", ignore_eos=True,
+                      json=True, timeout=timeout_s)
     return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
                       what=f"runner {layout}", timeout_s=timeout_s)
 
@@ -161,7 +173,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
         decode = statistics.median(t["decode_ms_per_token"] for t in timings)
         prefill = statistics.median(t["prefill_ms"] for t in timings)
         comm = statistics.median(t["comm_ms"] for t in timings)
-        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
+        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp, "ep": cand.layout.ep,
                      "threads_per_rank": cand.threads,
                      "predicted_decode_ms": cost.decode_ms_per_token, "measured_decode_ms": decode,
                      "predicted_prefill_ms": cost.prefill_ms, "measured_prefill_ms": prefill,
@@ -173,8 +185,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "reasons": cost.reasons})
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
-    name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
-    pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
+    name = lambda r: str(Layout(r["tp"], r["pp"], r["dp"], r["ep"]))  # noqa: E731
+    pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "ep", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
                                         "measured_decode_ms")}
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
