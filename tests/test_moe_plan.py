@@ -154,3 +154,13 @@ def test_cli_plan_deepseek_v3_fp8_h200_json_lists_ep_layouts(tmp_path):
     first = ep[0]
     assert sorted(r for group in first["ep_groups"] for r in group) == list(range(first["gpus"]))
     assert {p["gpu"] for p in first["placement"]} == {f"GPU{i}" for i in range(8)}
+
+
+def test_launch_passes_the_layouts_ep_to_the_runner():
+    from topoplan.launch.command import runner_command
+    from topoplan.runner.options import parse_argv
+
+    argv = runner_command(Layout(2, 1, 1, 2), None, checkpoint="/ckpt/mixtral")
+    assert argv[:3] == ["python3", "-m", "topoplan.runner"]
+    assert parse_argv(argv[3:]).layout == Layout(2, 1, 1, 2)
+    assert "--ep" not in runner_command(Layout(2), None, checkpoint="/ckpt/mixtral")
