@@ -1,8 +1,9 @@
 """The mixture-of-experts MLP of Mixtral and Qwen2-MoE, TP-sharded or expert-parallel.
 
 Routing is HF's: softmax over the router logits in fp32, the top-k experts, their weights renormalised
-(Mixtral always; Qwen2-MoE when norm_topk_prob), each token's output the weighted sum of its k experts'
-SwiGLU outputs; Qwen2-MoE adds a shared expert scaled by sigmoid(shared_expert_gate(x)).
+(Mixtral always; Qwen2-MoE when norm_topk_prob) and kept in fp32 (Mixtral) or cast to the activations'
+dtype (Qwen2-MoE), each token's output the weighted sum of its k experts' SwiGLU outputs; Qwen2-MoE adds
+a shared expert scaled by sigmoid(shared_expert_gate(x)).
 
 Two ways to shard the routed experts (topoplan.layout.Layout.ep):
   ep 1   every expert's width is split over the TP group like a dense MLP; the partial sums of all experts
@@ -61,6 +62,7 @@ class MoE(nn.Module):
     def __init__(self, config: ModelConfig, tp_rank: int, tp_size: int, ep_rank: int, ep_size: int, comm: TpComm):
         super().__init__()
         self.top_k, self.normalise, self.n_experts = config.experts_per_tok, config.norm_topk_prob, config.n_experts
+        self.fp32_weights = config.model_type == "mixtral"  # transformers' MixtralTopKRouter does not cast them
         self.ep_rank, self.ep_size, self.comm = ep_rank, ep_size, comm  # with ep > 1, comm is an EpComm too
         expert_names = NAMES[config.model_type][1]
         self.gate = nn.Linear(config.dim, config.n_experts, bias=False)  # the router: [E, D], every rank
@@ -76,12 +78,12 @@ class MoE(nn.Module):
             self.shared_expert_gate = nn.Linear(config.dim, 1, bias=False)
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weights [N, K] in h's dtype, expert ids [N, K]) exactly as HF computes them."""
+        """(weights [N, K], expert ids [N, K]) exactly as HF computes them."""
         probs = F.softmax(F.linear(h, self.gate.weight), dim=-1, dtype=torch.float)  # [N, E] in fp32
         weights, ids = torch.topk(probs, self.top_k, dim=-1)
         if self.normalise:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights.to(h.dtype), ids
+        return (weights if self.fp32_weights else weights.to(h.dtype)), ids
 
     def run_experts(self, h: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Sum over each row's experts (held here) of weight x expert(row): h [N, D], ids/weights [N, K]."""
@@ -89,7 +91,7 @@ class MoE(nn.Module):
         for e in self.local:
             rows, slot = torch.where(ids == e)
             if len(rows):
-                out.index_add_(0, rows, self.experts[str(e)](h[rows]) * weights[rows, slot, None])
+                out.index_add_(0, rows, (self.experts[str(e)](h[rows]) * weights[rows, slot, None]).to(h.dtype))
         return out
 
     def _shared(self, h: torch.Tensor) -> torch.Tensor:
@@ -130,5 +132,5 @@ class MoE(nn.Module):
         back = comm.all_to_all(done, receive_sizes, send_sizes)  # [n_mine*K, D] in `order`
         slot_weights = weights[mine.start:mine.stop].reshape(-1)[order]
         out = torch.zeros(per_rank, h.shape[1], dtype=h.dtype, device=device)
-        out.index_add_(0, rows[order] - mine.start, back * slot_weights[:, None])
+        out.index_add_(0, rows[order] - mine.start, (back * slot_weights[:, None]).to(h.dtype))
         return comm.ep_all_gather(out)[:h.shape[0]]  # [N, D]
