@@ -11,6 +11,9 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
 A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
 the last stage to the first (which embeds them next step); each step also pays `step_overhead_us` outside
 the layers. With p stages, p micro-batches keep every stage busy, and DP replicas multiply throughput.
+With expert parallelism (ep > 1, topoplan.plan.moe) a rank holds 1/ep of the routed experts, reads those its
+EP group's tokens touch, and each MoE layer pays a dispatch and a combine all-to-all on the EP group's links
+plus a TP all-gather in place of the MLP's all-reduce.
 """
 
 from __future__ import annotations
