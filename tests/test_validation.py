@@ -77,7 +77,7 @@ def test_bus_bandwidth_known_misses(row):
 MIXTRAL = mixtral_rows()
 
 
-@pytest.mark.xfail(strict=True, reason="MoE known gap (docs/planner.md, 'Checked against'): Baseten's int8 Mixtral "
+@pytest.mark.xfail(strict=True, reason="MoE known gap (docs/planner.md §6, MoE): Baseten's int8 Mixtral "
                    "on one A100 runs 12.3 ms/token and 127 ms TTFT; the roofline of 2 experts' 1-byte weights "
                    "predicts 9.3 ms (-25%) and 60 ms (-52%): TensorRT-LLM's int8 weight-only MoE kernels at batch 1 "
                    "run below the HBM and FLOP efficiencies fitted on dense fp16 models")

@@ -319,14 +319,20 @@ class CostModel:
             out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+            trays = any(h.across_nodes for r in rings for h in self.pricer.ring_hops(r))
+            fabric = {"nvlink": "NVLink", "xgmi": "XGMI"}.get(hop.link_class)
             where = "spans nodes" if hop.link_class == "net" else (
-                "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
+                "spans nodes over NVLink (one multi-node NVLink domain)" if trays and fabric
+                else f"on {fabric}" if fabric else f"spans a {hop.code} hop")
             comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
                           for sm, r in zip(models, rings))
             reduces = 2 * self.model.layers + 1 - (sum(sm.moe for sm in models) if any(groups) else 0)
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{reduces} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms")
-            if all(self.pricer.is_nvlink_mesh(r) for r in rings):
+            if all(self.pricer.is_nvlink_mesh(r) for r in rings) and fabric == "XGMI":
+                out.append("XGMI full mesh: vLLM's custom all-reduce on ROCm would cut the all-reduce latency "
+                           "priced here as an RCCL ring")
+            elif all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
         if layout.pp > 1:

@@ -26,6 +26,7 @@ class DeviceSpec:
     memory_bandwidth_gbps: float  # GB/s
     tflops: dict[str, float]  # dense peak TFLOP/s by dtype
     nic_gbps: float  # per-NIC network bandwidth, GB/s
+    nvlink_domain_gpus: int = 0  # GPUs one multi-node NVLink domain holds (GB200 NVL72: 72); 0: none known
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
@@ -34,4 +35,4 @@ class DeviceSpec:
         tflops = {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops or gpu.bf16_tflops,
                   "fp32": gpu.bf16_tflops / 2}
         nic = nic_gbps if nic_gbps is not None else NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
-        return cls(gpu.key, gpu.memory_gb * 1e9, gpu.memory_bandwidth_gbps, tflops, nic)
+        return cls(gpu.key, gpu.memory_gb * 1e9, gpu.memory_bandwidth_gbps, tflops, nic, gpu.nvlink_domain_gpus)

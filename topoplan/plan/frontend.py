@@ -50,8 +50,9 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
-        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
-        raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
+        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s, mi300x)"
+        raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML "
+                            f"never do){hint}", source=topology.source or None)
     return DeviceSpec.from_gpu(spec, nic_gbps)
 
 
@@ -60,7 +61,13 @@ def plan_for(request: PlanRequest) -> Plan:
     r = request
     spec = find_model(r.model)
     cal = load_calibration(r.calibration)
-    topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    try:
+        topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    except TopoplanError as error:
+        if r.topo is not None:
+            raise
+        raise TopoplanError(f"{error}; on a machine without GPUs, `plan --device cpu --calibration FILE` plans "
+                            "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep)

@@ -45,7 +45,8 @@ class Plan:
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
 
 
-def _key(objective: str, cost: LayoutCost) -> tuple:
+def rank_key(objective: str, cost: LayoutCost) -> tuple:
+    """Sort key, best first: layouts that fit, then the objective, then throughput, then fewer stages."""
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
     return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
 
@@ -94,14 +95,14 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
                   f"= {context} tokens", model.name)
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus)
     costs = CostModel(model, device, workload, calibration, pricer)
     ranked = []
     for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep):
         order = placer.local_order(layout, nodes)
         groups = ep_rings(layout, order) if layout.ep > 1 else None
         ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order), groups), order))
-    ranked.sort(key=lambda r: _key(objective, r.cost))
+    ranked.sort(key=lambda r: rank_key(objective, r.cost))
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
