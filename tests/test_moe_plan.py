@@ -164,3 +164,21 @@ def test_launch_passes_the_layouts_ep_to_the_runner():
     assert argv[:3] == ["python3", "-m", "topoplan.runner"]
     assert parse_argv(argv[3:]).layout == Layout(2, 1, 1, 2)
     assert "--ep" not in runner_command(Layout(2), None, checkpoint="/ckpt/mixtral")
+
+
+def test_alltoall_inside_a_multi_node_nvlink_domain_stays_on_nvlink():
+    """GB200 NVL72 trays (4 GPUs each, 18 to a domain): an EP group over 2 trays is an NVLink all-to-all; over
+    trays 17 and 18 it leaves the domain and pays the network."""
+    from topoplan.machine import load_topology
+
+    topo = load_topology(str(ROOT / "fixtures" / "nvml" / "gb200-nvl72-tray-4gpu.json"))
+    pricer = LinkPricer(topo, Calibration(), nic_gbps=50.0, domain_gpus=72)
+    gpus = [g.id for g in topo.gpus]
+    inside = Ring.of([(n, g) for n in (0, 1) for g in gpus])
+    across = Ring.of([(n, g) for n in (17, 18) for g in gpus])
+    nv, net = pricer.group_bottleneck(inside), pricer.group_bottleneck(across)
+    assert (nv.link_class, net.code) == ("nvlink", "NET")
+    cal = Calibration()
+    assert pricer.alltoall_us(inside, 8e6) == pytest.approx(
+        cal.collective_base_us + 7 * nv.alpha_us + 7 / 8 * 8e6 / (nv.bandwidth_gbps * 1e3))
+    assert pricer.alltoall_us(across, 8e6) > pricer.alltoall_us(inside, 8e6)
