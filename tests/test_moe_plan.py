@@ -182,3 +182,17 @@ def test_alltoall_inside_a_multi_node_nvlink_domain_stays_on_nvlink():
     assert pricer.alltoall_us(inside, 8e6) == pytest.approx(
         cal.collective_base_us + 7 * nv.alpha_us + 7 / 8 * 8e6 / (nv.bandwidth_gbps * 1e3))
     assert pricer.alltoall_us(across, 8e6) > pricer.alltoall_us(inside, 8e6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "70b", "--ep", "2"], "ep=2: Llama-3.1-70B has no experts"),
+    (["--model", "mixtral", "--ep", "3"], "ep=3 does not divide the 8 routed experts of Mixtral-8x7B"),
+    (["--model", "mixtral", "--tp", "2", "--pp", "1", "--dp", "1", "--ep", "4"],
+     "ep=4: expert parallelism runs over tp x dp = 2 ranks per stage"),
+    (["--model", "mixtral", "--ep", "0"], "--ep must be >= 1, got 0"),
+])
+def test_plan_ep_bad_input_is_one_line(args, message, tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "topoplan", "plan", *args, "--topo", HGX_NV18, "--gpu", "h200"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
