@@ -196,3 +196,13 @@ def test_plan_ep_bad_input_is_one_line(args, message, tmp_path):
     done = subprocess.run([sys.executable, "-m", "topoplan", "plan", *args, "--topo", HGX_NV18, "--gpu", "h200"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_launch_refuses_a_vllm_style_ep_layout_for_the_bundled_runner():
+    from topoplan.errors import TopoplanError
+    from topoplan.launch.command import LaunchRequest, runner_command
+
+    with pytest.raises(TopoplanError, match=r"layout tp=1,pp=1,dp=8,ep=8: the bundled runner splits experts inside"):
+        runner_command(Layout(1, 1, 8, 8), None, checkpoint="/ckpt")
+    with pytest.raises(TopoplanError, match="ep=2: Llama-3.1-70B has no experts"):
+        LaunchRequest(layout=Layout(2, 1, 1, 2), model="70b")
