@@ -54,7 +54,7 @@ def test_moe_layer_patterns_of_each_family():
     dsv2 = {**CATALOG["DeepSeek-V3"], "num_hidden_layers": 7, "first_k_dense_replace": 1, "moe_layer_freq": 2}
     assert spec_from_config(dsv2, "d").moe_layer_ids == frozenset({2, 4, 6})
     bad = {**qwen, "mlp_only_layers": "3"}
-    with pytest.raises(TopoplanError, match="'mlp_only_layers' must be a list of layer ids"):
+    with pytest.raises(TopoplanError, match="'mlp_only_layers' must be a list of layer indexes"):
         spec_from_config(bad, "q", source="c.json")
 
 

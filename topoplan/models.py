@@ -15,6 +15,7 @@ from typing import Any
 
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
+from topoplan.hf_fields import check_config
 from topoplan.jsonfile import read_json
 
 
@@ -274,21 +275,18 @@ QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 QK_NORM_TYPES = ("qwen3", "qwen3_moe")
 
 
-def _moe_layer_ids(raw: dict[str, Any], layers: int, source: str | Path) -> frozenset[int]:
+def _moe_layer_ids(raw: dict[str, Any], layers: int) -> frozenset[int]:
     """The decoder layers with routed experts, in each family's spelling:
     DeepSeek-V2/V3: layer i >= first_k_dense_replace with i % moe_layer_freq == 0;
     Qwen2-MoE/Qwen3-MoE: (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers; Mixtral: every layer."""
     if "first_k_dense_replace" in raw or "n_routed_experts" in raw:
         first, freq = raw.get("first_k_dense_replace") or 0, raw.get("moe_layer_freq") or 1
         return frozenset(i for i in range(first, layers) if i % freq == 0)
-    step, only = raw.get("decoder_sparse_step") or 1, raw.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
-        raise TopoplanError(f"key 'mlp_only_layers' must be a list of layer ids, got {only!r}", source=source)
+    step, only = raw.get("decoder_sparse_step") or 1, raw.get("mlp_only_layers") or []  # types: hf_fields
     return frozenset(i for i in range(layers) if (i + 1) % step == 0 and i not in only)
 
 
-def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any],
-                source: str | Path) -> dict[str, Any]:
+def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any]) -> dict[str, Any]:
     """The MoE keys of Mixtral (num_local_experts), Qwen2/3-MoE (num_experts, shared_expert_intermediate_size)
     and DeepSeek-V2/V3 (n_routed_experts, n_shared_experts) as ModelSpec fields."""
     width = raw.get("moe_intermediate_size") or need("intermediate_size")
@@ -300,12 +298,13 @@ def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any],
             "shared_experts": shared or (1 if qwen_shared else 0),
             "shared_intermediate": shared * width or qwen_shared,
             "shared_expert_gate": bool(qwen_shared),
-            "moe_layer_ids": _moe_layer_ids(raw, layers, source)}
+            "moe_layer_ids": _moe_layer_ids(raw, layers)}
 
 
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
     """Read a HF config dict (Llama/Mistral/Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 spellings)
     into a ModelSpec."""
+    check_config(raw, source)
 
     def need(key: str) -> Any:
         if key not in raw:
@@ -333,7 +332,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         gated_mlp=raw.get("hidden_act", "silu") in ("silu", "swiglu"),
         attention_bias=raw.get("model_type") in QKV_BIAS_TYPES or bool(raw.get("attention_bias")),
         qk_norm=raw.get("model_type") in QK_NORM_TYPES,
-        **(_moe_fields(raw, layers, need, source) if experts else {}),
+        **(_moe_fields(raw, layers, need) if experts else {}),
         kv_lora_rank=kv_lora,
         q_lora_rank=raw.get("q_lora_rank") or 0,
         qk_nope_head_dim=need("qk_nope_head_dim") if kv_lora else 0,
@@ -367,8 +366,6 @@ def find_model(name: str) -> ModelSpec:
 
 def load_config(path: Path) -> ModelSpec:
     """A HF config.json file; the error names the file when it is missing or not a config."""
-    raw = read_json(path, "a HF config.json")
-    if not isinstance(raw, dict):
-        raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
+    raw = check_config(read_json(path, "a HF config.json"), path)
     name = raw.get("_name_or_path") or path.resolve().parent.name or path.stem
     return spec_from_config(raw, str(name), source=path)
