@@ -67,10 +67,19 @@ def test_h_is_help_on_every_command(path: tuple[str, ...]):
     assert any("--help" in line and re.search(r"\s-h\s", line) for line in short.stdout.splitlines())
 
 
+def given_shell() -> dict[str, str]:
+    """This test's environment (its temporary HOME: read now, not at import) for typer to take the shell as
+    the option's value (`--show-completion bash`) instead of detecting it from the process tree, which depends
+    on what started the tests."""
+    return {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
-    result = run_cli("--show-completion", "bash")
+    result = run_cli("--show-completion", "bash", env=given_shell())
     assert result.returncode == 0, result.stderr
     script = result.stdout
+    # the same script without typer's option, as click documents it (for a shell other than the current one)
+    assert run_cli(env={**os.environ, "_TOPOPLAN_COMPLETE": "source_bash"}).stdout.strip() == script.strip()
     assert "complete -o default -F _topoplan_completion topoplan" in script
     assert "_TOPOPLAN_COMPLETE=complete_bash" in script
     # Run it in bash against this tree's topoplan: the words it offers are the app's own.
@@ -94,7 +103,8 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
 
 
 def test_install_completion_writes_into_the_home(isolated_home: Path):
-    result = run_cli("--install-completion", "bash")
+    assert os.environ["HOME"] == str(isolated_home)
+    result = run_cli("--install-completion", "bash", env=given_shell())
     assert result.returncode == 0, result.stderr
     assert "_TOPOPLAN_COMPLETE=complete_bash" in next(isolated_home.rglob("topoplan*")).read_text()
     assert "topoplan" in (isolated_home / ".bashrc").read_text()
