@@ -3,8 +3,9 @@ user's home"), so a test that reaches it fails, whatever path it took there.
 
 An audit hook (PEP 578) sees every open, listdir, mkdir, rename and remove. Paths Python itself runs from
 (its prefix and sys.path, which may lie under the home, as with pyenv) are not the user's files and are
-let through. Child processes are not watched: they inherit the temporary HOME and caches conftest.py sets, so a test that
-starts one must pass it the environment of the moment (`os.environ` at call time, not a copy taken at import).
+let through. Child processes are not watched: they inherit the temporary HOME and caches conftest.py sets,
+so a test that starts one must pass it the environment of the moment (`os.environ` at call time, not a copy
+taken at import).
 """
 
 from __future__ import annotations
