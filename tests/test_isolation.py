@@ -45,3 +45,19 @@ def test_reaching_the_real_home_is_caught():
     del home_guard.touched[before:]
     assert caught == [("open", str(probe))]
     assert not home_guard.in_real_home(sys.executable)  # Python's own files (pyenv lives in the home) pass
+
+
+def test_no_test_module_copies_the_environment_at_import():
+    """A copy of os.environ taken at import holds the real HOME (conftest sets the temporary one per test):
+    a child process given it writes into the user's home unseen by the guard. Copy it inside the test."""
+    import ast
+
+    found = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name == "home_guard.py":  # reads the real PYENV_ROOT on purpose: Python's own files
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                if any(isinstance(n, ast.Attribute) and n.attr == "environ" for n in ast.walk(node.value)):
+                    found.append(f"{path.name}:{node.lineno}")
+    assert found == []
