@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
+# Typer detects the user's shell from the process tree (shellingham); a test run need not have a shell above it
+# (CI, a detached job), so the test names the shell, as typer's own tests do.
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
@@ -67,15 +72,8 @@ def test_h_is_help_on_every_command(path: tuple[str, ...]):
     assert any("--help" in line and re.search(r"\s-h\s", line) for line in short.stdout.splitlines())
 
 
-def given_shell() -> dict[str, str]:
-    """This test's environment (its temporary HOME: read now, not at import) for typer to take the shell as
-    the option's value (`--show-completion bash`) instead of detecting it from the process tree, which depends
-    on what started the tests."""
-    return {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-
-
 def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
-    result = run_cli("--show-completion", "bash", env=given_shell())
+    result = run_cli("--show-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     script = result.stdout
     # the same script without typer's option, as click documents it (for a shell other than the current one)
@@ -103,8 +101,8 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
 
 
 def test_install_completion_writes_into_the_home(isolated_home: Path):
-    assert os.environ["HOME"] == str(isolated_home)
-    result = run_cli("--install-completion", "bash", env=given_shell())
+    assert os.environ["HOME"] == str(isolated_home)  # the environment below is read now, inside the test
+    result = run_cli("--install-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     assert "_TOPOPLAN_COMPLETE=complete_bash" in next(isolated_home.rglob("topoplan*")).read_text()
     assert "topoplan" in (isolated_home / ".bashrc").read_text()
