@@ -39,6 +39,14 @@ def test_amd_box_is_inferred_and_priced_with_xgmi_figures():
     assert (named.gpu_name, named.vendor) == ("mi300x", "amd")
 
 
+def test_amd_pictures_name_the_xgmi_fabric(tmp_path):
+    out = tmp_path / "mi300.svg"
+    result = runner.invoke(app, ["inspect", "--file", str(MI300), "--format", "svg", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    svg = out.read_text()
+    assert "XGMI all-to-all" in svg and "NVLink" not in svg
+
+
 def test_plan_on_an_amd_box():
     result = plan_for(PlanRequest(model="70b", topo=str(MI300), gpu="mi300x", tp=8, pp=1, dp=1))
     best = result.layouts[0]

@@ -76,6 +76,8 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
     result = run_cli("--show-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     script = result.stdout
+    # the same script without typer's option, as click documents it (for a shell other than the current one)
+    assert run_cli(env={**os.environ, "_TOPOPLAN_COMPLETE": "source_bash"}).stdout.strip() == script.strip()
     assert "complete -o default -F _topoplan_completion topoplan" in script
     assert "_TOPOPLAN_COMPLETE=complete_bash" in script
     # Run it in bash against this tree's topoplan: the words it offers are the app's own.
@@ -99,6 +101,7 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
 
 
 def test_install_completion_writes_into_the_home(isolated_home: Path):
+    assert os.environ["HOME"] == str(isolated_home)  # the environment below is read now, inside the test
     result = run_cli("--install-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     assert "_TOPOPLAN_COMPLETE=complete_bash" in next(isolated_home.rglob("topoplan*")).read_text()

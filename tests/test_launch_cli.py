@@ -127,7 +127,7 @@ def test_rank_launches_the_plans_row():
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         row = rows[n - 1]
-        assert data["layout"] == {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"]}
+        assert data["layout"] == {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "ep": row["ep"]}
         assert [r["gpu"] for r in data["ranks"]] == [p["gpu"] for p in row["placement"]]
         assert data["nodes"][0]["cuda_visible_devices"] == row["cuda_visible_devices"]
 

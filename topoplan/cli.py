@@ -172,6 +172,8 @@ def plan_command(
     tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
     pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
     dp: int = typer.Option(None, "--dp", help="Fix the DP degree (all three: price one layout)."),
+    ep: int = typer.Option(None, "--ep", help="MoE models: fix the expert-parallel degree (1: experts TP-sharded; "
+                           "else tp x dp, vLLM's --enable-expert-parallel). Default: price both."),
     nic_gbps: float = typer.Option(None, "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); "
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
@@ -198,7 +200,8 @@ def plan_command(
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration, engine=engine,
+                              tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
+                              engine=engine,
                               workload=Workload(batch, prompt_len, gen_len, dtype))
         if device is PlanDevice.cpu:
             from topoplan.bench.cpu_plan import plan_cpu
@@ -333,6 +336,8 @@ def run(
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
+    ep: int = typer.Option(1, help="MoE checkpoints: split the experts over this many ranks of each TP group "
+                           "(must divide --tp; tokens travel by all-to-all)."),
     prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in "
                                      "model."),
     prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
@@ -353,7 +358,7 @@ def run(
     from topoplan.runner.options import RunOptions
 
     try:
-        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, prompt=prompt, prompt_ids=prompt_ids,
+        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
                           temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out)
         if save is not None:

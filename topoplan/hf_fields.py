@@ -56,10 +56,12 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "hidden_size num_attention_heads num_key_value_heads num_hidden_layers intermediate_size vocab_size "
         "head_dim max_position_embeddings num_local_experts num_experts n_routed_experts num_experts_per_tok "
         "moe_intermediate_size shared_expert_intermediate_size decoder_sparse_step kv_lora_rank q_lora_rank "
-        "qk_nope_head_dim qk_rope_head_dim v_head_dim sliding_window")),
-    "non-negative integer": (_count, "n_shared_experts first_k_dense_replace"),
+        "qk_nope_head_dim qk_rope_head_dim v_head_dim moe_layer_freq")),
+    # sliding_window 0: off (transformers v5 writes it so for Qwen2-MoE with use_sliding_window false)
+    "non-negative integer": (_count, "n_shared_experts first_k_dense_replace sliding_window"),
     "positive finite number": (_positive_float, "rms_norm_eps rope_theta"),
-    "true or false": (_flag, "tie_word_embeddings attention_bias mlp_bias use_sliding_window topoplan_byte_tokenizer"),
+    "true or false": (_flag, "tie_word_embeddings attention_bias mlp_bias use_sliding_window topoplan_byte_tokenizer "
+                             "norm_topk_prob"),
     "token id or list of token ids": (_token_ids, "bos_token_id eos_token_id"),
     "string": (_text, "model_type hidden_act _name_or_path"),
     "JSON object": (_mapping, "rope_scaling rope_parameters"),

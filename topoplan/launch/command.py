@@ -35,6 +35,10 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
     """
     from topoplan.runner.builtin import BUILTIN
 
+    if layout.tp % layout.ep:
+        raise TopoplanError(f"layout {layout}: the bundled runner splits experts inside a TP group (ep dividing tp; "
+                            "its DP replicas run independently), so vLLM's ep = tp x dp needs an engine: put its "
+                            "command after --")
     if checkpoint is not None:
         if not checkpoint.strip():
             raise TopoplanError("--checkpoint: expected a folder, got an empty path")
@@ -50,6 +54,8 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
     # `--option=value`: a value starting with "-" (a folder named -rf, a prompt "-x") stays a value
     argv = ["python3", "-m", "topoplan.runner", f"--model={runner_model}",
             "--tp", str(layout.tp), "--pp", str(layout.pp), "--dp", str(layout.dp)]
+    if layout.ep > 1:
+        argv += ["--ep", str(layout.ep)]
     if device == "cpu":
         argv.append("--backend=gloo")
     for text in prompts:
@@ -168,7 +174,7 @@ class LaunchRequest:
         and a fixed layout's TP degree must split the model's heads as the planner requires."""
         from topoplan.hardware import find_gpu
         from topoplan.models import find_model
-        from topoplan.plan.layouts import check_tp
+        from topoplan.plan.layouts import check_ep, check_tp
         from topoplan.plan.rank import check_objective
 
         check_objective(self.objective)
@@ -178,6 +184,7 @@ class LaunchRequest:
             spec = find_model(self.model)
             if self.layout is not None:
                 check_tp(spec, self.layout.tp)
+                check_ep(spec, self.layout.ep)
 
 
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:

@@ -16,7 +16,7 @@ from topoplan.launch.spec import LaunchSpec
 
 def spec_dict(spec: LaunchSpec) -> dict:
     return {
-        "layout": {"tp": spec.layout.tp, "pp": spec.layout.pp, "dp": spec.layout.dp},
+        "layout": {"tp": spec.layout.tp, "pp": spec.layout.pp, "dp": spec.layout.dp, "ep": spec.layout.ep},
         "master_addr": spec.master_addr,
         "master_port": spec.master_port,
         "device": spec.device,

@@ -15,13 +15,16 @@ the layers, plus `step_overhead_per_rank_us` per rank beyond the first (an engin
 workers). Memory follows the engine's policy (topoplan.engines MemoryPolicy): the share of GPU memory weights
 and KV may use, and the KV block size a sequence's cache is rounded up to. With p stages, p micro-batches
 keep every stage busy, and DP replicas multiply throughput.
+With expert parallelism (ep > 1, topoplan.plan.moe) a rank holds 1/ep of the routed experts, reads those its
+EP group's tokens touch, and each MoE layer pays a dispatch and a combine all-to-all on the EP group's links
+plus a TP all-gather in place of the MLP's all-reduce.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from topoplan.dtypes import PLAN_DTYPES, checked_dtype, dtype_of
@@ -29,6 +32,7 @@ from topoplan.engines.profile import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import ModelSpec
+from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
@@ -73,6 +77,7 @@ class LayoutCost:
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
+    all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -112,31 +117,57 @@ class Work:
 
 
 class StageModel:
-    """Bytes and FLOPs of one stage on one TP rank."""
+    """Bytes and FLOPs of one stage on one rank: TP-sharded weights, and with expert parallelism (ep > 1) the
+    routed experts whole on `ep` ranks, which also see the tokens of the `replicas` DP replicas of their group
+    (topoplan.plan.moe). `imbalance(tokens)`: the busiest EP rank's routed work over the mean (1 without EP)."""
 
-    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int):
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int, ep: int = 1, replicas: int = 1,
+                 imbalance: Callable[[float], float] = lambda tokens: 1.0):
         self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
-        dense_end = model.dense_layers if model.is_moe else model.layers
-        self.dense = max(0, min(stage.end, dense_end) - stage.start)
-        self.moe = stage.layers - self.dense
+        self.ep, self.replicas, self.imbalance = ep, replicas, imbalance
+        self.experts_over = ep if ep > 1 else tp  # ranks one MoE layer's routed experts are split over
+        self.moe = model.moe_layers_in(range(stage.start, stage.end))
+        self.dense = stage.layers - self.moe
         self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
-        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp)
+        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp, ep, replicas)
+
+    def _routed(self, experts: float) -> float:
+        """Routed-expert weights of the stage's MoE layers with `experts` experts per layer."""
+        return self.moe * experts * self.m.expert_params
+
+    def _per_rank(self, params: float, routed: float) -> float:
+        """One rank's share of `params` weights of which `routed` are routed experts (split over EP ranks)."""
+        return (params - routed) / self.tp + routed / self.experts_over
 
     def weight_bytes(self) -> float:
-        """Weights stored on one TP rank of this stage."""
+        """Weights stored on one rank of this stage."""
         m = self.m
         params = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
         params += (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
-        return params * self.b / self.tp
+        return self._per_rank(params, self._routed(m.experts)) * self.b
 
-    def _matmul_params(self, tokens: float) -> float:
-        """Weights the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
+    def expert_bytes(self) -> float:
+        """Routed-expert weights stored on one rank of this stage."""
+        return self._routed(self.m.experts) / self.experts_over * self.b
+
+    def _read_bytes(self, tokens: float) -> float:
+        """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts touched by the
+        tokens of its EP group)."""
         m = self.m
-        return m.matmul_params(self.dense, self.moe, m.experts_touched(tokens)) + (m.head_params if self.s.last else 0)
+        touched = m.experts_touched(tokens * self.replicas)
+        params = m.matmul_params(self.dense, self.moe, touched) + (m.head_params if self.s.last else 0)
+        return self._per_rank(params, self._routed(touched)) * self.b
 
-    def _active_params(self) -> float:
-        """Weights one token multiplies by (MoE: its k experts)."""
-        return self.m.matmul_params(self.dense, self.moe, self.m.experts_per_token)
+    def _gemm_flops(self, tokens: float, head_rows: float) -> float:
+        """One rank's GEMM FLOPs for `tokens` tokens per replica (the LM head for `head_rows` of them): 2 per
+        active weight, routed experts scaled by the busiest EP rank's share."""
+        m = self.m
+        active, routed = m.matmul_params(self.dense, self.moe, m.experts_per_token), self._routed(m.experts_per_token)
+        head = 2.0 * m.head_params * head_rows / self.tp if self.s.last else 0.0
+        routed_flops = 2.0 * routed * tokens * self.replicas / self.experts_over
+        if self.ep > 1:
+            routed_flops *= self.imbalance(tokens * self.replicas * m.experts_per_token)
+        return 2.0 * (active - routed) * tokens / self.tp + routed_flops + head
 
     def kv_bytes_per_token(self) -> float:
         return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
@@ -146,17 +177,15 @@ class StageModel:
         return self.m.attention_flops(self.s.layers, queries, context)
 
     def prefill(self, batch: int, prompt: int) -> list[Work]:
-        """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
+        """GEMMs and attention on one rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
         tokens = batch * prompt
-        gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
         kv_write = tokens * self.kv_bytes_per_token()
-        return [Work(gemm / self.tp, self._matmul_params(tokens) * self.b / self.tp),
+        return [Work(self._gemm_flops(tokens, batch), self._read_bytes(tokens)),
                 Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
-        """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
-        gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
-        return [Work(gemm / self.tp, self._matmul_params(batch) * self.b / self.tp),
+        """GEMMs and attention on one rank for one decode step of `batch` sequences at `context` tokens."""
+        return [Work(self._gemm_flops(batch, batch), self._read_bytes(batch)),
                 Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
@@ -176,12 +205,13 @@ class CostModel:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
         return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float) -> float:
-        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences.
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences; `group` is
+        its EP group when the layout has expert parallelism.
 
         Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
         w = self.work
-        key = (sm.signature, ring.shape, phase, batch)
+        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch)
         if key not in self._stage_cache:
             if phase == "prefill":
                 work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
@@ -190,6 +220,8 @@ class CostModel:
             overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
             t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
             t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
+            if group is not None:
+                t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
             self._stage_cache[key] = t
         return self._stage_cache[key]
 
@@ -198,11 +230,27 @@ class CostModel:
         vocab-parallel embedding's all-reduce on the first stage, the logits all-gather on the last (one
         row of logits per sequence)."""
         activations = tokens * self.model.hidden * self.work.bytes
-        count = 2 * sm.s.layers + (1 if sm.s.first else 0)
+        count = 2 * sm.s.layers + (1 if sm.s.first else 0) - (sm.moe if sm.ep > 1 else 0)
         t = count * self.pricer.allreduce_us(ring, activations)
         if sm.s.last:
             t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.work.bytes)
         return t
+
+    def _alltoall_us(self, sm: StageModel, group: Ring, tokens: float) -> float:
+        """Dispatch + combine of one MoE layer: each rank sends its dispatched tokens' hidden states to their
+        k experts and gets k results back, the busiest rank's share scaled by the routing imbalance."""
+        sent = tokens * sm.replicas / sm.ep  # each rank's slice of its EP group's tokens
+        nbytes = sent * self.model.experts_per_token * self.model.hidden * self.work.bytes
+        skew = sm.imbalance(tokens * sm.replicas * self.model.experts_per_token)
+        return 2 * self.pricer.alltoall_us(group, nbytes * skew)
+
+    def _ep_comm_us(self, sm: StageModel, ring: Ring, group: Ring, tokens: float) -> float:
+        """Per MoE layer: the all-to-alls, then the TP all-gather that rebuilds every token on each TP rank
+        (replacing the MLP's all-reduce, which _tp_comm_us leaves out)."""
+        if not sm.moe:
+            return 0.0
+        gather = self.pricer.allgather_us(ring, tokens * self.model.hidden * self.work.bytes) if sm.tp > 1 else 0.0
+        return sm.moe * (self._alltoall_us(sm, group, tokens) + gather)
 
     def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
@@ -216,18 +264,31 @@ class CostModel:
         ranks = len(rings) * len(rings[0])
         return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
 
-    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
-                     batch: float) -> tuple[float, list[float]]:
+    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel], batch: float,
+                     groups: Sequence[Ring | None]) -> tuple[float, list[float]]:
         """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, "decode", batch) for sm, ring in zip(models, rings)]
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g) for sm, ring, g in zip(models, rings, groups)]
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
-    def price(self, layout: Layout, replicas: list[list[Ring]]) -> LayoutCost:
-        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
+    def stage_models(self, layout: Layout) -> list[StageModel]:
+        """The layout's stages as one rank sees them (with EP: its experts, its group's tokens)."""
+        m, ep = self.model, layout.ep if self.model.is_moe else 1
+        replicas = moe.group_replicas(layout) if ep > 1 else 1
+        return [StageModel(m, s, layout.tp, self.work.bytes, ep, replicas, lambda n: moe.imbalance(n, ep))
+                for s in stages_of(m, layout.pp)]
+
+    def price(self, layout: Layout, replicas: list[list[Ring]],
+              ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
+        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage, and
+        `ep_groups` (needed when layout.ep > 1: topoplan.plan.moe.ep_rings) the EP group of each of them."""
         w, m = self.work, self.model
         stages = stages_of(m, layout.pp)
-        models = [StageModel(m, s, layout.tp, w.bytes) for s in stages]
+        models = self.stage_models(layout)
+        expert_parallel = layout.ep > 1 and m.is_moe
+        if expert_parallel and ep_groups is None:
+            raise TopoplanError(f"{layout}: pricing expert parallelism needs the EP groups' placement")
+        groups_of = ep_groups if expert_parallel else [[None] * layout.pp for _ in replicas]
         total, policy = self.device.memory_bytes, self.memory
         seq = policy.kv_tokens(w.prompt_len + w.gen_len)  # whole KV blocks
         fullest, max_batch = (0.0, math.inf), math.inf  # (need, room) of the stage furthest over its room
@@ -240,30 +301,37 @@ class CostModel:
         memory, usable = fullest
         context = w.prompt_len + w.gen_len / 2
         worst = None
-        for rings in replicas:
-            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch) for sm, ring in zip(models, rings))
+        for rings, groups in zip(replicas, groups_of):
+            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch, g) for sm, ring, g in zip(models, rings, groups))
             prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
             prefill += self._step_extra_ms(rings, w.batch)
-            decode, _ = self._pipeline_ms(rings, models, w.batch)
+            decode, _ = self._pipeline_ms(rings, models, w.batch, groups)
             micro = min(layout.pp, w.batch)
-            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro)
+            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro, groups)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:
-                worst = (prefill, decode, step, rings)
-        prefill, decode, step, rings = worst
+                worst = (prefill, decode, step, rings, groups)
+        prefill, decode, step, rings, groups = worst
         return LayoutCost(layout, memory <= usable, memory, usable, int(max_batch), prefill, decode,
                           layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
                           tuple(range(s.start, s.end) for s in stages),
-                          lambda cost: self.reasons(layout, cost, rings, models, context))
+                          lambda cost: self.reasons(layout, cost, rings, models, context, groups),
+                          self.alltoall_ms(models, groups))
+
+    def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None]) -> float:
+        """The MoE all-to-alls (dispatch + combine, every MoE layer) of one decode step; 0 without EP."""
+        return sum(self._alltoall_us(sm, g, self.work.batch) * sm.moe for sm, g in zip(models, groups) if g) / 1e3
 
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
-                context: float) -> list[str]:
+                context: float, groups: Sequence[Ring | None] = ()) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
         gb = 1e9
         out = []
         if not cost.fits:
             out.append(f"does not fit: needs {cost.memory_per_gpu / gb:.1f} GB/GPU, {cost.usable_memory / gb:.1f} "
                        f"usable (max batch {cost.max_batch})")
+        if any(groups):  # first: for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
+            out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
             trays = any(h.across_nodes for r in rings for h in self.pricer.ring_hops(r))
@@ -273,9 +341,9 @@ class CostModel:
                 else f"on {fabric}" if fabric else f"spans a {hop.code} hop")
             comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
                           for sm, r in zip(models, rings))
+            reduces = 2 * self.model.layers + 1 - (sum(sm.moe for sm in models) if any(groups) else 0)
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
-                       f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
-                       f"{comm_ms:.2f} ms")
+                       f"{reduces} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms")
             decode_bytes = self.work.batch * self.model.hidden * self.work.bytes
             kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
             if kernel != "nccl":
@@ -298,6 +366,27 @@ class CostModel:
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
         return out
+
+    def _ep_reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
+                    groups: Sequence[Ring | None]) -> list[str]:
+        """Where the EP group sits, what its all-to-alls cost, and whether EP beat TP-sharded experts here."""
+        gb, w, m = 1e9, self.work, self.model
+        hop = min((self.pricer.group_bottleneck(g) for g in groups if g), key=lambda h: h.bandwidth_gbps)
+        where = "spans nodes" if hop.link_class == "net" else (
+            "inside an NVLink domain" if hop.link_class == "nvlink" else f"crosses a {hop.code} hop")
+        skew = models[0].imbalance(w.batch * models[0].replicas * m.experts_per_token)
+        twin = self.stage_models(replace(layout, ep=1))
+        tp_decode, _ = self._pipeline_ms(rings, twin, w.batch, [None] * layout.pp)
+        tp_memory = max(sm.weight_bytes() for sm in twin) + w.batch * (w.prompt_len + w.gen_len) * max(
+            sm.kv_bytes_per_token() for sm in twin)
+        verdict = "beats" if cost.decode_ms_per_token < tp_decode else "loses to"
+        return [f"EP{layout.ep} {where} ({hop.describe()}): {2 * m.moe_layers} all-to-alls/token (dispatch + combine, "
+                f"top-{m.experts_per_token}, busiest rank x{skew:.2f}) cost {cost.all_to_all_ms:.2f} ms",
+                f"EP{layout.ep} {verdict} TP{layout.tp}-sharded experts for the MoE layers: decode "
+                f"{cost.decode_ms_per_token:.2f} vs {tp_decode:.2f} ms/token; experts "
+                f"{max(sm.expert_bytes() for sm in models) / gb:.1f} vs "
+                f"{max(sm.expert_bytes() for sm in twin) / gb:.1f} GB/GPU, total {cost.memory_per_gpu / gb:.1f} vs "
+                f"{tp_memory / gb:.1f} GB/GPU"]
 
 
 def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:

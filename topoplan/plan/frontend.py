@@ -36,13 +36,14 @@ class PlanRequest:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
     engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
 
     def __post_init__(self) -> None:
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
-                     dp=self.dp)
+                     dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
         resolve(self.engine)  # an unknown engine or version fails here, before any file is read
@@ -74,7 +75,7 @@ def plan_for(request: PlanRequest) -> Plan:
                             "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
-                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, engine=engine)
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine)
     return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
 
 

@@ -59,10 +59,31 @@ def _tiles(layout: Layout, k: int) -> bool:
     return True
 
 
+def expert_degrees(model: ModelSpec, tp: int, dp: int, ep: int | None = None) -> list[int]:
+    """The EP degrees worth pricing with tp x dp ranks per stage: 1 (experts TP-sharded) and, for an MoE model
+    whose routed experts split evenly, vLLM's ep = tp x dp; `ep` (--ep) picks one of them."""
+    wanted = [1] + ([tp * dp] if model.is_moe and tp * dp > 1 and model.experts % (tp * dp) == 0 else [])
+    return wanted if ep is None else [e for e in wanted if e == ep]
+
+
+def check_ep(model: ModelSpec, ep: int | None) -> None:
+    """--ep: at least 1, and more than 1 only for an MoE model whose experts it divides."""
+    if ep is None or ep == 1:
+        return
+    if ep < 1:
+        raise TopoplanError(f"ep must be >= 1, got {ep}")
+    if not model.is_moe:
+        raise TopoplanError(f"ep={ep}: {model.name} has no experts (expert parallelism needs an MoE model)")
+    if model.experts % ep:
+        raise TopoplanError(f"ep={ep} does not divide the {model.experts} routed experts of {model.name}")
+
+
 def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, max_tp: int | None = None,
                       tp: int | None = None, pp: int | None = None, dp: int | None = None,
-                      rules: Parallelism | None = None, engine: str = "the engine") -> list[Layout]:
-    """Candidate layouts; fixed degrees (--tp/--pp/--dp) are checked and raise a clear error when impossible.
+                      ep: int | None = None, rules: Parallelism | None = None,
+                      engine: str = "the engine") -> list[Layout]:
+    """Candidate layouts; fixed degrees (--tp/--pp/--dp/--ep) are checked and raise a clear error when
+    impossible. An MoE model gets each (tp, pp, dp) twice: experts TP-sharded, and expert-parallel.
     `rules`: the engine's (None: pad the vocabulary, every parallelism); `engine` names it in errors."""
     if gpus_per_node < 1:
         raise TopoplanError("the topology has no GPUs")
@@ -75,6 +96,7 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
     total = gpus_per_node * nodes
     if tp is not None:
         check_tp(model, tp, rules.pads_vocab)
+    check_ep(model, ep)
     if pp is not None and pp > model.layers:
         raise TopoplanError(f"pp={pp} exceeds the {model.layers} layers of {model.name}")
     least = (tp or 1) * (pp or 1) * (dp or 1)
@@ -85,7 +107,11 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         fixed = Layout(tp, pp, dp)
         if fixed.world % nodes or not _tiles(fixed, fixed.world // nodes):
             raise TopoplanError(f"{fixed} does not split evenly over {nodes} node(s) of {gpus_per_node} GPUs")
-        return [fixed]
+        degrees = expert_degrees(model, tp, dp, ep)
+        if not degrees:
+            raise TopoplanError(f"ep={ep}: expert parallelism runs over tp x dp = {tp * dp} ranks per stage "
+                                "(vLLM's semantics); pass --ep 1 or the matching --dp")
+        return [Layout(tp, pp, dp, e) for e in degrees]
     found = []
     for k in range(1, gpus_per_node + 1):
         world = nodes * k
@@ -99,9 +125,9 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
                     continue
                 layout = Layout(t, p, world // (t * p))
                 if (dp is None or layout.dp == dp) and _tiles(layout, k):
-                    found.append(layout)
+                    found.extend(Layout(t, p, layout.dp, e) for e in expert_degrees(model, t, layout.dp, ep))
     if not found:
-        asked = ", ".join(f"{n}={v}" for n, v in (("tp", tp), ("pp", pp), ("dp", dp)) if v is not None)
+        asked = ", ".join(f"{n}={v}" for n, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep)) if v is not None)
         raise TopoplanError(f"no layout{' with ' + asked if asked else ''} fits {nodes} node(s) x "
                             f"{gpus_per_node} GPUs for {model.name}")
     return found

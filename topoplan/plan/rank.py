@@ -12,7 +12,7 @@ from typing import Any
 from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.engines.profile import EngineProfile
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, check_nodes, layer_split_json
+from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
@@ -20,6 +20,7 @@ from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.engine import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
 
@@ -66,7 +67,8 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
     for entry in ranked:
         own = entry.cost.layout
         entry.dominated_by = next((other.cost.layout for other in ranked
-                                   if (other.cost.layout.tp, other.cost.layout.pp) == (own.tp, own.pp)
+                                   if (other.cost.layout.tp, other.cost.layout.pp, other.cost.layout.ep > 1)
+                                   == (own.tp, own.pp, own.ep > 1)
                                    and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
 
 
@@ -77,11 +79,11 @@ def check_objective(objective: str) -> None:
 
 
 def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
-                 dp: int | None) -> None:
+                 dp: int | None, ep: int | None = None) -> None:
     """The checks of what the planner searches: nodes, objective, and each given degree (None: free) >= 1."""
     check_nodes(nodes)
     check_objective(objective)
-    for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp)):
+    for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep)):
         if value is not None and value < 1:
             raise TopoplanError(f"--{name} must be >= 1, got {value}")
 
@@ -89,11 +91,11 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-         engine: EngineProfile | None = None) -> Plan:
+         ep: int | None = None, engine: EngineProfile | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
     best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
     all), while the engine still sets the memory policy, the all-reduce path and the layout rules."""
-    check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
@@ -103,10 +105,11 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
     costs = CostModel(model, device, workload, calibration, pricer, memory_policy(engine, calibration))
     ranked = []
-    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp,
+    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
                                     rules=engine.parallelism, engine=str(engine)):
         order = placer.local_order(layout, nodes)
-        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
+        groups = ep_rings(layout, order) if layout.ep > 1 else None
+        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order), groups), order))
     ranked.sort(key=lambda r: rank_key(objective, r.cost))
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
@@ -131,15 +134,16 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
     c, layout = entry.cost, entry.cost.layout
     placements = expand(layout, nodes, entry.order)
     return {
-        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "fits": c.fits,
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "gpus": c.gpus, "fits": c.fits,
         "memory_per_gpu_gb": round(c.memory_per_gpu / 1e9, 3), "max_batch": c.max_batch,
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
-        "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
+        "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2), "all_to_all_ms": round(c.all_to_all_ms, 4),
         "stages": layer_split_json(c.stage_layers),
         "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
+        **({"ep_groups": RankGrid(layout).ep_groups} if layout.ep > 1 else {}),
         "reasons": c.reasons,
         **({"dominated_by": str(entry.dominated_by)} if entry.dominated_by else {}),
     }

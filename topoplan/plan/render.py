@@ -7,7 +7,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from topoplan.layout import RankGrid
+from topoplan.layout import Layout, RankGrid
 from topoplan.plan.rank import Plan, RankedLayout
 
 
@@ -21,6 +21,10 @@ def gpu_groups(entry: RankedLayout) -> str:
         if here:
             replicas.setdefault(grid.coords(group[0]).dp_rank, []).append(f"[{','.join(here)}]")
     return " | ".join(">".join(stages) for stages in replicas.values())
+
+
+def layout_label(layout: Layout) -> str:
+    return f"tp{layout.tp} pp{layout.pp} dp{layout.dp}" + (f" ep{layout.ep}" if layout.ep > 1 else "")
 
 
 def headline(entry: RankedLayout) -> str:
@@ -61,7 +65,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     shown = result.layouts[:top] if top else result.layouts
     for i, entry in enumerate(shown, 1):
         c = entry.cost
-        table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",
+        table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
                       f"{c.memory_per_gpu / 1e9:.1f}", f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
                       f"{c.tokens_per_s_per_gpu:.1f}",
                       *(() if narrow else (gpu_groups(entry), phrases(headline(entry)))))

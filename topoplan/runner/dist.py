@@ -73,6 +73,8 @@ class Dist:
     pp_group: dist.ProcessGroup | None
     pp_ranks: list[int]
     timer: CommTimer = field(default_factory=CommTimer)
+    ep_group: dist.ProcessGroup | None = None  # MoE expert parallelism (layout.ep > 1): this rank's EP group
+    ep_rank: int = 0
 
     @property
     def is_first_stage(self) -> bool:
@@ -97,6 +99,21 @@ class Dist:
         with self.timer.timed():
             dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
         return torch.cat(parts, dim=-1)
+
+    def all_to_all(self, tensor: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor:
+        """Over the EP group: rows send[i] of `tensor` (in order) go to member i; returns the rows received,
+        receive[i] from member i (MoE dispatch and combine). gloo and NCCL both run uneven splits."""
+        out = tensor.new_empty((sum(receive), *tensor.shape[1:]))
+        with self.timer.timed():
+            dist.all_to_all_single(out, tensor.contiguous(), receive, send, group=self.ep_group)
+        return out
+
+    def ep_all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate the EP group's equal-sized slices along dim 0 (every token's MoE output on every rank)."""
+        parts = [torch.empty_like(tensor) for _ in range(self.layout.ep)]
+        with self.timer.timed():
+            dist.all_gather(parts, tensor.contiguous(), group=self.ep_group)
+        return torch.cat(parts)
 
     def broadcast_from_last_stage(self, tensor: torch.Tensor) -> torch.Tensor:
         """Give every stage of this pipeline the last stage's tensor (the next tokens), in place."""
@@ -160,7 +177,9 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     # Groups of one rank are never created: every group of a kind has the same size, so all ranks skip alike.
     tp_group = new_groups(grid.tp_groups, timeout_s)[1] if layout.tp > 1 else None
     pp_group = new_groups(grid.pp_groups, timeout_s)[1] if layout.pp > 1 else None
-    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank))
+    ep_ranks, ep_group = new_groups(grid.ep_groups, timeout_s) if layout.ep > 1 else ([rank], None)
+    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
+                ep_group=ep_group, ep_rank=ep_ranks.index(rank))
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:

@@ -52,7 +52,7 @@ def check_run_context(opts: RunOptions, config: ModelConfig, source: str) -> Non
 
 def check_run(opts: RunOptions) -> Layout:
     """Refuse a run that cannot work, before any process starts."""
-    layout = Layout(opts.tp, opts.pp, opts.dp)
+    layout = opts.layout
     opts.validate()
     folder = checkpoint_folder(opts.model)
     if folder is None:
@@ -63,7 +63,7 @@ def check_run(opts: RunOptions) -> Layout:
         if opts.prompt and not config.byte_tokenizer and not (folder / "tokenizer.json").exists():
             raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
     check_run_context(opts, config, source)
-    check_tp(config, layout.tp, source=str(layout))
+    check_tp(config, layout.tp, source=str(layout), ep=layout.ep)
     split_layers(config.n_layers, layout.pp)
     too_big = [i for ids in opts.prompt_token_ids for i in ids if i >= config.vocab_size]
     if too_big:

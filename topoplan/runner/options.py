@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 
 from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
 
 
 def parse_ids(text: str) -> list[int]:
@@ -46,6 +47,7 @@ class RunOptions:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    ep: int = 1  # MoE: experts split over ep ranks of each TP group (topoplan.layout.Layout.ep)
     prompt: list[str] = field(default_factory=list)  # text prompts (need tokenizer.json or a byte model)
     prompt_ids: list[str] = field(default_factory=list)  # "1,2,3" per prompt
     max_new_tokens: int = 32
@@ -71,6 +73,10 @@ class RunOptions:
             elif value is not None:
                 argv.append(f"{flag}={value}")
         return argv
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.pp, self.dp, self.ep)
 
     @property
     def prompt_token_ids(self) -> list[list[int]]:
