@@ -1,5 +1,6 @@
-"""Every table at 80 columns and at a wide width: no line longer than the width, no value cut to '…', no
-trailing blanks, and the wide rendering uses the room it is given (issue 12, "80 columns")."""
+"""Every table (plan, launch --explain, inspect, list, bench, validate) at 80 columns and at a wide width: no
+line longer than the width, no value cut to '…', no trailing blanks, and the wide rendering uses the room it is
+given (issue 12, "80 columns")."""
 
 import io
 
@@ -65,6 +66,15 @@ def test_inspect(width):
     result = cli(width, "inspect", "-f", OCI)
     assert result.exit_code == 0, result.stderr
     check(result.stdout, width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("catalog", ["gpus", "models"])
+def test_list(width, catalog):
+    result = cli(width, "list", catalog)
+    assert result.exit_code == 0, result.stderr
+    check(result.stdout, width)
+    assert "[10]" in result.stdout  # the two-digit source numbers are whole
 
 
 def render(printer, result: dict, width: int) -> str:
