@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from topoplan.bench.render import print_bench, print_validate
 from topoplan.cli import app
+from topoplan.plan.catalog import gpu_rows, model_rows
 
 DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
 OCI = "fixtures/topo/26_oci-bm-gpu4-a100-8gpu-nv12-18nic-nps4.txt"
@@ -75,6 +76,10 @@ def test_list(width, catalog):
     assert result.exit_code == 0, result.stderr
     check(result.stdout, width)
     assert "[10]" in result.stdout  # the two-digit source numbers are whole
+    rows = gpu_rows() if catalog == "gpus" else model_rows()
+    words = set(result.stdout.split())
+    for row in rows:  # every name and alias whole, none folded into pieces
+        assert {row.get("key", row.get("name")), *row["aliases"]} <= words, row["aliases"]
 
 
 def render(printer, result: dict, width: int) -> str:
