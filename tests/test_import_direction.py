@@ -25,7 +25,7 @@ ALLOWED = {
     "runner": {"base", "topology", "hardware", "models", "plan"},
     "bench": {"base", "topology", "hardware", "machine", "models", "plan", "runner"},
 }
-BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal"}
+BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields"}
 
 
 def module_name(path: Path) -> str:

@@ -38,8 +38,8 @@ def test_every_format_renders(fmt):
         starts = [line for line in data["commands"] if line.startswith("env RANK=")]
         assert [int(line.split()[1][5:]) for line in starts] == list(range(8))
         assert data["commands"][-1] == 'exit "$status"'
-        assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
-                                                     "--prompt-ids", "1,2,3"]
+        assert data["ranks"][0]["command"][-8:] == ["--model=/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
+                                                    "--prompt-ids=1,2,3"]
     else:  # the whole text is valid shell: every word quoted
         assert shlex.split(result.stdout, comments=True)
 
@@ -161,8 +161,8 @@ def test_default_command_gets_a_loadable_model_and_a_prompt(args, model):
     result = launch("--topo", DGX, "--layout", "tp=2", *args, "--format", "json")
     assert result.exit_code == 0, result.output
     command = json.loads(result.stdout)["ranks"][0]["command"]
-    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", "--model", model, "--tp", "2",
-                                                  "--pp", "1", "--dp", "1", "--prompt-ids", "1,2,3"]
+    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", f"--model={model}", "--tp", "2",
+                                                  "--pp", "1", "--dp", "1", "--prompt-ids=1,2,3"]
 
 
 def test_prompts_are_forwarded_to_the_runner():
@@ -170,7 +170,7 @@ def test_prompts_are_forwarded_to_the_runner():
                     "--prompt-ids", "4,5", "--format", "json")
     assert result.exit_code == 0, result.output
     command = json.loads(result.stdout)["ranks"][0]["command"]
-    assert command[-6:] == ["--prompt", "Hello there", "--prompt", "x", "--prompt-ids", "4,5"]
+    assert command[-3:] == ["--prompt=Hello there", "--prompt=x", "--prompt-ids=4,5"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -239,7 +239,7 @@ def test_help_reads_like_the_other_commands():
     model = next(p for p in command.params if p.name == "model")
     assert "-m" in model.opts
     result = launch("--topo", DGX, "--layout", "tp=2", "-m", "tiny", "--format", "json")
-    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-10:-8] == ["--model", "tiny"]
+    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-8] == "--model=tiny"
 
 
 def test_unknown_format_is_one_line(tmp_path):

@@ -58,7 +58,7 @@ def test_emitted_default_command_runs_for_tiny(tmp_path):
     """No COMMAND: launch's own default runner line (model, degrees, default prompt) runs as emitted."""
     layout = Layout(tp=2)
     default = runner_command(layout, "tiny")
-    assert default[-2:] == ["--prompt-ids", "1,2,3"]
+    assert default[-1] == "--prompt-ids=1,2,3"
     spec = build_spec(local_topology(2), layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS,
                       master_port=free_port(), command=default)
     script = tmp_path / "launch.sh"

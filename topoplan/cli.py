@@ -280,7 +280,7 @@ def launch(
         raise fail(error) from None
     if explain:
         explain_spec(spec, Console(stderr=True))
-    if output:
+    if output is not None:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
         sys.stdout.write(text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_NODES
 
 
 @dataclass(frozen=True, order=True)
@@ -43,7 +44,7 @@ class Layout:
         """Read `tp=4,pp=2,dp=1` (any order, missing degrees are 1)."""
         values: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            match = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d+)", part)
+            match = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d{1,9})", part)  # 9 digits: no int-string limit
             if not match or match.group(1) in values:
                 raise TopoplanError(f"layout {text!r}: expected tp=N,pp=N,dp=N (each at most once), got {part!r}")
             values[match.group(1)] = int(match.group(2))
@@ -62,9 +63,9 @@ class RankCoords:
 
 
 def check_nodes(nodes: int) -> None:
-    """A layout spreads over at least one node (`--nodes` of plan and launch)."""
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be >= 1, got {nodes}")
+    """A layout spreads over at least one node, at most MAX_NODES (`--nodes` of plan and launch)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise TopoplanError(f"--nodes must be from 1 to {MAX_NODES}, got {nodes}")
 
 
 GROUP_KINDS = ("tp", "pp", "dp")

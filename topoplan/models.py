@@ -14,6 +14,7 @@ from typing import Any
 
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
+from topoplan.hf_fields import check_config
 from topoplan.jsonfile import read_json
 
 
@@ -236,6 +237,7 @@ def check_context(max_context: int, tokens: int, asked: str, model: str) -> None
 
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
     """Read a HF config dict (Llama/Mistral/Qwen2, Mixtral, DeepSeek-V2/V3 spellings) into a ModelSpec."""
+    check_config(raw, source)
 
     def need(key: str) -> Any:
         if key not in raw:
@@ -300,8 +302,6 @@ def find_model(name: str) -> ModelSpec:
 
 def load_config(path: Path) -> ModelSpec:
     """A HF config.json file; the error names the file when it is missing or not a config."""
-    raw = read_json(path, "a HF config.json")
-    if not isinstance(raw, dict):
-        raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
+    raw = check_config(read_json(path, "a HF config.json"), path)
     name = raw.get("_name_or_path") or path.resolve().parent.name or path.stem
     return spec_from_config(raw, str(name), source=path)

@@ -42,13 +42,14 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
                             "command after --")
     if not prompts and not prompt_ids:
         prompt_ids = [DEFAULT_PROMPT_IDS]
-    argv = ["python3", "-m", "topoplan.runner", "--model", runner_model,
+    # `--option=value`: a value starting with "-" (a folder named -rf, a prompt "-x") stays a value
+    argv = ["python3", "-m", "topoplan.runner", f"--model={runner_model}",
             "--tp", str(layout.tp), "--pp", str(layout.pp), "--dp", str(layout.dp)]
     for text in prompts:
-        argv += ["--prompt", text]
+        argv.append(f"--prompt={text}")
     for ids in prompt_ids:
         parse_ids(ids)
-        argv += ["--prompt-ids", ids]
+        argv.append(f"--prompt-ids={ids}")
     return argv
 
 

@@ -103,6 +103,8 @@ def parse_calibration(raw: Any, path: Path) -> Calibration:
     if unknown:
         raise TopoplanError(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}", source=path)
     links = dict(DEFAULT_LINKS)
+    if not isinstance(raw.get("links") or {}, dict):
+        raise TopoplanError(f"links: expected an object of link classes, found {raw['links']!r:.40}", source=path)
     for name, entry in (raw.get("links") or {}).items():
         if name not in LINK_CLASSES:
             raise TopoplanError(f"links.{name}: unknown link class; expected one of {', '.join(LINK_CLASSES)}",

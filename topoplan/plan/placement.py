@@ -110,11 +110,19 @@ class NodePlacer:
 
     # --- grouping -------------------------------------------------------------------------------
     def _grow(self, seed: int, free: set[int], size: int) -> list[int]:
+        """Greedy group from `seed`: add the GPU whose weakest (then total) link to the group is strongest.
+        Each candidate's weakest and total are kept up to date, so a group costs O(size x GPUs), not O(size^2 x
+        GPUs): 64 GPUs plan in seconds, not minutes."""
         group = [seed]
+        weakest = {c: self.bw[c][seed] for c in free if c != seed}
+        total = dict(weakest)
         while len(group) < size:
-            best = max(free.difference(group), key=lambda c: (min(self.bw[c][m] for m in group),
-                                                              sum(self.bw[c][m] for m in group), -c))
+            best = max(weakest, key=lambda c: (weakest[c], total[c], -c))
             group.append(best)
+            del weakest[best], total[best]
+            for c in weakest:
+                weakest[c] = min(weakest[c], self.bw[c][best])
+                total[c] += self.bw[c][best]
         return group
 
     def quality(self, ring: Sequence[int]) -> tuple[float, float, float]:

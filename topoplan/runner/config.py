@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
 from topoplan.models import spec_from_config
 from topoplan.plan.layouts import tp_problems
@@ -75,7 +76,10 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
 
     spec = spec_from_config(raw, name=str(source), source=source)  # the sizes: one reader, shared with the planner
     rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
-    theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+    theta = positive_number(rope.pop("rope_theta", None) or raw.get("rope_theta") or 10000.0, "rope_theta", source)
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if key in rope:
+            positive_number(rope[key], f"rope_scaling.{key}", source)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", "linear", "llama3"):
         raise TopoplanError(f"rope type {rope_type!r} is not supported; expected default, linear or llama3",
@@ -90,7 +94,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         n_kv_heads=spec.kv_heads,
         head_dim=spec.head_dim,
         intermediate_size=spec.intermediate,
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        rms_norm_eps=float(raw.get("rms_norm_eps") or 1e-5),
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
         qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
@@ -107,9 +111,11 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
 def load_hf_config(folder: str | Path) -> ModelConfig:
     """Parse `folder/config.json`; EOS ids from generation_config.json win when it has them, as in HF generate."""
     path = Path(folder) / "config.json"
-    raw = read_json(path, "an HF checkpoint folder with config.json")
+    raw = check_config(read_json(path, "an HF checkpoint folder with config.json"), path)
     generation = Path(folder) / "generation_config.json"
-    eos = read_json(generation, "an HF generation_config.json").get("eos_token_id") if generation.exists() else None
+    eos = None
+    if generation.exists():
+        eos = check_config(read_json(generation, "an HF generation_config.json"), generation).get("eos_token_id")
     if eos is not None:
         raw = {**raw, "eos_token_id": eos}
     return parse_hf_config(raw, source=path)

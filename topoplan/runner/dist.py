@@ -6,6 +6,8 @@ planner places and prices: there is no second grid here.
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -112,9 +114,26 @@ def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str
               if backend == "nccl" else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,
-                            world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    store = rendezvous_store(env, timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=timeout_s))
     return backend, device
+
+
+def rendezvous_store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
+    """The rendezvous store, listening on MASTER_ADDR only (127.0.0.1 for one machine), not on every interface
+    as TCPStore's own listener does: rank 0 binds the socket itself and hands it over (master_listen_fd).
+    Under torchrun the agent already serves the store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): join it."""
+    if env.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, timeout=timeout)
+    family = socket.AF_INET6 if ":" in env.master_addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((env.master_addr, env.master_port))  # EADDRINUSE here makes spawn_ranks retry another port
+    listener.listen(128)
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, True, timeout=timeout,
+                          master_listen_fd=listener.detach())
+    return store
 
 
 def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], dist.ProcessGroup]:
