@@ -55,3 +55,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+MARK = "TOPOPLAN_TEST_MARK"  # set for a launched script: every process it starts inherits it
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Processes whose environment carries MARK=mark (every descendant of the script inherits it)."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

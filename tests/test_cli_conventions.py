@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
+# Typer detects the user's shell from the process tree (shellingham); a test run need not have a shell above it
+# (CI, a detached job), so the test names the shell, as typer's own tests do.
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
@@ -68,7 +73,7 @@ def test_h_is_help_on_every_command(path: tuple[str, ...]):
 
 
 def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
-    result = run_cli("--show-completion", "bash")
+    result = run_cli("--show-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     script = result.stdout
     assert "complete -o default -F _topoplan_completion topoplan" in script
@@ -94,7 +99,7 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
 
 
 def test_install_completion_writes_into_the_home(isolated_home: Path):
-    result = run_cli("--install-completion", "bash")
+    result = run_cli("--install-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     assert "_TOPOPLAN_COMPLETE=complete_bash" in next(isolated_home.rglob("topoplan*")).read_text()
     assert "topoplan" in (isolated_home / ".bashrc").read_text()

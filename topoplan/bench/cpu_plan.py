@@ -15,6 +15,7 @@ from typing import Any
 
 from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
+from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec, find_model
@@ -55,11 +56,12 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
 
 
 def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
-              workload: Workload) -> LayoutCost:
+              workload: Workload, overheads: dict[str, float] | None = None) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
-    rows, prefill at prefill's, the request time from both."""
+    rows, prefill at prefill's, the request time from both. `overheads` (Calibration field -> value) replace
+    the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu)."""
     layout = cand.layout
-    cal = cpu_calibration(calibration, entry, cand.threads)
+    cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
     def at(rows: int) -> LayoutCost:
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
@@ -73,7 +75,8 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
 
 def _refuse_gpu_options(r: PlanRequest) -> None:
     given = [name for name, value in (("--topo", r.topo), ("--gpu", r.gpu), ("--nic-gbps", r.nic_gbps))
-             if value is not None] + (["--nodes"] if r.nodes != 1 else [])
+             if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
+             [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
     if given:
         raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
                             "machines: drop them, or plan GPUs with --device gpu")

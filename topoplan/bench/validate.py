@@ -72,10 +72,11 @@ class Prediction:
 
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int) -> Prediction:
-    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu)."""
+            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None) -> Prediction:
+    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu).
+    `overheads` replace the runner's measured fixed costs with another engine's (topoplan.bench.vllm_cpu)."""
     cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
-                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE))
+                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads)
     return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
 
 
@@ -149,15 +150,19 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
     load = monitor.report()
+    return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
+            "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
+            "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
+            **summarize(rows)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows with the planner's best, the measured best and both orders (by decode ms/token)."""
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
     name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
     pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
                                         "measured_decode_ms")}
-    return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
-            "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
-            "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
-            "rows": rows,
-            "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
+    return {"rows": rows, "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

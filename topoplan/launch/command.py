@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topoplan.cpuset import CpuFacts
+from topoplan.cpuset import CpuFacts, cpu_cores
+from topoplan.engines import DEFAULT_ENGINE, EngineId
 from topoplan.errors import TopoplanError
+from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, DEVICES, EngineLaunch, ServeOptions
 from topoplan.launch.spec import LaunchSpec, build_spec
 from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -69,7 +71,9 @@ class LaunchRequest:
 
     The layout is `layout` (placed by the planner's placement) or row `rank` of `topoplan plan` for `model`;
     `command` is what every rank runs (empty: the bundled runner with `checkpoint` or a built-in `model`,
-    and the prompts)."""
+    and the prompts). A serving `engine` (vllm, sglang, trtllm) serves `checkpoint` on `host`:`serve_port`
+    instead, and `command` holds extra options for it; `device` cpu plans ranks on this machine's CPUs (vLLM's
+    CPU build). `port` is the rendezvous port (the bundled runner's MASTER_PORT, the engines' master port)."""
 
     layout: Layout | None = None
     rank: int | None = None
@@ -86,6 +90,16 @@ class LaunchRequest:
     checkpoint: str | None = None
     prompts: tuple[str, ...] = ()
     prompt_ids: tuple[str, ...] = ()
+    engine: EngineId = EngineId(DEFAULT_ENGINE)
+    device: str = "gpu"
+    host: str = DEFAULT_HOST
+    serve_port: int = DEFAULT_SERVE_PORT
+    engine_python: str = "python3"
+    kv_cache_gib: int = 1
+
+    @property
+    def serving(self) -> bool:
+        return self.engine.name != DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -96,7 +110,8 @@ class LaunchRequest:
         if self.rank is not None and self.rank < 1:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
-        if self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
+        self._check_engine_options()
+        if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
                                 "command; with your own COMMAND after --, put them in it")
         check_nodes(self.nodes)
@@ -104,6 +119,30 @@ class LaunchRequest:
             raise TopoplanError(f"--hosts names {len(self.hosts)} host(s) but --nodes is {self.nodes}: give one "
                                 "host per node")
         self._check_plan_options()
+
+    def _check_engine_options(self) -> None:
+        if self.device not in DEVICES:
+            raise TopoplanError(f"--device {self.device!r}: expected one of {', '.join(DEVICES)}")
+        if not self.serving:
+            if self.device != "gpu":
+                raise TopoplanError("--device cpu is for --engine vllm (its CPU build); the bundled runner runs on "
+                                    "CPUs with `topoplan run`")
+            return
+        if self.checkpoint is None:
+            raise TopoplanError(f"--engine {self.engine} serves a checkpoint: pass --checkpoint DIR (a folder on the "
+                                "launch hosts, or a hub name the engine can fetch)")
+        if self.prompts or self.prompt_ids:
+            raise TopoplanError(f"--prompt and --prompt-ids are for the bundled runner; --engine {self.engine} serves "
+                                "requests over HTTP")
+        if self.device == "cpu" and (self.rank is not None or self.topo is not None):
+            raise TopoplanError("--device cpu places ranks on this machine's CPUs: give --layout, without --topo or "
+                                "--rank")
+        self.serve_options()  # its own checks (host, port, ...)
+
+    def serve_options(self) -> ServeOptions:
+        return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
+                            python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
+                            extra_args=self.command)
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,
@@ -154,6 +193,8 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
     from topoplan.plan.placement import place
 
     r = request
+    if r.device == "cpu":
+        return cpu_launch_spec(r)
     topology = read_launch_topology(r.topo, r.p2p)
     if r.layout is not None:
         chosen = r.layout
@@ -168,6 +209,38 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
-    command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
+    if r.serving:  # the engine's command is per node (engine_launch_for); the spec carries its per-rank facts
+        command: Sequence[str] = (str(r.engine),)
+    else:
+        command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
                       master_port=r.port, facts=facts)
+
+
+def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
+    """`--device cpu`: every rank is a CPU process on this machine; each node's ranks split its CPUs (whole
+    cores first, topoplan.cpuset) as one-CPU-set "devices" of topoplan.machine.cpu_topology."""
+    from topoplan.machine import cpu_topology
+    from topoplan.plan.placement import place
+
+    r = request
+    layout = r.layout
+    assert layout is not None  # checked by LaunchRequest
+    if layout.world % r.nodes:
+        raise TopoplanError(f"layout {layout} does not split into {r.nodes} equal node(s)")
+    cpus = tuple(cpu_cores())
+    per_node = layout.world // r.nodes
+    if per_node > len(cpus):
+        raise TopoplanError(f"layout {layout} puts {per_node} rank(s) on each node, but this machine has {len(cpus)} "
+                            "CPU(s) to split between them")
+    facts = CpuFacts.read_sysfs()
+    topology = cpu_topology(per_node, cpus)
+    return build_spec(topology, layout, place(topology, layout, r.nodes), command=(str(r.engine),), nodes=r.nodes,
+                      hosts=r.hosts, master_port=r.port, facts=facts)
+
+
+def engine_launch_for(request: LaunchRequest) -> EngineLaunch:
+    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node."""
+    from topoplan.launch.engines import engine_launch
+
+    return engine_launch(request.engine, launch_spec(request), request.serve_options())

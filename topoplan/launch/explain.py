@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.launch.engines.common import EngineLaunch
 from topoplan.launch.spec import LaunchSpec
 from topoplan.terminal import emit
 
@@ -28,3 +29,22 @@ def explain(spec: LaunchSpec, console: Console) -> None:
                       str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
         tables.append(table)
     emit(console, *tables, *(f"note: {note}" for note in spec.notes))
+
+
+def explain_engine(launch: EngineLaunch, console: Console) -> None:
+    """A serving engine's launch: per node its variables with reasons, and where each rank is placed."""
+    out: list[Table | str] = [launch.device_mapping]
+    for command in launch.nodes:
+        table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
+                      title_justify="left")
+        table.add_column("variable", overflow="fold")
+        table.add_column("value", overflow="fold")
+        table.add_column("why", overflow="fold", ratio=1)
+        for var in command.env:
+            table.add_row(var.name, var.value, var.reason)
+        out.append(table)
+    for r in launch.spec.ranks:
+        cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"
+        out.append(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
+                   f"{r.local_rank} -> {r.gpu}, CPUs {cpus}")
+    emit(console, *out, *(f"note: {note}" for note in (*launch.notes, *launch.spec.notes)))

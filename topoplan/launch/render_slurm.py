@@ -43,11 +43,14 @@ def _mask(cpus: tuple[int, ...]) -> str:
     return hex(sum(1 << c for c in cpus))
 
 
-def srun_lines(spec: LaunchSpec) -> list[str]:
+def srun_lines(spec: LaunchSpec, mpi: str | None = None) -> list[str]:
+    """`mpi`: Slurm's `--mpi` plugin, for programs that are MPI jobs themselves (TensorRT-LLM: pmix)."""
     per_node = require_node_blocks(spec, "srun")
     local = _check_same_on_every_node(spec, per_node)
     master = shlex.quote(spec.master_addr) if spec.master_addr is not None else FIRST_NODE
     args = ["srun", f"--nodes={len(spec.nodes)}", f"--ntasks={spec.world}", f"--ntasks-per-node={per_node}"]
+    if mpi is not None:
+        args.append(f"--mpi={mpi}")
     hosts = [n.host for n in spec.nodes]
     if all(hosts):
         args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
@@ -66,13 +69,13 @@ def srun_lines(spec: LaunchSpec) -> list[str]:
             shlex.join([*args, *wrapper, *spec.command])]
 
 
-def render_srun(spec: LaunchSpec) -> str:
+def render_srun(spec: LaunchSpec, mpi: str | None = None) -> str:
     return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); "
                                 f"run "
-                      "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
+                      "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec, mpi)]) + "\n"
 
 
-def render_sbatch(spec: LaunchSpec, job_name: str = "topoplan") -> str:
+def render_sbatch(spec: LaunchSpec, job_name: str = "topoplan", mpi: str | None = None) -> str:
     per_node = len(spec.nodes[0].ranks)
     header = [f"--job-name={job_name}", f"--nodes={len(spec.nodes)}", f"--ntasks-per-node={per_node}",
               f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
@@ -80,4 +83,4 @@ def render_sbatch(spec: LaunchSpec, job_name: str = "topoplan") -> str:
         header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header),
                       f"# topoplan launch: {spec.layout}, {spec.world} rank(s)", "set -euo pipefail",
-                      *srun_lines(spec)]) + "\n"
+                      *srun_lines(spec, mpi)]) + "\n"

@@ -6,6 +6,10 @@ at once, so the slowest hop sets the bandwidth and the step latency grows with t
 All-gather (ring): n-1 steps, each moving S/n bytes (S = the gathered buffer):
     t = base + (n-1) * alpha_step + (n-1)/n * S / bw_bottleneck
 Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
+Engines with their own all-reduce kernels (topoplan.engines AllReducePath: vLLM, SGLang, TensorRT-LLM) use
+them on a full NVLink mesh below a message size; there each rank reads its peers' buffers directly:
+    one-shot: t = one_shot_us + (n-1) * S / bw       (every peer's whole buffer, through this GPU's NVLink)
+    two-shot: t = two_shot_us + 2(n-1)/n * S / bw    (reduce-scatter then all-gather, as a ring moves)
 A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
 rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails. Nodes in one multi-node
 NVLink domain (GB200/GB300 NVL72 trays: every GPU's NVML fabric info names the same cluster and clique) reach
@@ -20,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from topoplan.engines.profile import AllReducePath
 from topoplan.plan.calibration import NET, Calibration
 from topoplan.topology.model import Topology
 
@@ -63,7 +68,9 @@ class Ring:
 class LinkPricer:
     """Prices hops and collectives on one topology (all nodes identical) under one calibration."""
 
-    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float, domain_gpus: int = 0):
+    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float, domain_gpus: int = 0,
+                 allreduce: AllReducePath | None = None):
+        self.allreduce_path = allreduce or AllReducePath(custom=False)  # NCCL only (the bundled runner)
         self.topology = topology
         self.calibration = calibration
         self.nic_gbps = nic_gbps
@@ -172,8 +179,20 @@ class LinkPricer:
         alpha = max(h.alpha_us for h in hops)
         return self.calibration.collective_base_us + steps * alpha + steps / n * nbytes / (bottleneck * 1e3)
 
+    def allreduce_kernel(self, ring: Ring, nbytes: float) -> str:
+        """"one-shot", "two-shot" (the engine's own kernels) or "nccl" for this all-reduce."""
+        if len(ring) < 2:
+            return "nccl"
+        return self.allreduce_path.kernel(len(ring), nbytes, self.is_nvlink_mesh(ring))
+
     def allreduce_us(self, ring: Ring, nbytes: float) -> float:
-        return self._ring_us(ring, nbytes, 2 * (len(ring) - 1))
+        kernel, n = self.allreduce_kernel(ring, nbytes), len(ring)
+        if kernel == "nccl":
+            return self._ring_us(ring, nbytes, 2 * (n - 1))
+        bw = min(h.bandwidth_gbps for h in self.ring_hops(ring)) * 1e3  # bytes per us
+        if kernel == "one-shot":
+            return self.allreduce_path.one_shot_us + (n - 1) * nbytes / bw
+        return self.allreduce_path.two_shot_us + 2 * (n - 1) / n * nbytes / bw
 
     def allgather_us(self, ring: Ring, nbytes: float) -> float:
         """All-gather into an nbytes buffer (each rank contributes nbytes/n)."""

@@ -6,11 +6,15 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
               + 2 all-reduces per layer of batch x prompt x hidden x bytes
     decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
               + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
+    (overhead per layer: layer_overhead_us, or decode_layer_overhead_us in decode under CUDA graphs)
     with TP, the first stage's vocab-parallel embedding adds one all-reduce of its output and the last
     stage's vocab-parallel LM head one all-gather of batch x vocab logits (vLLM, Megatron-LM).
 A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
 the last stage to the first (which embeds them next step); each step also pays `step_overhead_us` outside
-the layers. With p stages, p micro-batches keep every stage busy, and DP replicas multiply throughput.
+the layers, plus `step_overhead_per_rank_us` per rank beyond the first (an engine whose driver feeds its
+workers). Memory follows the engine's policy (topoplan.engines MemoryPolicy): the share of GPU memory weights
+and KV may use, and the KV block size a sequence's cache is rounded up to. With p stages, p micro-batches
+keep every stage busy, and DP replicas multiply throughput.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from topoplan.dtypes import PLAN_DTYPES, checked_dtype, dtype_of
+from topoplan.engines.profile import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import ModelSpec
@@ -159,8 +164,10 @@ class CostModel:
     """Prices layouts of one model on one device type under one calibration."""
 
     def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
-                 pricer: LinkPricer):
+                 pricer: LinkPricer, memory: MemoryPolicy | None = None):
         self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
+        # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
+        self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
         self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
@@ -180,7 +187,8 @@ class CostModel:
                 work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
             else:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
-            t = self._roofline_ms(work) + sm.s.layers * self.cal.layer_overhead_us / 1e3
+            overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
+            t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
             t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
             self._stage_cache[key] = t
         return self._stage_cache[key]
@@ -202,9 +210,11 @@ class CostModel:
 
     def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
         """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
-        from the last stage to the first when there are several, and the per-step fixed overhead."""
+        from the last stage to the first when there are several, and the per-step fixed overhead (plus its
+        per-rank share for every rank of the replica beyond the first)."""
         back = self.pricer.handoff_us(rings[-1], rings[0], batch * TOKEN_ID_BYTES) / 1e3 if len(rings) > 1 else 0.0
-        return back + self.cal.step_overhead_us / 1e3
+        ranks = len(rings) * len(rings[0])
+        return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
 
     def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
                      batch: float) -> tuple[float, list[float]]:
@@ -218,11 +228,16 @@ class CostModel:
         w, m = self.work, self.model
         stages = stages_of(m, layout.pp)
         models = [StageModel(m, s, layout.tp, w.bytes) for s in stages]
-        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
-        seq = w.prompt_len + w.gen_len
-        memory = max(sm.weight_bytes() + w.batch * seq * sm.kv_bytes_per_token() for sm in models)
-        max_batch = min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token()))
-                        for sm in models)
+        total, policy = self.device.memory_bytes, self.memory
+        seq = policy.kv_tokens(w.prompt_len + w.gen_len)  # whole KV blocks
+        fullest, max_batch = (0.0, math.inf), math.inf  # (need, room) of the stage furthest over its room
+        for i, sm in enumerate(models):
+            weights, kv = sm.weight_bytes(), seq * sm.kv_bytes_per_token()
+            need, room = weights + w.batch * kv, policy.usable_bytes(total, weights, layout.tp)
+            if i == 0 or need - room > fullest[0] - fullest[1]:
+                fullest = (need, room)
+            max_batch = min(max_batch, math.floor(max(room - weights, 0) / kv))
+        memory, usable = fullest
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings in replicas:
@@ -236,7 +251,7 @@ class CostModel:
             if worst is None or decode > worst[1]:
                 worst = (prefill, decode, step, rings)
         prefill, decode, step, rings = worst
-        return LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
+        return LayoutCost(layout, memory <= usable, memory, usable, int(max_batch), prefill, decode,
                           layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
                           tuple(range(s.start, s.end) for s in stages),
                           lambda cost: self.reasons(layout, cost, rings, models, context))
@@ -261,12 +276,16 @@ class CostModel:
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
                        f"{comm_ms:.2f} ms")
-            if all(self.pricer.is_nvlink_mesh(r) for r in rings) and fabric == "XGMI":
+            decode_bytes = self.work.batch * self.model.hidden * self.work.bytes
+            kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
+            if kernel != "nccl":
+                out.append(f"{fabric or 'NVLink'} full mesh: decode all-reduces use the engine's {kernel} kernel")
+            elif all(self.pricer.is_nvlink_mesh(r) for r in rings) and fabric == "XGMI":
                 out.append("XGMI full mesh: vLLM's custom all-reduce on ROCm would cut the all-reduce latency "
                            "priced here as an RCCL ring")
             elif all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
-                           "cut the all-reduce latency priced here as an NCCL ring")
+                           "cut the all-reduce latency priced here as an NCCL ring (plan --engine vllm prices it)")
         if layout.pp > 1:
             boundary = min((self.pricer.boundary(a, b) for a, b in zip(rings, rings[1:])),
                            key=lambda h: h.bandwidth_gbps)

@@ -5,11 +5,13 @@ KV heads replicate evenly) and the MLP widths (column-parallel GEMMs split evenl
 require the same). The vocabulary is not checked here: vLLM pads it to a multiple of tp; the bundled
 runner does not, so it adds vocab_size to the same check (`tp_problems`). pp at most the layer count
 (uneven splits are priced); groups must tile the nodes. Fewer GPUs than present are allowed: a node may
-run k <= gpus_per_node ranks.
+run k <= gpus_per_node ranks. An engine's rules narrow this (topoplan.engines Parallelism): one that does not
+pad the vocabulary needs tp to divide it too (the bundled runner), one without pipeline parallelism runs pp=1.
 """
 
 from __future__ import annotations
 
+from topoplan.engines.profile import Parallelism
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec
@@ -30,20 +32,22 @@ def tp_problems(tp: int, heads: int, kv_heads: int | None, widths: dict[str, int
     return problems
 
 
-def _model_tp_problems(model: ModelSpec, tp: int) -> list[str]:
+def _model_tp_problems(model: ModelSpec, tp: int, pads_vocab: bool = True) -> list[str]:
     widths = {"intermediate_size": model.intermediate}
     if model.is_moe:
         widths["moe_intermediate_size"] = model.expert_intermediate
+    if not pads_vocab:
+        widths["vocab_size"] = model.vocab
     return tp_problems(tp, model.heads, None if model.is_mla else model.kv_heads, widths)
 
 
-def check_tp(model: ModelSpec, tp: int) -> None:
+def check_tp(model: ModelSpec, tp: int, pads_vocab: bool = True) -> None:
     """Refuse a TP degree the model cannot be split by, listing the degrees that work."""
     if tp < 1:
         raise TopoplanError(f"tp must be >= 1, got {tp}")
-    problems = _model_tp_problems(model, tp)
+    problems = _model_tp_problems(model, tp, pads_vocab)
     if problems:
-        possible = [d for d in _divisors(model.heads) if not _model_tp_problems(model, d)]
+        possible = [d for d in _divisors(model.heads) if not _model_tp_problems(model, d, pads_vocab)]
         raise TopoplanError(f"{model.name}: {'; '.join(problems)}; possible tp: {', '.join(map(str, possible))}")
 
 
@@ -56,13 +60,21 @@ def _tiles(layout: Layout, k: int) -> bool:
 
 
 def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, max_tp: int | None = None,
-                      tp: int | None = None, pp: int | None = None, dp: int | None = None) -> list[Layout]:
-    """Candidate layouts; fixed degrees (--tp/--pp/--dp) are checked and raise a clear error when impossible."""
+                      tp: int | None = None, pp: int | None = None, dp: int | None = None,
+                      rules: Parallelism | None = None, engine: str = "the engine") -> list[Layout]:
+    """Candidate layouts; fixed degrees (--tp/--pp/--dp) are checked and raise a clear error when impossible.
+    `rules`: the engine's (None: pad the vocabulary, every parallelism); `engine` names it in errors."""
     if gpus_per_node < 1:
         raise TopoplanError("the topology has no GPUs")
+    rules = rules or Parallelism()
+    if not rules.pp:
+        if pp not in (None, 1):
+            raise TopoplanError(f"{engine} does not run pipeline parallelism: --pp {pp} needs another engine "
+                                "or version")
+        pp = 1
     total = gpus_per_node * nodes
     if tp is not None:
-        check_tp(model, tp)
+        check_tp(model, tp, rules.pads_vocab)
     if pp is not None and pp > model.layers:
         raise TopoplanError(f"pp={pp} exceeds the {model.layers} layers of {model.name}")
     least = (tp or 1) * (pp or 1) * (dp or 1)
@@ -80,7 +92,7 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         for t in _divisors(world):
             if (tp is not None and t != tp) or (max_tp is not None and t > max_tp):
                 continue
-            if _model_tp_problems(model, t):
+            if _model_tp_problems(model, t, rules.pads_vocab):
                 continue
             for p in _divisors(world // t):
                 if (pp is not None and p != pp) or p > model.layers:

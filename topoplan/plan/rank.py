@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from topoplan.engines import DEFAULT_ENGINE, resolve
+from topoplan.engines.profile import EngineProfile
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
@@ -16,6 +18,7 @@ from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
+from topoplan.plan.engine import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
@@ -42,6 +45,7 @@ class Plan:
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
+    engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
 
 
 def rank_key(objective: str, cost: LayoutCost) -> tuple:
@@ -84,24 +88,30 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
-         max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None) -> Plan:
-    """Every candidate layout placed on the topology and priced, ranked best first."""
+         max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
+         engine: EngineProfile | None = None) -> Plan:
+    """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
+    best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
+    all), while the engine still sets the memory policy, the all-reduce path and the layout rules."""
     check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
-    calibration = calibration or Calibration()
+    engine = engine or resolve(DEFAULT_ENGINE)
+    calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus)
-    costs = CostModel(model, device, workload, calibration, pricer)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
+    costs = CostModel(model, device, workload, calibration, pricer, memory_policy(engine, calibration))
     ranked = []
-    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):
+    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp,
+                                    rules=engine.parallelism, engine=str(engine)):
         order = placer.local_order(layout, nodes)
         ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
     ranked.sort(key=lambda r: rank_key(objective, r.cost))
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
-                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
+                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
+                engine=engine)
 
 
 def nothing_fits(result: Plan) -> TopoplanError | None:
@@ -149,6 +159,7 @@ def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
                      "nic_gbps": result.device.nic_gbps, "notes": list(t.notes)},
         "workload": asdict(result.workload),
         "objective": result.objective,
+        "engine": str(result.engine),
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
         "layouts": [layout_json(entry, result.nodes) for entry in layouts],

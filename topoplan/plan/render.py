@@ -45,7 +45,8 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
 def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     w = result.workload
     title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
-             f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective}")
+             f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective} for "
+             f"{result.engine}")
     hidden = len(result.hidden)
     caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                "(--json lists them under \"hidden\")" if hidden else None)
