@@ -77,6 +77,17 @@ def test_sglang_lines_parse_with_sglang_0_5_23(layout: str, nodes: int) -> None:
         assert command.serves == (command.node == 0)
 
 
+@pytest.mark.parametrize(("layout", "sizes"), [
+    ("tp=8,ep=8", (8, 1, None, 8, False)),
+    ("tp=2,dp=4,ep=8", (8, 4, None, 8, True)),  # DP attention: SGLang's tp covers the replicas
+])
+def test_sglang_expert_parallel_flags_parse(layout: str, sizes: tuple) -> None:
+    (command,) = launch("sglang", layout).nodes
+    args = sglang_parser().parse_args(after_module(command.argv, "sglang.launch_server"))
+    tp, dp, _, ep, dp_attention = sizes
+    assert (args.tp_size, args.dp_size or 1, args.ep_size, args.enable_dp_attention) == (tp, dp, ep, dp_attention)
+
+
 def test_sglang_refuses_replicas_across_nodes_and_cpus() -> None:
     with pytest.raises(TopoplanError, match="DP attention"):
         launch("sglang", "tp=4,dp=4", nodes=2)
@@ -114,6 +125,12 @@ def test_trtllm_one_node_line_parses_with_trtllm_serve_options() -> None:
     assert command.env_dict()["CUDA_VISIBLE_DEVICES"] == served.spec.nodes[0].cuda_visible_devices
 
 
+def test_trtllm_expert_parallel_size() -> None:
+    (command,) = launch("trtllm", "tp=8,ep=4").nodes
+    params = trtllm_args(command.argv)
+    assert (params["tensor_parallel_size"], params["moe_expert_parallel_size"]) == (8, 4)
+
+
 def test_trtllm_over_nodes_is_one_mpi_process_per_rank() -> None:
     served = launch("trtllm", "tp=8,pp=2", nodes=2)
     assert served.nodes == ()
@@ -138,7 +155,8 @@ out = []
 for argv in json.load(sys.stdin):
     a = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
     out.append({k: getattr(a, k) for k in ("model", "model_tag", "tensor_parallel_size", "pipeline_parallel_size",
-        "data_parallel_size", "nnodes", "node_rank", "master_addr", "master_port", "headless", "host", "port",
+        "data_parallel_size", "enable_expert_parallel",
+        "nnodes", "node_rank", "master_addr", "master_port", "headless", "host", "port",
         "distributed_executor_backend")})
 print(json.dumps(out))
 """
@@ -158,10 +176,14 @@ def vllm_parse(argvs: list[list[str]]) -> list[dict]:
 def test_vllm_lines_parse_with_vllms_own_parser() -> None:
     single = launch("vllm", "tp=2,pp=2,dp=2", serve_port=8001)
     multi = launch("vllm", "tp=8,pp=2", nodes=2, port=29611)
+    experts = launch("vllm", "tp=2,dp=4,ep=8")
     argvs = [after_module(single.nodes[0].argv, "vllm.entrypoints.openai.api_server"),
              after_module(multi.nodes[0].argv, "vllm.entrypoints.openai.api_server"),
-             after_module(multi.nodes[1].argv, "vllm.entrypoints.cli.main")[1:]]  # after `serve`
-    one, head, worker = vllm_parse(argvs)
+             after_module(multi.nodes[1].argv, "vllm.entrypoints.cli.main")[1:],  # after `serve`
+             after_module(experts.nodes[0].argv, "vllm.entrypoints.openai.api_server")]
+    one, head, worker, moe = vllm_parse(argvs)
+    assert moe["enable_expert_parallel"] and not one["enable_expert_parallel"]
+    assert (moe["tensor_parallel_size"], moe["data_parallel_size"]) == (2, 4)
     assert one["model"] == "/models/llama" and (one["host"], one["port"]) == ("127.0.0.1", 8001)
     assert (one["tensor_parallel_size"], one["pipeline_parallel_size"], one["data_parallel_size"]) == (2, 2, 2)
     for node, args in enumerate((head, worker)):
@@ -187,6 +209,13 @@ def test_tp_groups_land_on_nvlink_pairs(engine: str) -> None:
         a, b = (f"GPU{visible[r]}" for r in group)
         assert topology.link(a, b).code == "NV12", f"TP group {group} on {a},{b}"
     assert served.nodes[0].env_dict()["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_expert_parallel_that_an_engine_cannot_express_is_refused() -> None:
+    with pytest.raises(TopoplanError, match="tp x dp = 8 ranks; use ep=8"):
+        launch("vllm", "tp=2,dp=4,ep=2")
+    with pytest.raises(TopoplanError, match="DP-attention group of tp x dp = 8 GPUs"):
+        launch("sglang", "tp=2,dp=4,ep=2")
 
 
 def test_engine_formats_and_versions() -> None:

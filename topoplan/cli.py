@@ -77,7 +77,9 @@ def _print_catalog(rows: list, table, as_json: bool) -> None:
     else:
         from rich.console import Console
 
-        Console().print(table(rows))
+        from topoplan.terminal import emit
+
+        emit(Console(), table(rows))
 
 
 @list_app.command("gpus")

@@ -18,10 +18,27 @@ from __future__ import annotations
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
+from topoplan.layout import Layout
 
 SERVER_MODULE = "sglang.launch_server"
 DEVICE_MAPPING = ("SGLang: worker (pp_rank, tp_rank) of DP replica d uses local GPU d*tp*pp + pp_rank*tp_per_node + "
                   "tp_rank of CUDA_VISIBLE_DEVICES; node n runs the n-th contiguous block of ranks")
+
+
+def _parallel_args(layout: Layout) -> list[str]:
+    """SGLang's sizes. With expert parallel over replicas (ep = tp x dp) SGLang runs them as DP attention inside
+    one server: its --tp-size is then every GPU of a stage (tp x dp), --dp-size the attention replicas, and
+    --ep-size the ranks the experts are sharded over (SGLang server_args: enable_dp_attention, ep_size)."""
+    sizes = ["--pp-size", str(layout.pp)]
+    if layout.ep == 1:
+        return ["--tp-size", str(layout.tp), *sizes, "--dp-size", str(layout.dp)]
+    if layout.dp == 1:
+        return ["--tp-size", str(layout.tp), *sizes, "--ep-size", str(layout.ep)]
+    if layout.ep != layout.tp * layout.dp:
+        raise TopoplanError(f"SGLang: {layout}: with data parallelism, expert parallel spans the DP-attention "
+                            f"group of tp x dp = {layout.tp * layout.dp} GPUs; use ep={layout.tp * layout.dp}")
+    return ["--tp-size", str(layout.ep), *sizes, "--dp-size", str(layout.dp), "--enable-dp-attention",
+            "--ep-size", str(layout.ep)]
 
 
 def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
@@ -33,8 +50,7 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     if nnodes > 1 and layout.dp > 1:
         raise TopoplanError(f"SGLang: {layout} over {nnodes} nodes: SGLang spreads data-parallel replicas over nodes "
                             "only with DP attention; launch one server per replica, or dp=1 over several nodes")
-    common = ["--tp-size", str(layout.tp), "--pp-size", str(layout.pp), "--dp-size", str(layout.dp),
-              "--host", options.host, "--port", str(options.port)]
+    common = [*_parallel_args(layout), "--host", options.host, "--port", str(options.port)]
     if nnodes > 1:
         master = require_master_addr(spec, "SGLang")
         common += ["--nnodes", str(nnodes), "--dist-init-addr", f"{master}:{spec.master_port}"]

@@ -32,6 +32,7 @@ def server_argv(spec: LaunchSpec, options: ServeOptions) -> list[str]:
     layout = spec.layout
     return [options.python, "-m", SERVER_MODULE, "serve", options.checkpoint,
             "--tp_size", str(layout.tp), "--pp_size", str(layout.pp),
+            *(["--ep_size", str(layout.ep)] if layout.ep > 1 else []),  # MoE experts over ep of the tp ranks
             "--gpus_per_node", str(len(spec.nodes[0].ranks)),
             "--host", options.host, "--port", str(options.port), *options.extra_args]
 

@@ -25,6 +25,7 @@ one NUMA node vLLM refuses to start without it), and VLLM_CPU_KVCACHE_SPACE (GiB
 from __future__ import annotations
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -37,8 +38,14 @@ DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of CUDA_VISIBLE_DEVICES
 
 def _parallel_args(spec: LaunchSpec) -> list[str]:
     layout = spec.layout
-    return ["--tensor-parallel-size", str(layout.tp), "--pipeline-parallel-size", str(layout.pp),
+    args = ["--tensor-parallel-size", str(layout.tp), "--pipeline-parallel-size", str(layout.pp),
             "--data-parallel-size", str(layout.dp)]
+    if layout.ep > 1:  # vLLM's expert parallel: the MoE layers over all tp x dp ranks of a stage, attention TP
+        if layout.ep != layout.tp * layout.dp:
+            raise TopoplanError(f"vLLM: {layout}: --enable-expert-parallel shards the experts over tp x dp = "
+                                f"{layout.tp * layout.dp} ranks; use ep={layout.tp * layout.dp}, or ep=1")
+        args.append("--enable-expert-parallel")
+    return args
 
 
 def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]:
