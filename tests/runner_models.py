@@ -4,11 +4,14 @@ HF init at std 0.02 gives near-ties that rounding could flip), which keeps greed
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import torch
 
 from topoplan.runner.builtin import BUILTIN
+from topoplan.runner.spawn import spawn_ranks
 from topoplan.runner.tiny import save_checkpoint
 
 HF_COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=8,
@@ -84,3 +87,19 @@ def byte_config(**overrides) -> dict:
 
 def save_byte_model(folder: Path, seed: int = 0, **overrides) -> Path:
     return save_checkpoint(folder, byte_config(**overrides), seed=seed)
+
+
+def run_jobs(world: int, jobs: list[dict], out: Path) -> dict[str, tuple[dict, list]]:
+    """Run `jobs` (tests/runner_harness.py's job list) as `world` gloo ranks in one launch, each dumping its
+    logits into `out`: {job name: (result dict, per-prompt logits)}."""
+    root = Path(__file__).resolve().parents[1]
+    for job in jobs:
+        job["options"]["dump_logits"] = str(out / f"{job['name']}.logits.pt")
+    (out / "jobs.json").write_text(json.dumps(jobs))
+    result = spawn_ranks(world, [sys.executable, str(root / "tests" / "runner_harness.py"), str(out / "jobs.json"),
+                                 str(out)],
+                         env_per_rank=lambda r: {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+                         timeout_s=600, capture_stdout=True, echo=False)
+    assert result.returncode == 0, "\n".join(result.stderr[-40:])
+    return {job["name"]: (json.loads((out / f"{job['name']}.json").read_text()),
+                          torch.load(out / f"{job['name']}.logits.pt")) for job in jobs}

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from runner_models import hf_generate, hf_model, save_byte_model
+from runner_models import hf_generate, hf_model, run_jobs, save_byte_model
 from safetensors import safe_open
 
 from topoplan.layout import split_layers
-from topoplan.runner.spawn import free_port, spawn_ranks
+from topoplan.runner.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FP32_LOGIT_TOL = 1e-4  # absolute; sharding only reorders fp32 sums (observed differences ~1e-6)
@@ -80,19 +80,7 @@ def launch(models, tmp_path_factory):
 
     def run_world(world: int) -> dict:
         if world not in cache:
-            out = tmp_path_factory.mktemp(f"world{world}")
-            jobs = _jobs(world, models)
-            for job in jobs:
-                job["options"]["dump_logits"] = str(out / f"{job['name']}.logits.pt")
-            (out / "jobs.json").write_text(json.dumps(jobs))
-            result = spawn_ranks(world, [sys.executable, str(ROOT / "tests" / "runner_harness.py"),
-                                         str(out / "jobs.json"), str(out)],
-                                 env_per_rank=lambda r: {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-                                 timeout_s=600, capture_stdout=True, echo=False)
-            assert result.returncode == 0, "\n".join(result.stderr[-40:])
-            cache[world] = {job["name"]: (json.loads((out / f"{job['name']}.json").read_text()),
-                                          torch.load(out / f"{job['name']}.logits.pt"))
-                            for job in jobs}
+            cache[world] = run_jobs(world, _jobs(world, models), tmp_path_factory.mktemp(f"world{world}"))
         return cache[world]
 
     return run_world

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from runner_models import hf_generate, hf_model
+from runner_models import hf_generate, hf_model, run_jobs
 from safetensors import safe_open
 
 from topoplan.layout import Layout, RankGrid
-from topoplan.runner.spawn import spawn_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 FP32_LOGIT_TOL = 1e-4  # absolute; sharding only reorders fp32 sums
@@ -47,20 +46,11 @@ def launch(checkpoints, tmp_path_factory):
 
     def run_world(world: int) -> dict:
         if world not in cache:
-            out = tmp_path_factory.mktemp(f"moe-world{world}")
             jobs = [{"name": _name(kind, tp, pp, ep),
                      "options": {"model": str(checkpoints / kind), "tp": tp, "pp": pp, "ep": ep, "prompt_ids": ids,
-                                 "max_new_tokens": 10, "backend": "gloo", "timeout": 120,
-                                 "dump_logits": str(out / f"{_name(kind, tp, pp, ep)}.logits.pt")}}
+                                 "max_new_tokens": 10, "backend": "gloo", "timeout": 120}}
                     for kind in KINDS for tp, pp, ep in LAYOUTS[world]]
-            (out / "jobs.json").write_text(json.dumps(jobs))
-            result = spawn_ranks(world, [sys.executable, str(ROOT / "tests" / "runner_harness.py"),
-                                         str(out / "jobs.json"), str(out)],
-                                 env_per_rank=lambda r: {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-                                 timeout_s=600, capture_stdout=True, echo=False)
-            assert result.returncode == 0, "\n".join(result.stderr[-40:])
-            cache[world] = {job["name"]: (json.loads((out / f"{job['name']}.json").read_text()),
-                                          torch.load(out / f"{job['name']}.logits.pt")) for job in jobs}
+            cache[world] = run_jobs(world, jobs, tmp_path_factory.mktemp(f"moe-world{world}"))
         return cache[world]
 
     return run_world
