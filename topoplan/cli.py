@@ -92,10 +92,17 @@ def plan_command(
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
                             "which names no GPU."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
-    batch: int = typer.Option(1, "--batch", help="Sequences per DP replica."),
+    batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
+                              "throughput the default is the largest batch each layout fits, within the limits)."),
     prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
     gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8 or fp32 (weights and KV cache)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weights: bf16, fp16, fp32, fp8 (weight-only on Ampere) or "
+                              "int4 (AWQ/GPTQ, bf16 activations); refused where the GPU lacks it."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the "
+                                 "activation dtype, bf16 for fp8/int4 weights)."),
+    max_ttft_ms: float = typer.Option(None, "--max-ttft-ms", help="Latency limit on time to first token (the "
+                                      "batch's prefill) that the priced batch must meet."),
+    max_tpot_ms: float = typer.Option(None, "--max-tpot-ms", help="Latency limit on time per output token."),
     objective: str = typer.Option("latency", "--objective", help="latency (request time) or throughput "
                                   "(tokens/s per GPU)."),
     top: int = typer.Option(10, "--top", help="Show the best N layouts (0: all)."),
@@ -116,7 +123,7 @@ def plan_command(
 
     from topoplan.plan.cost import Workload
     from topoplan.plan.frontend import PlanRequest, plan_for
-    from topoplan.plan.rank import nothing_fits, plan_json
+    from topoplan.plan.rank import Limits, nothing_fits, plan_json
     from topoplan.plan.render import plan_table
 
     try:
@@ -124,7 +131,9 @@ def plan_command(
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
-                              workload=Workload(batch, prompt_len, gen_len, dtype))
+                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
+                              limits=Limits(max_ttft_ms, max_tpot_ms),
+                              search_batch=objective == "throughput" and batch is None)
         result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None

@@ -155,8 +155,13 @@ class ModelSpec:
         matmul = self.matmul_params(self.layers - self.moe_layers, self.moe_layers, self.experts_per_token)
         return 2.0 * (matmul + self.head_params) + self.attention_flops(self.layers, 1, context)
 
-    def weight_bytes(self, dtype: str) -> int:
-        return self.params * dtype_of(dtype).bytes
+    def weight_bytes(self, dtype: str) -> float:
+        """Bytes of all weights stored in `dtype`: a quantised format (fp8, int4) covers the decoder's linear
+        layers; the embedding, LM head and norms stay in its activation dtype (topoplan.dtypes)."""
+        d = dtype_of(dtype)
+        head = 0 if self.tied_embeddings else self.head_params
+        plain = self.embedding_params + head + self.hidden
+        return (self.params - plain) * d.weight_bytes + plain * d.activations.bytes
 
 
 # Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from topoplan.dtypes import PLAN_DTYPES, checked_dtype, dtype_of
+from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import ModelSpec
@@ -33,23 +33,30 @@ TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 
 @dataclass(frozen=True)
 class Workload:
-    """What is asked of the deployment: per-replica batch and sequence lengths."""
+    """What is asked of the deployment: per-replica batch, sequence lengths, weight and KV-cache dtypes."""
 
     batch: int = 1
     prompt_len: int = 512
     gen_len: int = 128
-    dtype: str = "bf16"
+    dtype: str = "bf16"  # the weights (fp8, int4: quantised linear layers, topoplan.dtypes)
+    kv_dtype: str | None = None  # the KV cache; None: the activation dtype (vLLM's --kv-cache-dtype auto)
 
     def __post_init__(self) -> None:
-        """The workload's checks, in one place: counts of at least 1, a dtype the planner prices."""
+        """The workload's checks, in one place: counts of at least 1, dtypes the planner prices."""
         for option, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
             if value < 1:
                 raise TopoplanError(f"{option} must be >= 1, got {value}")
         checked_dtype(self.dtype, PLAN_DTYPES)
+        if self.kv_dtype is not None:
+            checked_dtype(self.kv_dtype, KV_DTYPES, "--kv-dtype")
 
     @property
-    def bytes(self) -> int:
-        return dtype_of(self.dtype).bytes
+    def weights(self) -> DType:
+        return dtype_of(self.dtype)
+
+    @property
+    def kv(self) -> DType:
+        return dtype_of(self.kv_dtype) if self.kv_dtype else self.weights.activations
 
 
 @dataclass
@@ -57,6 +64,7 @@ class LayoutCost:
     """The priced layout; times in ms, memory in bytes."""
 
     layout: Layout
+    batch: int  # sequences per replica priced (the throughput objective searches it)
     fits: bool
     memory_per_gpu: float
     usable_memory: float
@@ -67,6 +75,8 @@ class LayoutCost:
     gpus: int
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
+    slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
+    batch_why: str = ""  # how the batch was chosen (the throughput objective's search); "": the asked one
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
 
     @cached_property
@@ -107,10 +117,14 @@ class Work:
 
 
 class StageModel:
-    """Bytes and FLOPs of one stage on one TP rank."""
+    """Bytes and FLOPs of one stage on one TP rank.
 
-    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int):
-        self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
+    `weight_bytes`: bytes per decoder-layer weight (quantised formats: scales included); the embedding and the
+    LM head are kept in the activation dtype, `act_bytes`; `kv_bytes`: one KV-cache element."""
+
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, weight_bytes: float, act_bytes: int, kv_bytes: int):
+        self.m, self.s, self.tp = model, stage, tp
+        self.wb, self.ab, self.kvb = weight_bytes, act_bytes, kv_bytes
         dense_end = model.dense_layers if model.is_moe else model.layers
         self.dense = max(0, min(stage.end, dense_end) - stage.start)
         self.moe = stage.layers - self.dense
@@ -120,21 +134,22 @@ class StageModel:
     def weight_bytes(self) -> float:
         """Weights stored on one TP rank of this stage."""
         m = self.m
-        params = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
-        params += (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
-        return params * self.b / self.tp
+        layers = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
+        plain = (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
+        return (layers * self.wb + plain * self.ab) / self.tp
 
-    def _matmul_params(self, tokens: float) -> float:
-        """Weights the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
+    def _matmul_bytes(self, tokens: float) -> float:
+        """Weight bytes the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
         m = self.m
-        return m.matmul_params(self.dense, self.moe, m.experts_touched(tokens)) + (m.head_params if self.s.last else 0)
+        layers = m.matmul_params(self.dense, self.moe, m.experts_touched(tokens))
+        return layers * self.wb + (m.head_params * self.ab if self.s.last else 0)
 
     def _active_params(self) -> float:
         """Weights one token multiplies by (MoE: its k experts)."""
         return self.m.matmul_params(self.dense, self.moe, self.m.experts_per_token)
 
     def kv_bytes_per_token(self) -> float:
-        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
+        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.kvb
 
     def attention_flops(self, queries: float, context: float) -> float:
         """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
@@ -145,13 +160,13 @@ class StageModel:
         tokens = batch * prompt
         gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
         kv_write = tokens * self.kv_bytes_per_token()
-        return [Work(gemm / self.tp, self._matmul_params(tokens) * self.b / self.tp),
+        return [Work(gemm / self.tp, self._matmul_bytes(tokens) / self.tp),
                 Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
         """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
         gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
-        return [Work(gemm / self.tp, self._matmul_params(batch) * self.b / self.tp),
+        return [Work(gemm / self.tp, self._matmul_bytes(batch) / self.tp),
                 Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
@@ -161,7 +176,10 @@ class CostModel:
     def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
                  pricer: LinkPricer):
         self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
-        self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
+        self.compute = device.compute_dtype(workload.weights)  # refuses a dtype the GPU cannot run
+        device.check_kv(workload.kv)
+        self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
+        self.peak_flops = device.tflops[self.compute] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
 
@@ -189,16 +207,16 @@ class CostModel:
         """One stage's TP collectives for one step: 2 all-reduces per layer of the tokens' activations, the
         vocab-parallel embedding's all-reduce on the first stage, the logits all-gather on the last (one
         row of logits per sequence)."""
-        activations = tokens * self.model.hidden * self.work.bytes
+        activations = tokens * self.model.hidden * self.act_bytes
         count = 2 * sm.s.layers + (1 if sm.s.first else 0)
         t = count * self.pricer.allreduce_us(ring, activations)
         if sm.s.last:
-            t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.work.bytes)
+            t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.act_bytes)
         return t
 
     def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
-        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
+        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.act_bytes) / 1e3
 
     def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
         """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
@@ -213,47 +231,62 @@ class CostModel:
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
-    def price(self, layout: Layout, replicas: list[list[Ring]]) -> LayoutCost:
-        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage."""
-        w, m = self.work, self.model
-        stages = stages_of(m, layout.pp)
-        models = [StageModel(m, s, layout.tp, w.bytes) for s in stages]
+    def stage_models(self, layout: Layout) -> list[StageModel]:
+        w = self.work
+        return [StageModel(self.model, s, layout.tp, w.weights.weight_bytes, self.act_bytes, w.kv.bytes)
+                for s in stages_of(self.model, layout.pp)]
+
+    def max_batch(self, models: list[StageModel]) -> int:
+        """Sequences per replica whose KV cache fits beside the weights on every stage:
+        floor((memory x (1 - runtime_reserve) - weights per GPU) / ((prompt + generated) x KV bytes/token))."""
+        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
+        seq = self.work.prompt_len + self.work.gen_len
+        return min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token())) for sm in models)
+
+    def price(self, layout: Layout, replicas: list[list[Ring]], batch: int | None = None) -> LayoutCost:
+        """Price `layout` at `batch` sequences per replica (None: the workload's); `replicas` lists, per
+        distinct replica, its TP group rings stage by stage."""
+        w = self.work
+        batch = batch or w.batch
+        models = self.stage_models(layout)
         usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
         seq = w.prompt_len + w.gen_len
-        memory = max(sm.weight_bytes() + w.batch * seq * sm.kv_bytes_per_token() for sm in models)
-        max_batch = min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token()))
-                        for sm in models)
+        memory = max(sm.weight_bytes() + batch * seq * sm.kv_bytes_per_token() for sm in models)
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings in replicas:
-            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch) for sm, ring in zip(models, rings))
-            prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
-            prefill += self._step_extra_ms(rings, w.batch)
-            decode, _ = self._pipeline_ms(rings, models, w.batch)
-            micro = min(layout.pp, w.batch)
-            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro)
+            prefill = sum(self._stage_ms(sm, ring, "prefill", batch) for sm, ring in zip(models, rings))
+            prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+            prefill += self._step_extra_ms(rings, batch)
+            decode, _ = self._pipeline_ms(rings, models, batch)
+            micro = min(layout.pp, batch)
+            through, stage_ms = self._pipeline_ms(rings, models, batch / micro)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:
                 worst = (prefill, decode, step, rings)
         prefill, decode, step, rings = worst
-        return LayoutCost(layout, memory <= usable, memory, usable, max_batch, prefill, decode,
-                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
-                          tuple(range(s.start, s.end) for s in stages),
-                          lambda cost: self.reasons(layout, cost, rings, models, context))
+        return LayoutCost(layout, batch, memory <= usable, memory, usable, self.max_batch(models), prefill, decode,
+                          layout.dp * batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
+                          tuple(range(s.start, s.end) for s in stages_of(self.model, layout.pp)),
+                          explain=lambda cost: self.reasons(layout, cost, rings, models, context))
 
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
                 context: float) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
-        gb = 1e9
+        gib = 2**30
         out = []
         if not cost.fits:
-            out.append(f"does not fit: needs {cost.memory_per_gpu / gb:.1f} GB/GPU, {cost.usable_memory / gb:.1f} "
+            out.append(f"does not fit: needs {cost.memory_per_gpu / gib:.1f} GiB/GPU, {cost.usable_memory / gib:.1f} "
                        f"usable (max batch {cost.max_batch})")
+        if cost.slo_miss:
+            out.append(cost.slo_miss)
+        if cost.batch_why:
+            out.append(cost.batch_why)
         if layout.tp > 1:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
             where = "spans nodes" if hop.link_class == "net" else (
                 "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
-            comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
+            comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3
                           for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
                        f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
@@ -266,10 +299,14 @@ class CostModel:
                            key=lambda h: h.bandwidth_gbps)
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
-        work = [w for sm in models for w in sm.decode(self.work.batch, context)]
+        work = [w for sm in models for w in sm.decode(cost.batch, context)]
         compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
         out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
-                   f"{sum(w.nbytes for w in work) / gb:.2f} GB read per GPU per step")
+                   f"{sum(w.nbytes for w in work) / 1e9:.2f} GB read per GPU per step")
+        weights = self.work.weights
+        if self.compute != weights.short:
+            out.append(f"{weights.short} weights are weight-only here: stored at {weights.weight_bytes:.3g} B/param, "
+                       f"dequantised for GEMMs at the {self.compute} rate ({self.device.dtype_note})")
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
         return out

@@ -16,7 +16,7 @@ from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.rank import Plan, check_search, plan
+from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.model import Topology
 
 
@@ -36,6 +36,8 @@ class PlanRequest:
     dp: int | None = None
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file; None: the defaults
+    limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
+    search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
 
     def __post_init__(self) -> None:
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
@@ -62,7 +64,7 @@ def plan_for(request: PlanRequest) -> Plan:
     topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
-                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, limits=r.limits, search_batch=r.search_batch)
     return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
 
 

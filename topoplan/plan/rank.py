@@ -1,11 +1,14 @@
 """`plan`: enumerate layouts, place and price each, rank them by the objective; the JSON contract.
 
-Layouts that fit come first; among them latency ranks by one request's end-to-end time (TTFT plus every
-output token), throughput by decode tokens/s per GPU.
+Layouts that fit come first, then those meeting the latency limits (--max-ttft-ms, --max-tpot-ms); among
+them latency ranks by one request's end-to-end time (TTFT plus every output token) at the asked batch,
+throughput by decode tokens/s per GPU at the largest batch per replica that fits and meets the limits
+(searched per layout: a layout is worth what it serves at its own best batch, not at the user's).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,6 +24,48 @@ from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
 
 OBJECTIVES = ("latency", "throughput")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Latency limits a priced batch must meet (`--max-ttft-ms`, `--max-tpot-ms`); None: no limit."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for option, value in (("--max-ttft-ms", self.ttft_ms), ("--max-tpot-ms", self.tpot_ms)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise TopoplanError(f"{option} must be a positive number of milliseconds, got {value}")
+
+    def miss(self, cost: LayoutCost) -> str:
+        """Which limit `cost` misses, as a reason line; "" when it meets them all."""
+        missed = [f"{name} {value:.1f} ms > {option} {limit:g}"
+                  for name, value, option, limit in (("TTFT", cost.prefill_ms, "--max-ttft-ms", self.ttft_ms),
+                                                     ("TPOT", cost.decode_ms_per_token, "--max-tpot-ms", self.tpot_ms))
+                  if limit is not None and value > limit]
+        return f"misses the latency limits at batch {cost.batch}: {'; '.join(missed)}" if missed else ""
+
+
+def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits) -> LayoutCost:
+    """The layout priced at the largest batch per replica that fits and meets `limits` (binary search: TTFT
+    and TPOT only grow with the batch, and so do decode tokens/s, so the largest such batch is the best).
+    A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why."""
+    first = costs.price(layout, replicas, 1)
+    first.slo_miss = limits.miss(first)
+    if not first.fits or first.slo_miss or first.max_batch <= 1:
+        return first
+    low, high = 1, first.max_batch  # `low` meets the limits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if limits.miss(costs.price(layout, replicas, mid)):
+            high = mid - 1
+        else:
+            low = mid
+    best = costs.price(layout, replicas, low)
+    bound = "the largest that fits" if low == first.max_batch else "the largest within the latency limits"
+    best.batch_why = f"batch {low} per replica: {bound} (memory allows {first.max_batch})"
+    return best
 
 
 @dataclass
@@ -39,6 +84,7 @@ class Plan:
     workload: Workload
     objective: str
     calibration: Calibration
+    limits: Limits
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
@@ -46,11 +92,12 @@ class Plan:
 
 def _key(objective: str, cost: LayoutCost) -> tuple:
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
-    return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
+    return (not cost.fits, bool(cost.slo_miss), round(score, 9), -cost.tokens_per_s, cost.layout.pp,
+            cost.layout.tp)
 
 
 def _no_worse(better: LayoutCost, other: LayoutCost) -> bool:
-    return (better.fits >= other.fits and better.request_ms <= other.request_ms * (1 + 1e-9)
+    return (better.fits >= other.fits and not better.slo_miss and better.request_ms <= other.request_ms * (1 + 1e-9)
             and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
 
 
@@ -83,8 +130,12 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
-         max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None) -> Plan:
-    """Every candidate layout placed on the topology and priced, ranked best first."""
+         max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
+         limits: Limits | None = None, search_batch: bool | None = None) -> Plan:
+    """Every candidate layout placed on the topology and priced, ranked best first.
+
+    `search_batch` (default: on for the throughput objective) prices each layout at its best batch
+    (best_batch) instead of `workload.batch`."""
     check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
@@ -93,13 +144,21 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps)
     costs = CostModel(model, device, workload, calibration, pricer)
+    limits = limits or Limits()
+    search = objective == "throughput" if search_batch is None else search_batch
     ranked = []
     for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):
         order = placer.local_order(layout, nodes)
-        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order)), order))
+        replicas = replica_rings(layout, order)
+        if search:
+            cost = best_batch(costs, layout, replicas, limits)
+        else:
+            cost = costs.price(layout, replicas)
+            cost.slo_miss = limits.miss(cost)
+        ranked.append(RankedLayout(cost, order))
     ranked.sort(key=lambda r: _key(objective, r.cost))
     mark_dominated(ranked)
-    return Plan(model, device, topology, nodes, workload, objective, calibration,
+    return Plan(model, device, topology, nodes, workload, objective, calibration, limits,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
 
 
@@ -120,8 +179,9 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
     c, layout = entry.cost, entry.cost.layout
     placements = expand(layout, nodes, entry.order)
     return {
-        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "fits": c.fits,
-        "memory_per_gpu_gb": round(c.memory_per_gpu / 1e9, 3), "max_batch": c.max_batch,
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "fits": c.fits, "batch": c.batch,
+        "memory_per_gpu_gib": round(c.memory_per_gpu / 2**30, 3), "max_batch": c.max_batch,
+        **({"slo_miss": c.slo_miss} if c.slo_miss else {}),
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
@@ -144,10 +204,11 @@ def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
                   "weight_gb": round(m.weight_bytes(result.workload.dtype) / 1e9, 3),
                   "kv_bytes_per_token": m.kv_bytes_per_token(result.workload.dtype)},
         "topology": {"source": t.source, "gpus": [g.id for g in t.gpus], "nodes": result.nodes,
-                     "gpu": result.device.name, "memory_gb": result.device.memory_bytes / 1e9,
+                     "gpu": result.device.name, "memory_mib": round(result.device.memory_bytes / 2**20),
                      "nic_gbps": result.device.nic_gbps, "notes": list(t.notes)},
         "workload": asdict(result.workload),
         "objective": result.objective,
+        "limits": {"max_ttft_ms": result.limits.ttft_ms, "max_tpot_ms": result.limits.tpot_ms},
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
         "layouts": [layout_json(entry, result.nodes) for entry in layouts],

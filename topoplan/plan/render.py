@@ -34,14 +34,18 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
     """The table; narrower than NARROW columns it is compact and each row's groups and reason follow it."""
     narrow = width is not None and width < NARROW
     w = result.workload
-    title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
-             f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective}")
+    searched = any(entry.cost.batch_why for entry in result.layouts)
+    batch = "batch searched per layout" if searched else f"batch {w.batch}"
+    kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
+    title = (f"{result.model.name} ({w.dtype}{kv}) on {result.nodes} x {len(result.topology.gpus)} "
+             f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
+             f"{result.objective}")
     hidden = len(result.hidden)
     caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                "(--json lists them under \"hidden\")" if hidden else None)
     table = Table(title=title, title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    for name in ("#", "layout", "fits", "GB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
+    for name in ("#", "layout", "fits", "batch", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
     if not narrow:
@@ -51,7 +55,8 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
     for i, entry in enumerate(shown, 1):
         c = entry.cost
         table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",
-                      f"{c.memory_per_gpu / 1e9:.1f}", f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
+                      str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
+                      f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
                       f"{c.tokens_per_s_per_gpu:.1f}", *(() if narrow else (gpu_groups(entry), headline(entry))))
     if not narrow:
         return table

@@ -69,6 +69,7 @@ ARCH_LINKS: dict[str, ArchLinks] = {
     for a in (
         ArchLinks("sm60", 18.0, 12.0, "NCCL SM60_NVLINK_BW; P100 is PCIe Gen3"),
         ArchLinks("sm70", 20.0, 12.0, "NCCL SM70_NVLINK_BW; V100 is PCIe Gen3"),
+        ArchLinks("sm75", 20.0, 12.0, "NCCL uses SM70_NVLINK_BW below sm80 (2080 Ti bridges); Turing is PCIe Gen3"),
         ArchLinks("sm80", 20.0, 24.0, "NCCL SM80_NVLINK_BW; A100 is PCIe Gen4"),
         ArchLinks("sm86", 12.0, 24.0, "NCCL SM86_NVLINK_BW (GA10x bridges); PCIe Gen4"),
         ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
