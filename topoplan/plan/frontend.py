@@ -18,6 +18,7 @@ from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.model import Topology
+from topoplan.topology.smi_text import NVLINK_HIDDEN
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,14 @@ def plan_for(request: PlanRequest) -> Plan:
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, limits=r.limits, search_batch=r.search_batch)
-    return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
+    return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device)))
 
 
-def gpu_overrides(topology: Topology) -> tuple[str, ...]:
-    """apply_gpu's note when --gpu replaced the GPU the source (an NVML recording) named: worth a warning."""
-    return tuple(note for note in topology.notes if note.startswith("--gpu ") and " overrides " in note)
+def source_warnings(topology: Topology) -> tuple[str, ...]:
+    """The source's notes that change the answer: apply_gpu's when --gpu replaced the GPU the source (an NVML
+    recording) named, and a `topo -mp` paste hiding NVLink."""
+    return tuple(note for note in topology.notes
+                 if (note.startswith("--gpu ") and " overrides " in note) or note == NVLINK_HIDDEN)
 
 
 def calibration_warnings(cal: Calibration, device: DeviceSpec) -> tuple[str, ...]:
