@@ -91,6 +91,9 @@ def plan_command(
                              "through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
                             "which names no GPU."),
+    cpu: str = typer.Option(None, "--cpu", help="CPU family, for SYS (socket-crossing) hops: intel-broadwell, "
+                            "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
+                            "arm."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
     batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
                               "throughput the default is the largest batch each layout fits, within the limits)."),
@@ -129,7 +132,7 @@ def plan_command(
     try:
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
-        request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
+        request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
                               limits=Limits(max_ttft_ms, max_tpot_ms),

@@ -294,7 +294,7 @@ def catalog_gpu(topology: Topology) -> Topology:
     if spec is None:
         note = f"{reported!r} is not in topoplan's GPU catalog (docs/hardware.md)"
         return Topology(topology.gpus, topology.nics, topology.links(), arch=topology.arch, gpu_name=None,
-                        source=topology.source, notes=(*topology.notes, note))
+                        source=topology.source, notes=(*topology.notes, note), cpu=topology.cpu)
     return topology.with_arch(topology.arch or spec.arch, spec.key)
 
 

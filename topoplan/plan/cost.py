@@ -27,6 +27,7 @@ from topoplan.models import ModelSpec
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
+from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 
@@ -286,6 +287,10 @@ class CostModel:
             hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
             where = "spans nodes" if hop.link_class == "net" else (
                 "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
+            if hop.link_class == "sys":
+                cpu = cpu_links(self.pricer.topology.cpu)
+                where += f" ({cpu.family} interconnect {cpu.inter_socket_gbps:g} GB/s" + (
+                    ", the default: --cpu names the family)" if self.pricer.topology.cpu is None else ")")
             comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3
                           for sm, r in zip(models, rings))
             out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "

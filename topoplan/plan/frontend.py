@@ -28,6 +28,7 @@ class PlanRequest:
     model: str  # catalog name or alias, a HF checkpoint folder or its config.json
     topo: str | None = None  # a `topo -m` paste or NVML recording; None: this machine
     gpu: str | None = None  # the GPU, for pastes, which do not name it
+    cpu: str | None = None  # the CPU family (SYS-hop figures), which no source names; None: Intel Skylake-class
     nodes: int = 1
     workload: Workload = field(default_factory=Workload)  # checks itself
     objective: str = "latency"
@@ -62,7 +63,7 @@ def plan_for(request: PlanRequest) -> Plan:
     r = request
     spec = find_model(r.model)
     cal = load_calibration(r.calibration)
-    topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+    topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine (NVML, nvidia-smi)
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, limits=r.limits, search_batch=r.search_batch)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from topoplan.errors import TopoplanError
-from topoplan.topology.links import LATENCY_US, LinkKind, estimate_bandwidth_gbps, parse_link_code
+from topoplan.topology.links import LATENCY_US, LinkKind, cpu_links, estimate_bandwidth_gbps, parse_link_code
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,7 @@ class Topology:
         gpu_name: str | None = None,
         source: str = "",
         notes: Sequence[str] = (),
+        cpu: str | None = None,
     ):
         self.gpus: tuple[Gpu, ...] = tuple(gpus)
         self.nics: tuple[Nic, ...] = tuple(nics)
@@ -95,6 +96,7 @@ class Topology:
         self.gpu_name = gpu_name  # the source's name (NVML), a catalog key once topoplan.hardware resolved it
         self.source = source  # where it was read from, for messages
         self.notes: tuple[str, ...] = tuple(notes)  # what the reader recovered or inferred
+        self.cpu = cpu  # CPU family (topology.links.CPU_LINKS) used for SYS estimates, None if unknown
         self.graph = nx.Graph()
         for gpu in self.gpus:
             self.graph.add_node(gpu.id, kind="gpu", device=gpu)
@@ -202,15 +204,21 @@ class Topology:
     def with_notes(self, *notes: str) -> Topology:
         """The same machine with more notes on how it was read."""
         return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
-                        source=self.source, notes=(*self.notes, *notes))
+                        source=self.source, notes=(*self.notes, *notes), cpu=self.cpu)
 
-    def with_arch(self, arch: str | None, gpu_name: str | None = None) -> Topology:
-        """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`)."""
+    def with_arch(self, arch: str | None, gpu_name: str | None = None, cpu: str | None = None) -> Topology:
+        """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`), and
+        for CPU family `cpu` (None: the one it has)."""
+        cpu = cpu or self.cpu
         links = [
-            replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch)) for l in self.links()
+            replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch, cpu)) for l in self.links()
         ]
         return Topology(self.gpus, self.nics, links, arch=arch, gpu_name=gpu_name or self.gpu_name,
-                        source=self.source, notes=self.notes)
+                        source=self.source, notes=self.notes, cpu=cpu)
+
+    def with_cpu(self, cpu: str | None) -> Topology:
+        """The same machine with SYS hops re-estimated for CPU family `cpu` (topology.links.CPU_LINKS)."""
+        return self if cpu is None else self.with_arch(self.arch, cpu=cpu_links(cpu).family)
 
 
 def build_topology(
