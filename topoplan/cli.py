@@ -110,6 +110,8 @@ def plan_command(
                                   "(tokens/s per GPU)."),
     top: int = typer.Option(10, "--top", help="Show the best N layouts (0: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    per_rank: bool = typer.Option(False, "--per-rank", help="With --json: every rank's placement, not one "
+                                  "node's (every node runs the same shape)."),
     max_tp: int = typer.Option(None, "--max-tp", help="Largest TP degree to consider."),
     tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
     pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
@@ -143,7 +145,7 @@ def plan_command(
     for warning in result.warnings:
         print(f"topoplan: warning: {warning}", file=sys.stderr)
     if as_json:
-        print(json.dumps(plan_json(result, top or None), indent=1))
+        print(json.dumps(plan_json(result, top or None, per_rank), indent=1))
     else:
         console = Console()
         console.print(plan_table(result, top or None, console.width))

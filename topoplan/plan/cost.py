@@ -77,7 +77,7 @@ class LayoutCost:
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
     slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
-    batch_why: str = ""  # how the batch was chosen (the throughput objective's search); "": the asked one
+    notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
 
     @cached_property
@@ -271,6 +271,21 @@ class CostModel:
                           tuple(range(s.start, s.end) for s in stages_of(self.model, layout.pp)),
                           explain=lambda cost: self.reasons(layout, cost, rings, models, context))
 
+    def _tp_reason(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel]) -> str:
+        """Where the TP groups run and what their all-reduces cost. A group crossing nodes says so whatever
+        its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck), naming that hop."""
+        hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+        net = next((h for r in rings for h in self.pricer.ring_hops(r) if h.link_class == "net"), None)
+        where = "spans nodes" if net else "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop"
+        if hop.link_class == "sys":
+            cpu = cpu_links(self.pricer.topology.cpu)
+            where += f" ({cpu.family} interconnect {cpu.inter_socket_gbps:g} GB/s" + (
+                ", the default: --cpu names the family)" if self.pricer.topology.cpu is None else ")")
+        slowest = "" if net is None or hop is net else f" on {hop.code} (network hop {net.bandwidth_gbps:.0f} GB/s)"
+        comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3 for sm, r in zip(models, rings))
+        return (f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s{slowest}; "
+                f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms")
+
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
                 context: float) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
@@ -281,21 +296,8 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if cost.slo_miss:
             out.append(cost.slo_miss)
-        if cost.batch_why:
-            out.append(cost.batch_why)
         if layout.tp > 1:
-            hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
-            where = "spans nodes" if hop.link_class == "net" else (
-                "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop")
-            if hop.link_class == "sys":
-                cpu = cpu_links(self.pricer.topology.cpu)
-                where += f" ({cpu.family} interconnect {cpu.inter_socket_gbps:g} GB/s" + (
-                    ", the default: --cpu names the family)" if self.pricer.topology.cpu is None else ")")
-            comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3
-                          for sm, r in zip(models, rings))
-            out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
-                       f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost "
-                       f"{comm_ms:.2f} ms")
+            out.append(self._tp_reason(layout, cost, rings, models))
             if all(self.pricer.is_nvlink_mesh(r) for r in rings):
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
@@ -314,7 +316,7 @@ class CostModel:
                        f"dequantised for GEMMs at the {self.compute} rate ({self.device.dtype_note})")
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
-        return out
+        return out + cost.notes
 
 
 def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:

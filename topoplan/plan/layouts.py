@@ -93,3 +93,31 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         raise TopoplanError(f"no layout{' with ' + asked if asked else ''} fits {nodes} node(s) x "
                             f"{gpus_per_node} GPUs for {model.name}")
     return found
+
+
+def fewer_node_layouts(model: ModelSpec, gpus_per_node: int, nodes: int, min_nodes: int, *,
+                       max_tp: int | None = None, tp: int | None = None, pp: int | None = None,
+                       dp: int | None = None) -> list[tuple[Layout, int]]:
+    """One-replica layouts on n < `nodes` full nodes, the rest left free, as (layout, n).
+
+    Only those no layout over every node offers: when n divides `nodes`, the same tp x pp with nodes/n replicas
+    uses them all, as fast and serving more. And only from `min_nodes` (the fewest whose memory can hold the
+    weights) to twice that: one replica gains nothing from a deeper pipeline than it needs to fit (each stage
+    adds a hand-off), so farther counts would only be priced to lose."""
+    if dp not in (None, 1) or None not in (tp, pp, dp):
+        return []
+    found = []
+    for n in range(max(min_nodes, 1), min(nodes, 2 * max(min_nodes, 1) + 1)):
+        if nodes % n == 0:
+            continue
+        world = n * gpus_per_node
+        for t in _divisors(world):
+            p = world // t
+            if (tp is not None and t != tp) or (max_tp is not None and t > max_tp) or (pp is not None and p != pp):
+                continue
+            if p > model.layers or _model_tp_problems(model, t):
+                continue
+            layout = Layout(t, p, 1)
+            if _tiles(layout, gpus_per_node):
+                found.append((layout, n))
+    return found

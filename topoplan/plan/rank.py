@@ -19,7 +19,7 @@ from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
 
@@ -64,7 +64,7 @@ def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits)
             low = mid
     best = costs.price(layout, replicas, low)
     bound = "the largest that fits" if low == first.max_batch else "the largest within the latency limits"
-    best.batch_why = f"batch {low} per replica: {bound} (memory allows {first.max_batch})"
+    best.notes.append(f"batch {low} per replica: {bound} (memory allows {first.max_batch})")
     return best
 
 
@@ -72,7 +72,13 @@ def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits)
 class RankedLayout:
     cost: LayoutCost
     order: tuple[str, ...]  # the per-node GPU order (every node the same)
+    nodes: int  # nodes it runs on (fewer than the plan's when that wins; the rest are left free)
     dominated_by: Layout | None = None  # a layout with more replicas that is no worse: this one is hidden
+
+    @property
+    def tp_spans_nodes(self) -> bool:
+        """A TP group wider than one node's share: every layer's all-reduces cross the network."""
+        return self.cost.layout.tp > len(self.order)
 
 
 @dataclass
@@ -85,19 +91,27 @@ class Plan:
     objective: str
     calibration: Calibration
     limits: Limits
+    batch_searched: bool  # each layout priced at its best batch (the throughput objective), not workload.batch
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
 
 
-def _key(objective: str, cost: LayoutCost) -> tuple:
+def _key(objective: str, entry: RankedLayout) -> tuple:
+    """Fit, then the latency limits, then TP inside a node (vLLM's and Megatron's rule: TP within a node, PP
+    across nodes; the network all-reduce on every layer is slower and jitterier than the ring model prices),
+    then the objective."""
+    cost = entry.cost
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
-    return (not cost.fits, bool(cost.slo_miss), round(score, 9), -cost.tokens_per_s, cost.layout.pp,
-            cost.layout.tp)
+    return (not cost.fits, bool(cost.slo_miss), entry.tp_spans_nodes, round(score, 9), -cost.tokens_per_s,
+            cost.layout.pp, cost.layout.tp, entry.nodes)
 
 
-def _no_worse(better: LayoutCost, other: LayoutCost) -> bool:
-    return (better.fits >= other.fits and not better.slo_miss and better.request_ms <= other.request_ms * (1 + 1e-9)
+def _no_worse(better_entry: RankedLayout, other_entry: RankedLayout) -> bool:
+    better, other = better_entry.cost, other_entry.cost
+    return (better.fits >= other.fits and not better.slo_miss
+            and better_entry.tp_spans_nodes <= other_entry.tp_spans_nodes
+            and better.request_ms <= other.request_ms * (1 + 1e-9)
             and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
 
 
@@ -109,7 +123,7 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
         own = entry.cost.layout
         entry.dominated_by = next((other.cost.layout for other in ranked
                                    if (other.cost.layout.tp, other.cost.layout.pp) == (own.tp, own.pp)
-                                   and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
+                                   and other.cost.layout.dp > own.dp and _no_worse(other, entry)), None)
 
 
 def check_objective(objective: str) -> None:
@@ -146,19 +160,27 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     costs = CostModel(model, device, workload, calibration, pricer)
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
+    k = len(topology.gpus)
+    candidates = [(layout, nodes) for layout in enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp,
+                                                                  dp=dp)]
+    node_memory = k * device.memory_bytes * (1 - calibration.runtime_reserve)
+    min_nodes = -(-model.weight_bytes(workload.dtype) // node_memory)
+    candidates += fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp)
     ranked = []
-    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp):
-        order = placer.local_order(layout, nodes)
+    for layout, used in candidates:
+        order = placer.local_order(layout, used)
         replicas = replica_rings(layout, order)
         if search:
             cost = best_batch(costs, layout, replicas, limits)
         else:
             cost = costs.price(layout, replicas)
             cost.slo_miss = limits.miss(cost)
-        ranked.append(RankedLayout(cost, order))
-    ranked.sort(key=lambda r: _key(objective, r.cost))
+        if used < nodes:
+            cost.notes.append(f"runs on {used} of the {nodes} nodes ({nodes - used} left free)")
+        ranked.append(RankedLayout(cost, order, used))
+    ranked.sort(key=lambda r: _key(objective, r))
     mark_dominated(ranked)
-    return Plan(model, device, topology, nodes, workload, objective, calibration, limits,
+    return Plan(model, device, topology, nodes, workload, objective, calibration, limits, search,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
 
 
@@ -175,17 +197,23 @@ def nothing_fits(result: Plan) -> TopoplanError | None:
                          f"{len(result.topology.gpus)} GPUs; closest: {closest.layout} {closest.reasons[0]}")
 
 
-def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
+def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
+    """One layout. `placement` lists every rank with `per_rank`; otherwise node 0's ranks only: every node
+    runs the same shape (node n holds ranks n*k .. n*k+k-1 on the same GPUs in the same order), and at 1024
+    nodes the rank list is megabytes per layout."""
     c, layout = entry.cost, entry.cost.layout
-    placements = expand(layout, nodes, entry.order)
+    k = len(entry.order)
+    placements = expand(layout, entry.nodes, entry.order, None if per_rank else k)
     return {
-        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "fits": c.fits, "batch": c.batch,
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "nodes": entry.nodes,
+        "ranks_per_node": k, "fits": c.fits, "batch": c.batch,
         "memory_per_gpu_gib": round(c.memory_per_gpu / 2**30, 3), "max_batch": c.max_batch,
         **({"slo_miss": c.slo_miss} if c.slo_miss else {}),
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
         "stages": layer_split_json(c.stage_layers),
+        "placement_scope": "every rank" if per_rank or entry.nodes == 1 else "node 0 (every node the same shape)",
         "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
@@ -194,8 +222,9 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
     }
 
 
-def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
-    """The `--json` contract: model, topology, layouts ranked best first (top N)."""
+def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> dict[str, Any]:
+    """The `--json` contract: model, topology, layouts ranked best first (top N); `per_rank` lists every
+    rank's placement rather than one node's."""
     m, t = result.model, result.topology
     layouts = result.layouts[:top] if top else result.layouts
     return {
@@ -211,6 +240,6 @@ def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
         "limits": {"max_ttft_ms": result.limits.ttft_ms, "max_tpot_ms": result.limits.tpot_ms},
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
-        "layouts": [layout_json(entry, result.nodes) for entry in layouts],
-        "hidden": [layout_json(entry, result.nodes) for entry in (result.hidden[:top] if top else result.hidden)],
+        "layouts": [layout_json(entry, per_rank) for entry in layouts],
+        "hidden": [layout_json(entry, per_rank) for entry in (result.hidden[:top] if top else result.hidden)],
     }

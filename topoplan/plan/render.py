@@ -34,8 +34,7 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
     """The table; narrower than NARROW columns it is compact and each row's groups and reason follow it."""
     narrow = width is not None and width < NARROW
     w = result.workload
-    searched = any(entry.cost.batch_why for entry in result.layouts)
-    batch = "batch searched per layout" if searched else f"batch {w.batch}"
+    batch = "batch searched per layout" if result.batch_searched else f"batch {w.batch}"
     kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
     title = (f"{result.model.name} ({w.dtype}{kv}) on {result.nodes} x {len(result.topology.gpus)} "
              f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
