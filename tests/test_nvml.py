@@ -228,7 +228,8 @@ def test_warnings_from_nvml_answers():
 
 def test_nvlink_version_prices_a_generation_the_table_lacks():
     """A newer part (compute capability 10.3, not in links.ARCH_LINKS) reporting NVLink 5.0 (enum value 7)
-    gets the sm100 figures, with a note; the compute capability wins whenever the table knows it."""
+    gets the sm100 figures, with a note; the compute capability wins whenever the table knows it. A name the
+    catalog lacks is dropped with a note (the B300 itself is catalogued: sm100 figures, its own memory)."""
     recording = load("hgx-h100-8gpu-nvswitch")
     for gpu in recording["nvml"]["gpus"]:
         gpu["cuda_compute_capability"] = [10, 3]
@@ -238,10 +239,14 @@ def test_nvlink_version_prices_a_generation_the_table_lacks():
     raw = topology_from_recording(recording, "b300")
     assert raw.gpu_name == "NVIDIA B300 SXM6 AC"  # the topology layer keeps NVML's name; the catalog maps it
     topo = catalog_gpu(raw)
-    assert topo.arch == "sm100" and topo.gpu_name is None
+    assert topo.arch == "sm100" and topo.gpu_name == "b300"
     assert topo.link("GPU0", "GPU7").bandwidth_gbps == pytest.approx(18 * 40.1)
     assert any("sm103 has no link figures; NVLink version [7] -> sm100" in n for n in topo.notes)
-    assert any("'NVIDIA B300 SXM6 AC' is not in topoplan's GPU catalog" in n for n in topo.notes)
+    for gpu in recording["nvml"]["gpus"]:
+        gpu["name"] = "NVIDIA B400 SXM7"  # a part no catalog has yet
+    unknown = catalog_gpu(topology_from_recording(recording, "b400"))
+    assert unknown.arch == "sm100" and unknown.gpu_name is None
+    assert any("'NVIDIA B400 SXM7' is not in topoplan's GPU catalog" in n for n in unknown.notes)
 
 
 def test_not_supported_marks_a_gpu_only_where_every_gpu_answers():
