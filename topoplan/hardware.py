@@ -68,7 +68,7 @@ GPUS: tuple[GpuSpec, ...] = (
             0, 3, "NVIDIA V100 datasheet (2020): PCIe column", memory_type="HBM2", fp32_tflops=14.0,
             memory_source="assumed equal to the SXM2 32GB figure (32768 MiB); no PCIe log seen"),
     # --- Turing (sm75): FP16 tensor cores, no BF16, no FP8 ---------------------------------------------------
-    GpuSpec("t4", ("tesla-t4",), ("Tesla T4", "NVIDIA T4"), "sm75", 15360, 320, 65, None, 0, 3,
+    GpuSpec("t4", ("tesla-t4",), ("Tesla T4",), "sm75", 15360, 320, 65, None, 0, 3,
             "NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed precision (tensor), 8.1 FP32, 320 GB/s GDDR6, PCIe Gen3 x16",
             memory_type="GDDR6", fp32_tflops=8.1),
     GpuSpec("rtx-2080-ti", ("2080ti", "2080-ti"), ("NVIDIA GeForce RTX 2080 Ti", "GeForce RTX 2080 Ti"), "sm75",
