@@ -209,3 +209,16 @@ def test_json_describes_one_node_unless_per_rank():
     assert len(ranks["placement"]) == ranks["gpus"] == 32 and ranks["placement"][:8] == shape["placement"]
     for p in ranks["placement"]:  # node n repeats node 0's GPUs in the same order
         assert p["node"] == p["rank"] // 8 and p["gpu"] == shape["placement"][p["rank"] % 8]["gpu"]
+
+
+def test_a_recording_prices_the_memory_nvml_reported(tmp_path):
+    """NVML's own total for these GPUs beats the catalog's (e.g. a part with less memory enabled); --gpu naming
+    another GPU than the recording's goes back to the catalog."""
+    recording = json.loads((TOPO.parent / "nvml" / "hgx-h100-8gpu-nvswitch.json").read_text())
+    for gpu in recording["nvml"]["gpus"]:
+        gpu["memory_total"] = 64_000 * 2**20
+    path = tmp_path / "h100-64000mib.json"
+    path.write_text(json.dumps(recording))
+    assert plan_for(PlanRequest(model="8b", topo=str(path))).device.memory_bytes == 64_000 * 2**20
+    other = plan_for(PlanRequest(model="8b", topo=str(path), gpu="h200"))
+    assert other.device.memory_bytes == 143_771 * 2**20

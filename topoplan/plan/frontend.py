@@ -49,13 +49,19 @@ class PlanRequest:
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
-    """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu)."""
+    """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu). Its memory
+    is the catalog's MiB for the product, or, when NVML read these very GPUs (a recording or this machine,
+    not overridden by --gpu), the smallest total NVML reported for them."""
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
         hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
         raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
-    return DeviceSpec.from_gpu(spec, nic_gbps)
+    device = DeviceSpec.from_gpu(spec, nic_gbps)
+    recorded = [g.memory_bytes for g in topology.gpus if g.memory_bytes]
+    if recorded and not any(" overrides " in note for note in topology.notes):
+        return replace(device, memory_bytes=min(recorded))
+    return device
 
 
 def plan_for(request: PlanRequest) -> Plan:
