@@ -55,14 +55,19 @@ def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits)
     first.slo_miss = limits.miss(first)
     if not first.fits or first.slo_miss or first.max_batch <= 1:
         return first
+    best = costs.price(layout, replicas, first.max_batch)  # without limits (or within them) the answer
     low, high = 1, first.max_batch  # `low` meets the limits
-    while low < high:
-        mid = (low + high + 1) // 2
-        if limits.miss(costs.price(layout, replicas, mid)):
-            high = mid - 1
-        else:
-            low = mid
-    best = costs.price(layout, replicas, low)
+    if limits.miss(best):
+        high -= 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            if limits.miss(costs.price(layout, replicas, mid)):
+                high = mid - 1
+            else:
+                low = mid
+        best = costs.price(layout, replicas, low)
+    else:
+        low = high
     bound = "the largest that fits" if low == first.max_batch else "the largest within the latency limits"
     best.notes.append(f"batch {low} per replica: {bound} (memory allows {first.max_batch})")
     return best
