@@ -16,7 +16,7 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
@@ -47,18 +47,18 @@ class Limits:
         return f"misses the latency limits at batch {cost.batch}: {'; '.join(missed)}" if missed else ""
 
 
-def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits) -> LayoutCost:
+def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits) -> LayoutCost:
     """The layout priced at the largest batch per replica that fits and meets `limits` (binary search: TTFT
     and TPOT only grow with the batch, and so do decode tokens/s, so the largest such batch is the best).
     A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why."""
     first = costs.price(layout, replicas, 1)
     first.slo_miss = limits.miss(first)
-    if not first.fits or first.slo_miss or first.max_batch <= 1:
+    top = first.max_batch
+    if not first.fits or first.slo_miss or top <= 1:
         return first
-    best = costs.price(layout, replicas, first.max_batch)  # without limits (or within them) the answer
-    low, high = 1, first.max_batch  # `low` meets the limits
-    if limits.miss(best):
-        high -= 1
+    best = costs.price(layout, replicas, top)  # the answer without limits, or when it meets them
+    if limits.miss(best):  # batch 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
+        low, high = 1, top - 1
         while low < high:
             mid = (low + high + 1) // 2
             if limits.miss(costs.price(layout, replicas, mid)):
@@ -66,10 +66,8 @@ def best_batch(costs: CostModel, layout: Layout, replicas: list, limits: Limits)
             else:
                 low = mid
         best = costs.price(layout, replicas, low)
-    else:
-        low = high
-    bound = "the largest that fits" if low == first.max_batch else "the largest within the latency limits"
-    best.notes.append(f"batch {low} per replica: {bound} (memory allows {first.max_batch})")
+    bound = "the largest that fits" if best.batch == top else "the largest within the latency limits"
+    best.notes.append(f"batch {best.batch} per replica: {bound} (memory allows {top})")
     return best
 
 
