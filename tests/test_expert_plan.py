@@ -118,6 +118,10 @@ def test_int4_awq_gptq_weights_and_an_fp8_kv_cache():
     # 4-bit weights + one fp16 scale and one 4-bit zero per group of 128: 133/256 B per parameter
     weights = LLAMA70_LAYERS * 133 // 256 + 2 * LLAMA70_EMBED * 2
     assert int4.memory_per_gpu == weights + 640 * 2 * 8 * 128 * 80 * 2 == 39_975_543_808
+    model = json.loads(cli("plan", "-m", "70b", "--topo", DGX_A100, "--gpu", "a100", "--dtype", "int4", "--json",
+                           "--top", "1").stdout)["model"]
+    assert model["weight_gb"] == round((weights + 8_192 * 2) / 1e9, 3)  # + the final norm, kept in bf16 too
+    assert (model["kv_dtype"], model["kv_bytes_per_token"]) == ("bf16", 2 * 8 * 128 * 80 * 2)
     fp8_kv = one("70b", DGX_A100, "a100-80gb", tp=2, workload=Workload(kv_dtype="fp8"))
     # bf16 weights as in test_cost (70,553,698,304 B per GPU at tp=2), KV at 1 B: 52,428,800 B per sequence
     assert fp8_kv.max_batch == int((A100_USABLE - (LLAMA70_LAYERS + 2 * LLAMA70_EMBED)) // 52_428_800) == 128
