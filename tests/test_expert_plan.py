@@ -226,3 +226,29 @@ def test_a_recording_prices_the_memory_nvml_reported(tmp_path):
     assert plan_for(PlanRequest(model="8b", topo=str(path))).device.memory_bytes == 64_000 * 2**20
     other = plan_for(PlanRequest(model="8b", topo=str(path), gpu="h200"))
     assert other.device.memory_bytes == 143_771 * 2**20
+
+
+def test_a_recording_names_its_cpu_family(tmp_path):
+    """The recorder keeps /proc/cpuinfo's model name; the reader maps it to the SYS-hop figures; --cpu wins."""
+    from topoplan.topology.links import cpu_family_of
+    from topoplan.topology.nvml_reader import read_cpu_model
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")
+    assert read_cpu_model(cpuinfo) == "Intel(R) Xeon(R) Platinum 8480C" and read_cpu_model(tmp_path / "no") is None
+    assert [cpu_family_of(name) for name in ("Intel(R) Xeon(R) Gold 5118 CPU @ 2.30GHz", "Intel(R) Xeon(R) "
+            "Platinum 8580", "AMD EPYC 7763 64-Core Processor", "Intel(R) Xeon(R) CPU E5-2698 v4 @ 2.20GHz",
+            "Intel(R) Xeon(R) 6960P")] == ["intel-skylake", "intel-emerald-rapids", "amd-zen", "intel-broadwell",
+                                           None]
+    recording = json.loads((TOPO.parent / "nvml" / "l40s-8gpu-2socket-p2p-cns.json").read_text())
+    recording["cpu"] = {"model_name": read_cpu_model(cpuinfo)}
+    path = tmp_path / "l40s-spr.json"
+    path.write_text(json.dumps(recording))
+    from topoplan.machine import load_topology
+
+    topo = load_topology(str(path))
+    sys_link = next(link for link in topo.links() if link.code == "SYS" and link.a.startswith("GPU")
+                    and link.b.startswith("GPU"))
+    assert topo.cpu == "intel-sapphire-rapids" and sys_link.bandwidth_gbps == 22.0  # min(PCIe Gen4 24, SPR 22)
+    assert any("CPU family intel-sapphire-rapids" in note for note in topo.notes)
+    assert load_topology(str(path), cpu="amd-zen").link(sys_link.a, sys_link.b).bandwidth_gbps == 24.0

@@ -118,9 +118,30 @@ CPU_LINKS: dict[str, CpuLinks] = {
         CpuLinks("arm", 6.0, "NCCL ARM_BW"),
     )
 }
-# A `topo -m` paste does not name the CPU and NVML does not report it: without `--cpu` (or a live read of
-# /proc/cpuinfo, topology.sources) a SYS hop is priced for the NCCL default of Intel, Skylake-class UPI.
+# A `topo -m` paste does not name the CPU and NVML does not report it: without `--cpu` or the CPU model a
+# recording keeps (/proc/cpuinfo, `cpu_family_of`), a SYS hop is priced for Intel Skylake-class UPI.
 DEFAULT_CPU = CPU_LINKS["intel-skylake"]
+
+# CPU model names (/proc/cpuinfo "model name", lscpu "Model name") -> family; first match wins. Xeon Scalable
+# model numbers carry the generation in their second digit (Intel's naming: Platinum 8180/8280/8380 are the
+# 1st-3rd generations, Skylake to Ice Lake; 8480 the 4th, Sapphire Rapids; 8580 the 5th, Emerald Rapids);
+# Xeon E5/E7 v1-v4 are Sandy Bridge to Broadwell, which NCCL prices as BDW. Anything else: unknown (None).
+_XEON_SCALABLE = re.compile(r"Xeon.*\b(?:Platinum|Gold|Silver|Bronze) [3-9]([1-5])\d\d")
+_XEON_GENERATION = {"1": "intel-skylake", "2": "intel-skylake", "3": "intel-skylake", "4": "intel-sapphire-rapids",
+                    "5": "intel-emerald-rapids"}
+CPU_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bAMD (?:EPYC|Ryzen Threadripper)"), "amd-zen"),
+    (re.compile(r"Xeon.*\bE[57]-\d{4}\w* v[1-4]\b"), "intel-broadwell"),
+    (re.compile(r"\bPOWER9\b"), "power9"),
+)
+
+
+def cpu_family_of(model_name: str) -> str | None:
+    """The CPU_LINKS family of a CPU model name, or None when it is not one we can place."""
+    match = _XEON_SCALABLE.search(model_name)
+    if match:
+        return _XEON_GENERATION[match.group(1)]
+    return next((family for pattern, family in CPU_MODELS if pattern.search(model_name)), None)
 
 # Per-hop latency, microseconds: NCCL's hwLat for the ring algorithm with the LL protocol
 # (src/graph/tuning.cc): 0.6 us over NVLink, 1.0 us over PCI. SYS adds the SMP hop, which NCCL does

@@ -231,6 +231,7 @@ def build_topology(
     p2p: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
     source: str = "",
     notes: Sequence[str] = (),
+    cpu: str | None = None,
 ) -> Topology:
     """Make a Topology from per-pair link codes (`{("GPU0", "GPU1"): "NV12", ...}`, either order).
 
@@ -249,6 +250,6 @@ def build_topology(
         if parsed is None:
             raise TopoplanError(f"unknown link code {raw!r} between {a} and {b}", source=source or None)
         code, kind, nvlinks = parsed
-        links.append(Link(pair[0], pair[1], code, kind, nvlinks, estimate_bandwidth_gbps(kind, nvlinks, arch),
+        links.append(Link(pair[0], pair[1], code, kind, nvlinks, estimate_bandwidth_gbps(kind, nvlinks, arch, cpu),
                           LATENCY_US[kind], p2p_by_pair.get(pair)))
-    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes)
+    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes, cpu=cpu)

@@ -26,8 +26,24 @@ def _pynvml() -> ModuleType:
     return pynvml
 
 
-def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = None) -> dict[str, Any]:
-    """This machine's raw NVML and sysfs answers as a recording. No driver -> TopoplanError."""
+def read_cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it (x86 `model name`, POWER `cpu`), None if unreadable:
+    NVML does not report the CPU, and its family sets the SYS-hop figures (topology.links.CPU_LINKS)."""
+    try:
+        lines = Path(cpuinfo).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "cpu") and value.strip():
+            return value.strip()
+    return None
+
+
+def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = None,
+                   cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
+    """This machine's raw NVML and sysfs answers (and its CPU model) as a recording. No driver ->
+    TopoplanError."""
     nvml = nvml or _pynvml()
     started = time.perf_counter()
     try:
@@ -47,7 +63,8 @@ def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = No
     sysfs = read_sysfs([g["pci_bus_id"] for g in answers["gpus"] if isinstance(g.get("pci_bus_id"), str)
                         and not is_error(g["pci_bus_id"])], sysfs_root)
     timings = {"nvml_s": round(queried - started, 6), "sysfs_s": round(time.perf_counter() - queried, 6)}
-    return new_recording(answers, sysfs, dict(os.environ), extra={"timings": timings})
+    return new_recording(answers, sysfs, dict(os.environ),
+                         extra={"timings": timings, "cpu": {"model_name": read_cpu_model(cpuinfo)}})
 
 
 def read_nvml_topology(save: str | Path | None = None, sysfs_root: str | Path = "/sys",
