@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pynvml as real
@@ -123,5 +124,7 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
 
 
 def install(monkeypatch: Any, module: types.ModuleType | None) -> None:
-    """Put `module` where `import pynvml` finds it (None: make the import fail, as without nvidia-ml-py)."""
+    """Put `module` where `import pynvml` finds it (None: make the import fail, as without nvidia-ml-py), and
+    hide this host's /proc/cpuinfo from the recorder: the fake machine's CPU is the recording's, not ours."""
     monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setattr("topoplan.topology.nvml_reader.CPUINFO", Path("/nonexistent/cpuinfo"))

@@ -45,7 +45,10 @@ def live(name: str, tmp_path: Path, monkeypatch, save: Path | None = None):
         else:
             monkeypatch.setenv(key, value)
     sysfs = build_sysfs(tmp_path / "sys", recording["sysfs"])
-    return catalog_gpu(read_nvml_topology(save=save, sysfs_root=sysfs)), module
+    cpuinfo = tmp_path / "cpuinfo"  # the recording's CPU model, or none (not this host's)
+    if recording.get("cpu", {}).get("model_name"):
+        cpuinfo.write_text(f"model name\t: {recording['cpu']['model_name']}\n")
+    return catalog_gpu(read_nvml_topology(save=save, sysfs_root=sysfs, cpuinfo=cpuinfo)), module
 
 
 def codes(topo) -> dict[tuple[str, str], str]:
@@ -93,6 +96,7 @@ def test_replay_equals_live(name, tmp_path, monkeypatch):
     original = load(name)
     assert (written["nvml"], written["sysfs"], written["environment"]) == \
         (original["nvml"], original["sysfs"], original["environment"])
+    assert written["cpu"] == original.get("cpu", {"model_name": None})
     assert written["nvml"]["driver_version"] == original["nvml"]["driver_version"]
     assert set(written["timings"]) == {"nvml_s", "sysfs_s"}
 

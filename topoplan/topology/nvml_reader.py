@@ -26,11 +26,14 @@ def _pynvml() -> ModuleType:
     return pynvml
 
 
-def read_cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def read_cpu_model(cpuinfo: str | Path | None = None) -> str | None:
     """The CPU's model name as /proc/cpuinfo gives it (x86 `model name`, POWER `cpu`), None if unreadable:
     NVML does not report the CPU, and its family sets the SYS-hop figures (topology.links.CPU_LINKS)."""
     try:
-        lines = Path(cpuinfo).read_text(errors="replace").splitlines()
+        lines = Path(cpuinfo or CPUINFO).read_text(errors="replace").splitlines()
     except OSError:
         return None
     for line in lines:
@@ -41,7 +44,7 @@ def read_cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
 
 
 def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = None,
-                   cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
+                   cpuinfo: str | Path | None = None) -> dict[str, Any]:
     """This machine's raw NVML and sysfs answers (and its CPU model) as a recording. No driver ->
     TopoplanError."""
     nvml = nvml or _pynvml()
@@ -68,9 +71,10 @@ def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = No
 
 
 def read_nvml_topology(save: str | Path | None = None, sysfs_root: str | Path = "/sys",
-                       nvml: ModuleType | None = None) -> Topology:
-    """This machine's topology from NVML and sysfs; with `save`, the recording is written there too."""
-    recording = record_machine(sysfs_root, nvml)
+                       nvml: ModuleType | None = None, cpuinfo: str | Path | None = None) -> Topology:
+    """This machine's topology from NVML, sysfs and /proc/cpuinfo; with `save`, the recording is written
+    there too."""
+    recording = record_machine(sysfs_root, nvml, cpuinfo)
     if save is not None:
         save_recording(recording, save)
     return topology_from_recording(recording, source=SOURCE)
