@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology
 
+# Most memory_mib figures: the total nvidia-smi prints (`0MiB / 81920MiB`) for that product in public logs
+# found with the search tool (2026-12), listed in docs/hardware.md; the exceptions say so in memory_source.
+NVIDIA_SMI_LOGS = "nvidia-smi memory.total in public logs of this product"
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -32,7 +36,7 @@ class GpuSpec:
     source: str
     nvlink_gen: int = 0  # NVLink generation (0: none); NVML's nvmlDeviceGetNvLinkVersion says the same
     memory_type: str = ""  # "HBM3", "GDDR6X", ...
-    memory_source: str = ""  # where memory_mib comes from ("": an nvidia-smi log of this product, _SMI)
+    memory_source: str = NVIDIA_SMI_LOGS  # where memory_mib comes from
     fp32_tflops: float | None = None  # FP32 on CUDA cores where there is no TF32 (before sm80); None: TF32
 
     @property
@@ -40,9 +44,6 @@ class GpuSpec:
         return self.memory_mib * 2**20
 
 
-# Most memory_mib figures: the total nvidia-smi prints (`0MiB / 81920MiB`) for that product in public logs
-# found with the search tool (2026-12); the exceptions say so in memory_source.
-_SMI = "nvidia-smi memory.total in public logs of this product"
 
 
 _HOPPER = "NVIDIA H100/H200 datasheets, dense column (half the 'with sparsity' figures)"
