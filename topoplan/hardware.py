@@ -44,8 +44,6 @@ class GpuSpec:
         return self.memory_mib * 2**20
 
 
-
-
 _HOPPER = "NVIDIA H100/H200 datasheets, dense column (half the 'with sparsity' figures)"
 
 GPUS: tuple[GpuSpec, ...] = (
