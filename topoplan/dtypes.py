@@ -50,11 +50,6 @@ class DType:
         """The dtype activations, the embedding, the LM head and the default KV cache use."""
         return _BY_NAME[self.activation] if self.activation else self
 
-    @property
-    def quantised(self) -> bool:
-        """A weight-quantisation format (its activations are another dtype)."""
-        return self.activations is not self
-
 
 DTYPES: tuple[DType, ...] = (
     DType("fp32", "float32", 4, True),

@@ -233,6 +233,7 @@ class CostModel:
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
     def stage_models(self, layout: Layout) -> list[StageModel]:
+        """The layout's pipeline stages as they sit on one TP rank, in this workload's dtypes."""
         w = self.work
         return [StageModel(self.model, s, layout.tp, w.weights.weight_bytes, self.act_bytes, w.kv.bytes)
                 for s in stages_of(self.model, layout.pp)]
