@@ -189,6 +189,8 @@ def test_a_layout_on_fewer_nodes_wins_when_the_node_count_does_not_tile():
     best = out["layouts"][0]
     assert (best["tp"], best["pp"], best["dp"], best["nodes"]) == (8, 2, 1, 2)
     assert "runs on 2 of the 3 nodes (1 left free)" in best["reasons"]
+    fixed = one("405b", DGX_A100, "a100-80gb", tp=8, pp=2, dp=1, nodes=3)  # no tp8 pp2 tiles all 3 nodes
+    assert fixed.layout == Layout(8, 2, 1) and "runs on 2 of the 3 nodes (1 left free)" in fixed.reasons
     run = CliRunner().invoke(app, ["launch", "--topo", DGX_A100, "--model", "405b", "--gpu", "a100", "--nodes", "3",
                                    "--hosts", "a,b,c", "--rank", "1"])
     assert run.exit_code == 2 and "runs on 2 of the 3 nodes; launch it with --nodes 2" in run.stderr

@@ -103,8 +103,14 @@ def fewer_node_layouts(model: ModelSpec, gpus_per_node: int, nodes: int, min_nod
     Only those no layout over every node offers: when n divides `nodes`, the same tp x pp with nodes/n replicas
     uses them all, as fast and serving more. And only from `min_nodes` (the fewest whose memory can hold the
     weights) to twice that: one replica gains nothing from a deeper pipeline than it needs to fit (each stage
-    adds a hand-off), so farther counts would only be priced to lose."""
-    if dp not in (None, 1) or None not in (tp, pp, dp):
+    adds a hand-off), so farther counts would only be priced to lose. A fully fixed layout (--tp, --pp and
+    --dp) that does not split over every node is offered on the full nodes it fills, if fewer."""
+    if None not in (tp, pp, dp):
+        fixed, n = Layout(tp, pp, dp), (tp * pp * dp) // gpus_per_node  # type: ignore[operator]
+        fills = fixed.world == n * gpus_per_node and 0 < n < nodes and nodes % n != 0
+        valid = pp <= model.layers and not _model_tp_problems(model, tp)  # type: ignore[operator, arg-type]
+        return [(fixed, n)] if fills and valid and _tiles(fixed, gpus_per_node) else []
+    if dp not in (None, 1):
         return []
     found = []
     for n in range(max(min_nodes, 1), min(nodes, 2 * max(min_nodes, 1) + 1)):

@@ -164,11 +164,16 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
     k = len(topology.gpus)
-    candidates = [(layout, nodes) for layout in enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp,
-                                                                  dp=dp)]
     node_memory = k * device.memory_bytes * (1 - calibration.runtime_reserve)
     min_nodes = -(-model.weight_bytes(workload.dtype) // node_memory)
-    candidates += fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    fewer = fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    try:
+        every = enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    except TopoplanError:
+        if not fewer:  # e.g. --tp 8 --pp 2 on 3 nodes: none over all 3, but one on 2 of them
+            raise
+        every = []
+    candidates = [(layout, nodes) for layout in every] + fewer
     ranked = []
     for layout, used in candidates:
         order = placer.local_order(layout, used)
