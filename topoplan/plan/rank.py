@@ -112,7 +112,7 @@ def _key(objective: str, entry: RankedLayout) -> tuple:
 
 def _no_worse(better_entry: RankedLayout, other_entry: RankedLayout) -> bool:
     better, other = better_entry.cost, other_entry.cost
-    return (better.fits >= other.fits and not better.slo_miss
+    return (better.fits >= other.fits and bool(better.slo_miss) <= bool(other.slo_miss)
             and better_entry.tp_spans_nodes <= other_entry.tp_spans_nodes
             and better.request_ms <= other.request_ms * (1 + 1e-9)
             and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
