@@ -17,6 +17,7 @@ from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.rank import Limits, Plan, check_search, plan
+from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology
 from topoplan.topology.smi_text import NVLINK_HIDDEN
 
@@ -28,7 +29,7 @@ class PlanRequest:
     model: str  # catalog name or alias, a HF checkpoint folder or its config.json
     topo: str | None = None  # a `topo -m` paste or NVML recording; None: this machine
     gpu: str | None = None  # the GPU, for pastes, which do not name it
-    cpu: str | None = None  # the CPU family (SYS-hop figures), which no source names; None: Intel Skylake-class
+    cpu: str | None = None  # CPU family of the SYS-hop figures; None: a recording's CPU model, else Intel Skylake
     nodes: int = 1
     workload: Workload = field(default_factory=Workload)  # checks itself
     objective: str = "latency"
@@ -42,6 +43,8 @@ class PlanRequest:
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
 
     def __post_init__(self) -> None:
+        if self.cpu is not None:
+            cpu_links(self.cpu)  # an unknown family is refused before any file is read
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
                      dp=self.dp)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
