@@ -31,7 +31,7 @@ def rank_main(iters: int, rounds: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from topoplan.bench.collectives import Group, make_call, slowest, time_op
+    from topoplan.bench.collectives import Group, make_case, slowest, time_op
     from topoplan.rank_env import discover_rank_env
     from topoplan.runner.dist import join_world
 
@@ -57,7 +57,7 @@ def rank_main(iters: int, rounds: int) -> None:
             for _ in range(iters):
                 dist.all_reduce(x)
             raw.append(slowest([(time.perf_counter() - begin) * 1e6 / iters], device)[0])
-            call = make_call("all_reduce", size // 4, group, env.rank, device, torch.float32)
+            call = make_case("all_reduce", size // 4, group, env.rank, device, torch.float32).call
             ours.append(slowest([statistics.fmean(time_op(call, iters, 3, device))], device)[0])
         if env.rank == 0:
             r, o = statistics.median(raw), statistics.median(ours)

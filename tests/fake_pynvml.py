@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
     nvml = recording["nvml"]
     module = types.ModuleType("pynvml")
     for name, value in vars(real).items():
-        if name.startswith(("NVML_", "NVMLError")):
+        if name.startswith(("NVML_", "NVMLError")) or name == "c_nvmlGpuFabricInfoV_t":
             setattr(module, name, value)
     module.calls = []
 
@@ -64,6 +65,16 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
 
     def pci_info(bus_id: Any) -> Any:
         return types.SimpleNamespace(busId=bus_id.encode())  # ctypes hands char arrays over as bytes
+
+    def fabric_info(handle: FakeHandle, pointer: Any) -> int:
+        """Fill the caller's c_nvmlGpuFabricInfoV_t, passed by reference as the C call needs, from the recording."""
+        info = getattr(pointer, "_obj", None)  # what ctypes.byref points at
+        assert isinstance(info, real.c_nvmlGpuFabricInfoV_t), "nvmlDeviceGetGpuFabricInfoV needs byref(struct)"
+        assert info.version == real.nvmlGpuFabricInfo_v2, "the struct's version field must be set"
+        answer = field(handle, "fabric", "nvmlDeviceGetGpuFabricInfoV")
+        info.clusterUuid[:] = uuid.UUID(answer["cluster_uuid"]).bytes
+        info.cliqueId, info.state, info.status = answer["clique_id"], answer["state"], answer["status"]
+        return real.NVML_SUCCESS
 
     def handle_by_index(index: int) -> FakeHandle:
         _answer(_need(nvml["gpus"], index, f"nvmlDeviceGetHandleByIndex({index})").get("handle"))
@@ -106,6 +117,7 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
             link(h, n, "remote_pci_bus_id", "nvmlDeviceGetNvLinkRemotePciInfo")),
         "nvmlDeviceGetNvLinkRemoteDeviceType": lambda h, n: link(
             h, n, "remote_device_type", "nvmlDeviceGetNvLinkRemoteDeviceType"),
+        "nvmlDeviceGetGpuFabricInfoV": fabric_info,
         "nvmlDeviceGetTopologyCommonAncestor": lambda a, b: _answer(pair(a, b)["common_ancestor"]),
         "nvmlDeviceGetP2PStatus": lambda a, b, index: _answer(
             pair(a, b)["p2p"]["rwnap"[index]]),

@@ -5,13 +5,16 @@ import pytest
 from topoplan.bench.definitions import (
     OPS,
     algbw_gbps,
+    avg_busbw,
     bus_factor,
     busbw_gbps,
     element_count,
     human_size,
+    one_per_point,
     parse_ops,
     parse_size,
     parse_sizes,
+    point_count,
 )
 from topoplan.errors import TopoplanError
 
@@ -27,7 +30,9 @@ def test_algbw_is_size_over_time():
     ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5),
     ("gather", 4, 0.75), ("scatter", 8, 0.875),
     ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 2, 1.0),
-    ("all_reduce", 1, 1.0),
+    # one rank: nothing crosses a link; nccl-tests' (n-1) factors give busbw 0, the others keep algbw
+    ("all_reduce", 1, 0.0), ("all_gather", 1, 0.0), ("reduce_scatter", 1, 0.0), ("all_to_all", 1, 0.0),
+    ("gather", 1, 0.0), ("scatter", 1, 0.0), ("broadcast", 1, 1.0), ("reduce", 1, 1.0),
 ])
 def test_bus_factor(op, n, factor):
     assert bus_factor(op, n) == pytest.approx(factor)
@@ -38,6 +43,28 @@ def test_busbw_all_reduce_eight_ranks():
     algbw = 128 * 2**20 / 1e-3 / 1e9
     assert busbw_gbps("all_reduce", 8, 128 * 2**20, 1000.0) == pytest.approx(algbw * 1.75)
     assert busbw_gbps("all_gather", 8, 128 * 2**20, 1000.0) == pytest.approx(algbw * 0.875)
+
+
+def test_busbw_hand_values_per_collective():
+    # 4 ranks, 1 MB in 100 us: algbw 10 GB/s
+    hand = {"all_reduce": 15.0, "all_gather": 7.5, "reduce_scatter": 7.5, "all_to_all": 7.5, "gather": 7.5,
+            "scatter": 7.5, "broadcast": 10.0, "reduce": 10.0, "sendrecv": 10.0}
+    assert set(hand) == set(OPS)
+    for op, busbw in hand.items():
+        assert busbw_gbps(op, 4, 10**6, 100.0) == pytest.approx(busbw), op
+    assert busbw_gbps("all_reduce", 1, 10**6, 100.0) == 0.0
+
+
+def test_avg_busbw_and_one_row_per_point():
+    rows = [{"op": "all_gather", "size_bytes": 4096, "in_place": False, "busbw_gbps": 1.0},
+            {"op": "all_gather", "size_bytes": 4096, "in_place": True, "busbw_gbps": 3.0},
+            {"op": "all_reduce", "size_bytes": 4096, "in_place": True, "busbw_gbps": 5.0}]
+    assert avg_busbw(rows) == {"all_gather": 2.0, "all_reduce": 5.0}  # both forms count, as in nccl-tests
+    assert one_per_point(rows) == [rows[0], rows[2]]  # out of place where both ran
+
+
+def test_points_count_every_form():
+    assert point_count(["all_reduce", "all_gather", "sendrecv"], 3) == (1 + 2 + 1) * 3
 
 
 def test_element_count_chunks_whole():

@@ -2,6 +2,7 @@
 `topoplan validate` runs the tiny model in two layouts and reports the JSON contract."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,19 +20,35 @@ from topoplan.plan.rank import plan
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def topoplan(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def topoplan(*args: str, timeout: float = 300, progress: bool = False) -> subprocess.CompletedProcess:
+    """The CLI with stderr piped; `progress`: TOPOPLAN_PROGRESS=1, as if stderr were a terminal."""
+    env = {k: v for k, v in os.environ.items() if k != "TOPOPLAN_PROGRESS"} | (
+        {"TOPOPLAN_PROGRESS": "1"} if progress else {})
     return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cal") / "calibration.json"
+    # --force: the shared test machine is usually busy; the file then records why (test_busy_run_is_recorded)
     done = topoplan("calibrate", "--out", str(out), "--sizes", "1K:4M", "--iters", "5", "--warmup", "1",
-                    "--probe-mib", "8")
+                    "--probe-mib", "8", "--force", progress=True)
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}" in done.stdout
+    # the progress bar, forced as on a terminal, named the steps on stderr (and left stdout alone)
+    assert "the 2-rank sweep" in done.stderr and "the probes at 1 thread(s)" in done.stderr
+    assert "sweep" not in done.stdout
     return out
+
+
+def test_busy_run_is_recorded(calibration):
+    load = json.loads(calibration.read_text())["measured"]["load"]
+    assert set(load) >= {"cores", "load_before", "load_after", "others_share", "busy", "warnings"}
+    assert set(load["others_share"]) >= {"the 2-rank sweep", "the probes at 1 thread(s)"}
+    assert load["busy"] == bool(load["warnings"])
+    socket = json.loads(calibration.read_text())["cpu"]["threads"]["1"]
+    assert set(socket["spread"]) == {"overheads", "stream", "gemv", "gemm", "matmul"}
 
 
 def test_file_is_accepted_by_the_planner(calibration):
@@ -97,9 +114,15 @@ def test_missing_cpu_entry_is_a_clear_error(tmp_path):
 
 def test_validate_tiny_three_layouts(calibration):
     done = topoplan("validate", "--model", "tiny", "--layouts", "tp=1;tp=2;pp=2", "--calibration", str(calibration),
-                    "--batch", "2", "--prompt-len", "4", "--gen-len", "4", "--repeats", "1", "--json")
+                    "--batch", "2", "--prompt-len", "4", "--gen-len", "4", "--repeats", "1", "--json", "--force",
+                    progress=True)
     assert done.returncode == 0, done.stderr
+    # --json: no progress bar even where one could be drawn; stderr holds at most the busy-machine warnings
+    assert "\x1b[" not in done.stderr
+    assert all(line.startswith("topoplan: warning: ") for line in done.stderr.splitlines()), done.stderr
     result = json.loads(done.stdout)
+    assert set(result["load"]["others_share"]) == {"run 1/1 of tp=1,pp=1,dp=1", "run 1/1 of tp=2,pp=1,dp=1",
+                                                   "run 1/1 of tp=1,pp=2,dp=1"}
     assert [(r["tp"], r["pp"], r["dp"]) for r in result["rows"]] == [(1, 1, 1), (2, 1, 1), (1, 2, 1)]
     cores = result["cores"]
     assert [r["threads_per_rank"] for r in result["rows"]] == [cores, max(1, cores // 2), max(1, cores // 2)]

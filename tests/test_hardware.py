@@ -37,6 +37,10 @@ def test_every_entry_is_complete_and_names_are_unique():
     for spec in GPUS:
         assert spec.arch in ARCH_LINKS, spec.key
         assert spec.source and spec.nvml_names
+        if spec.vendor == "amd":  # XGMI links have no NVLink generation; FP8 came with CDNA3 (gfx942)
+            assert spec.nvlink_gen == 0 and spec.arch.startswith("gfx"), spec.key
+            assert (spec.fp8_tflops is None) == (spec.arch in ("gfx90a", "gfx1100")), spec.key
+            continue
         assert (spec.nvlink_links == 0) == (spec.nvlink_gen == 0), spec.key
         # FP8 tensor cores came with Ada and Hopper: none before sm89, all from sm89 on
         assert (spec.fp8_tflops is None) == (int(spec.arch[2:]) < 89), spec.key

@@ -25,7 +25,7 @@ ALLOWED = {
     "runner": {"base", "topology", "hardware", "models", "plan"},
     "bench": {"base", "topology", "hardware", "machine", "models", "plan", "runner"},
 }
-BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env"}
+BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal"}
 
 
 def module_name(path: Path) -> str:

@@ -89,7 +89,8 @@ def test_json_dgx_a100():
                                "nearest_gpus": [f"GPU{i}" for i in range(8)]}
     assert data["nvlink_islands"] == [[f"GPU{i}" for i in range(8)]]
     assert data["links"][0] == {"a": "GPU0", "b": "GPU1", "code": "NV12", "kind": "nvlink", "nvlinks": 12,
-                                "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None}  # 12 x NCCL's 20 GB/s
+                                "bandwidth_gbps": 240.0, "latency_us": 0.6, "p2p": None,
+                                "evidence": None}  # 12 x NCCL's 20 GB/s; a topo -m cell quotes nothing more
     sys_link = next(l for l in data["links"] if (l["a"], l["b"]) == ("GPU0", "NIC2"))
     assert (sys_link["code"], sys_link["kind"], sys_link["nvlinks"], sys_link["bandwidth_gbps"]) == (
         "SYS", "sys", 0, 10.0)
@@ -253,15 +254,16 @@ def _path_without(*programs: str, tmp_path: Path) -> str:
     return str(bin_dir)
 
 
-def test_svg_without_graphviz_says_so(tmp_path: Path):
-    out = tmp_path / "topo.svg"
-    env = {**os.environ, "PATH": _path_without("dot", tmp_path=tmp_path)}
-    result = run_cli("inspect", "--file", str(fixture("11")), "--format", "svg", "-o", str(out), env=env)
-    assert result.returncode == 2
-    assert result.stderr.startswith(
-        "topoplan: error: --format svg needs Graphviz's `dot` program, which is not on PATH")
-    assert result.stderr.count("\n") == 1
-    assert not out.exists() and list(tmp_path.glob("*.tmp")) == []
+def test_svg_and_png_need_no_graphviz(tmp_path: Path):
+    """The pictures are drawn by topoplan itself: with no program at all on PATH they are still written."""
+    env = {**os.environ, "PATH": _path_without("dot", "nvidia-smi", tmp_path=tmp_path)}
+    for fmt in ("svg", "png"):
+        out = tmp_path / f"topo.{fmt}"
+        result = run_cli("inspect", "--file", str(fixture("11")), "--format", fmt, "-o", str(out), env=env)
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+        assert out.read_bytes().startswith(b"<svg" if fmt == "svg" else b"\x89PNG\r\n\x1a\n")
+    assert sorted(p.name for p in tmp_path.glob("topo.*")) == ["topo.png", "topo.svg"]
+    assert list(tmp_path.glob("*.tmp")) == []
 
 
 def _fake_nvidia_smi(tmp_path: Path, script: str) -> dict:

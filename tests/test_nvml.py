@@ -61,8 +61,8 @@ def snapshot(topo):
 
 
 def test_there_are_recordings_for_every_case_the_issue_names():
-    assert NAMES == ["a100-pcie-4gpu-bridged-pairs", "a100-sxm-4gpu-one-lost", "gh200-grace-1gpu",
-                     "hgx-h100-8gpu-nvswitch", "l40s-8gpu-2socket-p2p-cns"]
+    assert NAMES == ["a100-pcie-4gpu-bridged-pairs", "a100-sxm-4gpu-one-lost", "gb200-nvl72-tray-4gpu",
+                     "gh200-grace-1gpu", "hgx-h100-8gpu-nvswitch", "l40s-8gpu-2socket-p2p-cns"]
     for name in NAMES:
         assert load(name)["constructed"].startswith("CONSTRUCTED, not captured.")
 
@@ -113,6 +113,7 @@ def test_every_nvml_query_is_exercised(tmp_path, monkeypatch):
         "nvmlDeviceGetCpuAffinityWithinScope", "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetNumaNodeId",
         "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemotePciInfo",
         "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus",
+        "nvmlDeviceGetGpuFabricInfoV",
     }
 
 

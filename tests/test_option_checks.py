@@ -130,7 +130,8 @@ def test_bench_request_argv_and_default_group():
     assert request.world() == 4 and request.sizes == (4096, 8192, 16384)
     argv = request.worker_argv()
     assert argv == ["--ops", "all_reduce", "--sizes", "4K,8K,16K", "--iters", "3", "--warmup", "1", "--dtype",
-                    "float32", "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,pp=1,dp=2"]
+                    "float32", "--timeout", "9.0", "--backend", "gloo", "--layout", "tp=2,pp=1,dp=2", "--redop", "sum",
+                    "--root", "0"]
     assert request.group == "tp"  # the default group of a layout
     assert BenchRequest.from_worker_argv(argv) == request  # the ranks read back what the parent checked
     assert BenchRequest.from_worker_argv([]) == BenchRequest()  # one set of defaults for the CLI and the worker

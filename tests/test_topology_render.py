@@ -86,7 +86,7 @@ def test_json_contract():
                                "nearest_gpus": ["GPU0", "GPU1", "GPU2", "GPU3"]}
     assert len(data["links"]) == 6 + 8 + 1  # every unordered pair the paste gave
     assert data["links"][0] == {"a": "GPU0", "b": "GPU1", "code": "NV4", "kind": "nvlink", "nvlinks": 4,
-                                "bandwidth_gbps": 80.0, "latency_us": 0.6, "p2p": None}
+                                "bandwidth_gbps": 80.0, "latency_us": 0.6, "p2p": None, "evidence": None}
     assert data["nvlink_islands"] == [["GPU0", "GPU1"], ["GPU2", "GPU3"]]
     assert [w["code"] for w in data["warnings"]] == ["nic-across-sys", "nvlink-split"]
     assert data["arch"] == "sm80" and data["notes"] == []

@@ -54,6 +54,20 @@ def atomic_path(output: str | Path, *, executable: bool = False) -> Iterator[str
             os.unlink(tmp)
 
 
+@contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created if missing) for the block, waiting for any other
+    holder: one process at a time builds what others will read. The kernel drops the lock if the holder dies."""
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def write_atomic(output: str | Path, data: str | bytes, *, executable: bool = False) -> None:
     """Write text (UTF-8) or bytes to `output` all-or-nothing."""
     with atomic_path(output, executable=executable) as tmp:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 
 import typer
 
 import topoplan.bench.definitions as bench_defaults
+from topoplan import __version__
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -21,9 +24,32 @@ app = typer.Typer(
     name="topoplan",
     help="Read a multi-GPU machine's topology, plan TP x PP x DP layouts, launch, run and measure them.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
+list_app = typer.Typer(help="The catalogs the planner prices with (GPUs, models), each entry with its source.",
+                       no_args_is_help=True)
+app.add_typer(list_app, name="list")
+
+
+@contextmanager
+def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar on stderr for a long command, fed (label, done, total): drawn on a terminal (or with
+    TOPOPLAN_PROGRESS=1), never with --json or into a pipe; None when not drawn."""
+    from topoplan.runner.process import Progress
+
+    with Progress.on_rank(0, quiet) as progress:
+        if progress.bar is None:
+            yield None
+            return
+        update = progress.task("starting")
+        yield lambda label, done, total: update(done, total, label)
+
+
+def warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"topoplan: warning: {warning}", file=sys.stderr)
 
 
 def fail(error: TopoplanError) -> typer.Exit:
@@ -32,9 +58,42 @@ def fail(error: TopoplanError) -> typer.Exit:
     return typer.Exit(error.exit_code)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"topoplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                       help="Print topoplan's version and exit.")) -> None:
     """topoplan: inspect, plan, launch, run, bench."""
+
+
+def _print_catalog(rows: list, table, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        from rich.console import Console
+
+        Console().print(table(rows))
+
+
+@list_app.command("gpus")
+def list_gpus(as_json: bool = typer.Option(False, "--json", help="Every field of every entry, as JSON.")) -> None:
+    """The GPU catalog: memory, bandwidth, peak TFLOP/s, NVLinks, and the datasheet each figure is from."""
+    from topoplan.plan.catalog import gpu_rows, gpu_table
+
+    _print_catalog(gpu_rows(), gpu_table, as_json)
+
+
+@list_app.command("models")
+def list_models(as_json: bool = typer.Option(False, "--json", help="Every entry with its config keys, as JSON."),
+                ) -> None:
+    """The model catalog: sizes as the planner reads them, aliases, and the config.json each is from."""
+    from topoplan.plan.catalog import model_rows, model_table
+
+    _print_catalog(model_rows(), model_table, as_json)
 
 
 class InspectFormat(str, Enum):
@@ -44,6 +103,7 @@ class InspectFormat(str, Enum):
     mermaid = "mermaid"
     svg = "svg"
     png = "png"
+    nccl_xml = "nccl-xml"
 
 
 class InspectSource(str, Enum):
@@ -56,7 +116,8 @@ class InspectSource(str, Enum):
 @app.command()
 def inspect(
     file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
-                             help="A saved `nvidia-smi topo -m` paste or NVML recording ('-': stdin). "
+                             help="A saved `nvidia-smi topo -m` paste, NVML recording, NCCL topology XML, "
+                                  "`rocm-smi --showtopo` or `amd-smi topology` output ('-': stdin). "
                                   "Default: read this machine."),
     source: InspectSource = typer.Option(InspectSource.auto, "--source",
                                          help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
@@ -66,7 +127,8 @@ def inspect(
                                    help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
     p2p: str | None = typer.Option(None, "--p2p", metavar="FILE",
                                    help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
-    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o."),
+    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o; "
+                                             "nccl-xml writes a file for NCCL_TOPO_FILE."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
 ) -> None:
@@ -81,6 +143,11 @@ def inspect(
         emit(load_topology(file, p2p, source.value, save, gpu), chosen, output)
     except TopoplanError as error:
         raise fail(error) from None
+
+
+class PlanDevice(str, Enum):
+    gpu = "gpu"
+    cpu = "cpu"
 
 
 @app.command("plan")
@@ -120,6 +187,9 @@ def plan_command(
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
                                     "the cost model's constants."),
+    device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
+                                      "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
+                                      "the --calibration file's `cpu` entry."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -130,6 +200,7 @@ def plan_command(
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import Limits, nothing_fits, plan_json
     from topoplan.plan.render import plan_table
+    from topoplan.terminal import emit
 
     try:
         if top < 0:
@@ -139,16 +210,20 @@ def plan_command(
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
-        result = plan_for(request)
+        if device is PlanDevice.cpu:
+            from topoplan.bench.cpu_plan import plan_cpu
+
+            result = plan_cpu(request)
+        else:
+            result = plan_for(request)
     except TopoplanError as error:
         raise fail(error) from None
-    for warning in result.warnings:
-        print(f"topoplan: warning: {warning}", file=sys.stderr)
+    warn(result.warnings)
     if as_json:
         print(json.dumps(plan_json(result, top or None, per_rank), indent=1))
     else:
         console = Console()
-        console.print(plan_table(result, top or None, console.width))
+        emit(console, plan_table(result, top or None, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
 
@@ -216,7 +291,7 @@ def launch(
     except TopoplanError as error:
         raise fail(error) from None
     if explain:
-        explain_spec(spec, Console(stderr=True, width=160))
+        explain_spec(spec, Console(stderr=True))
     if output:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
@@ -286,6 +361,12 @@ def bench_command(
     timeout: float = typer.Option(bench_defaults.DEFAULT_TIMEOUT_S, "--timeout",
                                   help="Seconds for rendezvous and each collective."),
     plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
+    check: bool = typer.Option(False, "--check", "-c", help="Verify every result (nccl-tests' -c): the #wrong "
+                               "column counts the wrong elements over all ranks."),
+    redop: str = typer.Option("sum", "--redop", "-o", help="Reduction of all_reduce, reduce and reduce_scatter: "
+                              "sum, prod, min, max or avg (avg: NCCL only)."),
+    root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
+                             "the group)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
@@ -300,9 +381,10 @@ def bench_command(
     try:
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
                                             backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
-                                            plot=plot)
-        result = spawn_json(request.world(), "topoplan.bench.worker", request.worker_argv(), echo=not as_json,
-                            what="bench")
+                                            plot=plot, redop=redop, root=root, check=check)
+        world = request.world()
+        request.check_backend(world)
+        result = spawn_json(world, "topoplan.bench.worker", request.worker_argv(), echo=not as_json, what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))
@@ -326,6 +408,8 @@ def calibrate_command(
                              "(default: NVML)."),
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
+    force: bool = typer.Option(False, "--force", help="Measure and write even when the machine is busy (the file "
+                               "records the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
@@ -334,10 +418,13 @@ def calibrate_command(
 
     try:
         check_folder(out)
-        document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib)
+        with progress_steps(as_json) as on_step:
+            document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
+                                 force=force, on_step=on_step)
         path = write_calibration(out, document)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(document["measured"]["load"]["warnings"])
     if as_json:
         print(json.dumps(document, indent=2))
     else:
@@ -361,6 +448,8 @@ def validate_command(
     gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
     repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
+    force: bool = typer.Option(False, "--force", help="Measure even when the machine is busy (the result records "
+                               "the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
@@ -370,10 +459,12 @@ def validate_command(
     from topoplan.bench.validate import validate
 
     try:
-        result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                          repeats=repeats, timeout_s=timeout)
+        with progress_steps(as_json) as on_step:
+            result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                              repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
     except TopoplanError as error:
         raise fail(error) from None
+    warn(result["load"]["warnings"])
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -394,7 +485,7 @@ def main() -> None:
     """Console-script entry point: user errors (ours and typer's usage errors) become one line on stderr
     and exit code 2, never a traceback or a boxed panel."""
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="topoplan", standalone_mode=False)  # also under `python -m topoplan`
     except TopoplanError as error:
         code = fail(error).exit_code
     except typer.Abort:

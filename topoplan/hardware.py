@@ -12,11 +12,15 @@ import re
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
+from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Topology
 
 # Most memory_mib figures: the total nvidia-smi prints (`0MiB / 81920MiB`) for that product in public logs
 # found with the search tool (2026-12), listed in docs/hardware.md; the exceptions say so in memory_source.
 NVIDIA_SMI_LOGS = "nvidia-smi memory.total in public logs of this product"
+# AMD parts: no amd-smi/rocm-smi log of the total was seen; the vendor's GB read as GiB (HBM stacks come in
+# binary sizes), an upper bound on what ROCm reports.
+AMD_GIB = "the data sheet's GB read as GiB (no amd-smi log seen): an upper bound"
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class GpuSpec:
     memory_type: str = ""  # "HBM3", "GDDR6X", ...
     memory_source: str = NVIDIA_SMI_LOGS  # where memory_mib comes from
     fp32_tflops: float | None = None  # FP32 on CUDA cores where there is no TF32 (before sm80); None: TF32
+    vendor: str = "nvidia"  # "nvidia" or "amd": which runtime (CUDA/NCCL or ROCm/RCCL) a launch sets up
+    nvlink_domain_gpus: int = 0  # GPUs in one multi-node NVLink domain (GB200 NVL72: 72); 0: the node is the domain
 
     @property
     def memory_bytes(self) -> int:
@@ -146,11 +152,54 @@ GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("rtx-5090", ("5090",), ("NVIDIA GeForce RTX 5090",), "sm120", 32607, 1792, 209.5, 419, 0, 5,
             "NVIDIA RTX Blackwell whitepaper: RTX 5090 838 TFLOPS FP16 / 1676 FP8 sparse with FP16 accumulate; "
             "dense with FP32 accumulate is a quarter: 209.5 BF16, 419 FP8", memory_type="GDDR7"),
+    # --- Grace Blackwell rack systems (sm100): NVL72 joins 72 GPUs over NVLink switch trays ---------------
+    GpuSpec("gb200", ("gb200-nvl72",), ("NVIDIA GB200",), "sm100", 189471, 8000, 2500, 5000, 18, 5,
+            "NVIDIA GB200 NVL72 spec table, divided by its 72 GPUs: 13.4 TB HBM3e (186 GB), 576 TB/s (8 TB/s), "
+            "FP16/BF16 360 PF and FP8 720 PF with sparsity (2.5 / 5 PF dense per GPU), NVLink 130 TB/s (1.8 TB/s)",
+            nvlink_gen=5, memory_type="HBM3e", nvlink_domain_gpus=72),
+    GpuSpec("gb300", ("gb300-nvl72",), ("NVIDIA GB300",), "sm100", 284208, 8000, 2500, 5000, 18, 5,
+            "NVIDIA GB300 NVL72 spec table, divided by its 72 GPUs: up to 20.1 TB HBM3e (279 GB), 576 TB/s (8 TB/s), "
+            "FP8 720 PF with sparsity (5 PF dense), NVLink 130 TB/s (1.8 TB/s); BF16 as GB200 (not restated there)",
+            nvlink_gen=5, memory_type="HBM3e", nvlink_domain_gpus=72),
     GpuSpec("rtx-pro-6000-blackwell", ("rtx-pro-6000", "rtx-6000-pro"),
             ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell Server Edition",
              "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"), "sm120", 97887, 1792, 503.8, 1007.6, 0, 5,
             "NVIDIA RTX PRO 6000 Blackwell datasheet: 4000 AI TOPS (FP4 sparse); full-rate FP32 accumulate: "
             "503.8 BF16, 1007.6 FP8 dense (Workstation/Server; Max-Q is 300 W and lower)", memory_type="GDDR7"),
+    # ======== AMD (readers branch, issue 15): begin ==========================================================
+    # `nvlink_links` holds the GPU's XGMI (Infinity Fabric) links to other GPUs; `arch` the gfx target, which
+    # selects the XGMI/PCIe figures in topology.links. nvml_names: the marketing names rocm-smi/amd-smi print.
+    GpuSpec("mi250x", ("mi250x-gcd",), ("AMD Instinct MI250X",), "gfx90a", 65536, 1638.4, 191.5, None, 8, 4,
+            "AMD Instinct MI250X data sheet, per GCD (ROCm shows each of its two GCDs as a GPU): 128 GB HBM2e and "
+            "3.2768 TB/s per card, 383 TFLOPS FP16/BF16 matrix per card, no FP8; Infinity Fabric 50 GB/s per link "
+            "per direction (ROCm MI250 microarchitecture page); PCIe Gen4", vendor="amd",
+            memory_source=AMD_GIB, memory_type="HBM2e"),
+    GpuSpec("mi300x", ("mi300",), ("AMD Instinct MI300X", "AMD Instinct MI300X OAM"), "gfx942", 196608, 5300, 1307.4,
+            2614.9, 7, 5, "AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s, FP16/BF16 1307.4 and FP8 2614.9 "
+            "TFLOPS dense; 7 Infinity Fabric links of 128 GB/s; PCIe Gen5", vendor="amd",
+            memory_source=AMD_GIB, memory_type="HBM3"),
+    GpuSpec("mi325x", (), ("AMD Instinct MI325X", "AMD Instinct MI325X OAM"), "gfx942", 262144, 6000, 1307.4, 2614.9,
+            7, 5, "AMD Instinct MI325X data sheet: 256 GB HBM3E, 6 TB/s, compute as MI300X (1307.4 FP16 / 2614.9 FP8 "
+            "dense); 7 Infinity Fabric links; PCIe Gen5", vendor="amd",
+            memory_source=AMD_GIB, memory_type="HBM3e"),
+    GpuSpec("mi355x", ("mi355",), ("AMD Instinct MI355X",), "gfx950", 294912, 8000, 2516.6, 5033.2, 7, 5,
+            "AMD Instinct MI355X data sheet: 288 GB HBM3E, 8 TB/s, FP16/BF16 2.5 PF and FP8 5.0 PF dense; 7 Infinity "
+            "Fabric links, 1075 GB/s aggregate; PCIe Gen5", vendor="amd",
+            memory_source=AMD_GIB, memory_type="HBM3e"),
+    GpuSpec("mi300a", ("mi300a-apu",), ("AMD Instinct MI300A",), "gfx942", 131072, 5300, 980.6, 1961.2, 4, 5,
+            "AMD Instinct MI300A data sheet: APU, 128 GB HBM3 shared with its 24 Zen 4 cores, 5.3 TB/s, FP16/BF16 "
+            "980.6 and FP8 1961.2 TFLOPS dense; 4 x16 Infinity Fabric links (a 4-APU node is a full mesh)",
+            vendor="amd", memory_source=AMD_GIB, memory_type="HBM3"),
+    GpuSpec("rx-7900-xtx", ("7900xtx", "7900-xtx"), ("Radeon RX 7900 XTX", "AMD Radeon RX 7900 XTX"), "gfx1100", 24576,
+            960, 122.8, None, 0, 4, "AMD Radeon RX 7900 XTX specifications: 24 GB GDDR6, 960 GB/s, 122.8 TFLOPS peak "
+            "FP16 (WMMA); no FP8, no Infinity Fabric link between cards; PCIe Gen4 x16", vendor="amd",
+            memory_source=AMD_GIB,
+            memory_type="GDDR6"),
+    GpuSpec("radeon-pro-w7900", ("w7900",), ("AMD Radeon PRO W7900",), "gfx1100", 49152, 864, 122.6, None, 0, 4,
+            "AMD Radeon PRO W7900 specifications: 48 GB GDDR6, 864 GB/s, 122.6 TFLOPS peak FP16; no FP8, no Infinity "
+            "Fabric link; PCIe Gen4 x16", vendor="amd",
+            memory_source=AMD_GIB, memory_type="GDDR6"),
+    # ======== AMD (readers branch, issue 15): end ============================================================
 )
 
 
@@ -174,10 +223,15 @@ _AMPERE = DtypeSupport(("fp32", "bf16", "fp16"), ("fp8", "int4"), ("fp32", "bf16
                        "BF16 tensor cores, no FP8: fp8 checkpoints run weight-only (vLLM FP8 Marlin), GEMMs in bf16")
 _FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4",), ("fp32", "bf16", "fp16", "fp8"),
                     "FP8 tensor cores (W8A8); int4 AWQ/GPTQ weight-only")
+_AMD_NO_FP8 = DtypeSupport(("fp32", "bf16", "fp16"), ("int4",), ("fp32", "bf16", "fp16"),
+                           "BF16/FP16 matrix cores, no FP8 (MI250X, RX 7900 XTX, W7900 data sheets)")
+_AMD_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4",), ("fp32", "bf16", "fp16", "fp8"),
+                        "FP8 matrix cores (MI300X/MI325X/MI355X data sheets); int4 AWQ/GPTQ weight-only")
 DTYPE_SUPPORT: dict[str, DtypeSupport] = {
     "sm60": _PRE_AMPERE, "sm70": _PRE_AMPERE, "sm75": _PRE_AMPERE,
     "sm80": _AMPERE, "sm86": _AMPERE,
     "sm89": _FP8, "sm90": _FP8, "sm100": _FP8, "sm120": _FP8,
+    "gfx90a": _AMD_NO_FP8, "gfx1100": _AMD_NO_FP8, "gfx942": _AMD_FP8, "gfx950": _AMD_FP8,
 }
 
 
@@ -215,7 +269,7 @@ class LinkPattern:
     """A GPU-to-GPU NVLink pattern that points at one GPU family.
 
     `shape`: "full-mesh" (3+ GPUs, NVLink between every pair), "pairs" (every NVLink island is two GPUs),
-    "mesh" (any other NVLink layout). `gpu_counts` empty: any number of GPUs.
+    "mesh" (any other NVLink layout). `gpu_counts` empty: any number of GPUs. `kind`: the fabric (XGMI on AMD).
     """
 
     nvlink_counts: frozenset[int]  # the NV# values seen between GPU pairs
@@ -224,10 +278,11 @@ class LinkPattern:
     arch: str
     family: str  # what it most likely is, and what else shows the same pattern
     seen_on: str  # a machine that shows it (fixtures/topo where we have one)
+    kind: LinkKind = LinkKind.NVLINK
 
 
-def _pattern(counts, shape, gpus, arch, family, seen_on) -> LinkPattern:
-    return LinkPattern(frozenset(counts), shape, frozenset(gpus), arch, family, seen_on)
+def _pattern(counts, shape, gpus, arch, family, seen_on, kind=LinkKind.NVLINK) -> LinkPattern:
+    return LinkPattern(frozenset(counts), shape, frozenset(gpus), arch, family, seen_on, kind)
 
 
 # First match wins; where two families share a pattern the older/slower arch is listed, so estimates err low.
@@ -250,6 +305,11 @@ LINK_PATTERNS: tuple[LinkPattern, ...] = (
              "fixtures/topo/07 (DGX-1 V100)"),
     _pattern({2}, "pairs", (), "sm60", "P100 SXM2 class in NVLink pairs (RTX 2080 Ti bridges also show NV2)",
              "fixtures/topo/20 (POWER8 Minsky, P100)"),
+    # rocm-smi/amd-smi give no XGMI link counts: every XGMI pair reads XGMI1.
+    _pattern({1}, "full-mesh", (8,), "gfx942", "MI300X/MI325X class (8 OAM GPUs in one XGMI full mesh; MI355X "
+             "boards look the same)", "fixtures/amd rocm-smi-mi300, amd-smi-8gpu", LinkKind.XGMI),
+    _pattern({1}, "full-mesh", (2, 4), "gfx90a", "MI210/MI250 class (an XGMI bridge or package joining 2-4 GPUs)",
+             "fixtures/amd rocm-smi-mi210 (ARCHER2)", LinkKind.XGMI),
 )
 
 
@@ -257,11 +317,17 @@ def _nvlink_shape(topology: Topology) -> str:
     n = len(topology.gpus)
     nv = topology.nvlink_graph()
     islands = topology.nvlink_islands()
-    if n >= 3 and nv.number_of_edges() == n * (n - 1) // 2:
+    if n >= 2 and nv.number_of_edges() == n * (n - 1) // 2 and (n >= 3 or _fabric_kind(topology) is LinkKind.XGMI):
         return "full-mesh"
     if islands and all(len(island) == 2 for island in islands):
         return "pairs"
     return "mesh"
+
+
+def _fabric_kind(topology: Topology) -> LinkKind | None:
+    """The one fabric the GPUs are joined by (NVLink or XGMI); None when none, or both."""
+    kinds = {kind for _, _, kind in topology.nvlink_graph().edges(data="kind")}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def infer_gpu_family(topology: Topology) -> tuple[str, str] | None:
@@ -271,13 +337,15 @@ def infer_gpu_family(topology: Topology) -> tuple[str, str] | None:
     per-link bandwidths. The reason says it was inferred and from what, for the user's warning.
     """
     counts = frozenset(nvlinks for _, _, nvlinks in topology.nvlink_graph().edges(data="nvlinks"))
-    if not counts:
+    kind = _fabric_kind(topology)
+    if not counts or kind is None:
         return None
     shape = _nvlink_shape(topology)
     n = len(topology.gpus)
     for p in LINK_PATTERNS:
-        if p.nvlink_counts == counts and p.shape == shape and (not p.gpu_counts or n in p.gpu_counts):
-            codes = "/".join(f"NV{c}" for c in sorted(counts))
+        if (p.kind, p.nvlink_counts, p.shape) == (kind, counts, shape) and (not p.gpu_counts or n in p.gpu_counts):
+            prefix = "NV" if kind is LinkKind.NVLINK else "XGMI"
+            codes = "/".join(f"{prefix}{c}" for c in sorted(counts))
             return p.arch, (f"GPU generation inferred from the link pattern ({codes}, {shape}, {n} GPUs): "
                             f"{p.family}; pass --gpu NAME to set it")
     return None
@@ -293,8 +361,9 @@ def catalog_gpu(topology: Topology) -> Topology:
     if spec is None:
         note = f"{reported!r} is not in topoplan's GPU catalog (docs/hardware.md)"
         return Topology(topology.gpus, topology.nics, topology.links(), arch=topology.arch, gpu_name=None,
-                        source=topology.source, notes=(*topology.notes, note), cpu=topology.cpu)
-    return topology.with_arch(topology.arch or spec.arch, spec.key)
+                        source=topology.source, notes=(*topology.notes, note), vendor=topology.vendor,
+                        cpu=topology.cpu)
+    return topology.with_arch(topology.arch or spec.arch, spec.key, spec.vendor)
 
 
 def apply_gpu(topology: Topology, name: str | None = None) -> Topology:
@@ -307,10 +376,11 @@ def apply_gpu(topology: Topology, name: str | None = None) -> Topology:
         spec = find_gpu(name)
         if topology.gpu_name not in (None, spec.key):
             notes = (f"--gpu {name} ({spec.key}) overrides the {topology.gpu_name} the source named",)
-        arch, gpu_name = spec.arch, spec.key
+        arch, gpu_name, vendor = spec.arch, spec.key, spec.vendor
     elif topology.arch is None and (inferred := infer_gpu_family(topology)) is not None:
         (arch, reason), gpu_name = inferred, None
+        vendor = "amd" if arch.startswith("gfx") else None
         notes = (reason,)
     else:
         return topology
-    return topology.with_arch(arch, gpu_name).with_notes(*notes)
+    return topology.with_arch(arch, gpu_name, vendor).with_notes(*notes)

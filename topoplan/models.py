@@ -215,6 +215,19 @@ ALIASES: dict[str, str] = {
     "405b": "Llama-3.1-405B", "mixtral": "Mixtral-8x7B", "8x7b": "Mixtral-8x7B", "qwen-72b": "Qwen2.5-72B",
     "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
 }
+_HF = "config.json of {} on the Hugging Face hub"
+# Where each catalog entry's figures come from (`topoplan list models` prints it).
+MODEL_SOURCES: dict[str, str] = {
+    "Llama-2-7B": _HF.format("meta-llama/Llama-2-7b-hf"), "Llama-2-13B": _HF.format("meta-llama/Llama-2-13b-hf"),
+    "Llama-2-70B": _HF.format("meta-llama/Llama-2-70b-hf"), "Llama-3-8B": _HF.format("meta-llama/Meta-Llama-3-8B"),
+    "Llama-3-70B": _HF.format("meta-llama/Meta-Llama-3-70B"), "Llama-3.1-8B": _HF.format("meta-llama/Llama-3.1-8B"),
+    "Llama-3.1-70B": _HF.format("meta-llama/Llama-3.1-70B"),
+    "Llama-3.1-405B": _HF.format("meta-llama/Llama-3.1-405B"),
+    "Mixtral-8x7B": _HF.format("mistralai/Mixtral-8x7B-v0.1"), "Qwen2.5-72B": _HF.format("Qwen/Qwen2.5-72B"),
+    "DeepSeek-V3": _HF.format("deepseek-ai/DeepSeek-V3"),
+    "tiny": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model tiny`)",
+    "small": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model small`)",
+}
 ALIAS_HELP = ", ".join(f"{k} -> {v}" for k, v in ALIASES.items())
 
 

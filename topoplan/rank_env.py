@@ -72,16 +72,17 @@ def discover_rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
     return RankEnv(0, 1, 0, 1, master_addr, int(port_raw), "single")
 
 
-def local_cuda_device(local_rank: int, visible_devices: int) -> int:
+def local_cuda_device(local_rank: int, visible_devices: int, visible_var: str = "CUDA_VISIBLE_DEVICES") -> int:
     """The CUDA device index this rank should use, given how many devices CUDA shows it.
 
     torchrun, mpirun and shell launches from `topoplan launch` show every rank its node's planned GPUs in
     local-rank order (CUDA_VISIBLE_DEVICES), so the device is `local_rank`; Slurm's `--gpu-bind=map_gpu`
-    shows each task only its own GPU, so the device is 0.
+    shows each task only its own GPU, so the device is 0. `visible_var` names the variable to check in the message
+    (HIP_VISIBLE_DEVICES on ROCm).
     """
     if visible_devices == 1:
         return 0
     if not 0 <= local_rank < visible_devices:
-        raise TopoplanError(f"local rank {local_rank} has no GPU: CUDA shows this process {visible_devices} device(s); "
-                            "check CUDA_VISIBLE_DEVICES and the launcher's GPU binding")
+        raise TopoplanError(f"local rank {local_rank} has no GPU: the GPU runtime shows this process {visible_devices} "
+                            f"device(s); check {visible_var} and the launcher's GPU binding")
     return local_rank

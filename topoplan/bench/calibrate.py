@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
+from topoplan.bench.load import LoadMonitor, Sources
 from topoplan.bench.options import BenchRequest
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
@@ -48,25 +50,32 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
     return fit_sweep(result["results"], link_class, ranks)
 
 
-def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, float]:
+def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any]:
+    """Every probe's figure, and under "spread" each probe's worst interquartile spread / median (probes.py)."""
     torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
-    per_layer, per_step = probes.runner_overheads_us(device, torch_dtype)
-    return {"stream_gbps": probes.stream_gbps(device, nbytes),
-            "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes),
-            "gemm_tflops": probes.gemm_tflops(device, torch_dtype),
-            "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB)),
-            "layer_overhead_us": per_layer,
-            "step_overhead_us": per_step}
+    noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul")}
+    per_layer, per_step = probes.runner_overheads_us(device, torch_dtype, noise=noise["overheads"])
+    figures = {"stream_gbps": probes.stream_gbps(device, nbytes, noise=noise["stream"]),
+               "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes, noise=noise["gemv"]),
+               "gemm_tflops": probes.gemm_tflops(device, torch_dtype, noise=noise["gemm"]),
+               "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB),
+                                                     noise=noise["matmul"]),
+               "layer_overhead_us": per_layer,
+               "step_overhead_us": per_step}
+    return figures | {"spread": {name: round(max(values), 3) for name, values in noise.items() if values}}
 
 
-def cpu_entry(dtype: str, probe_mib: int) -> dict[str, Any]:
+def cpu_entry(dtype: str, probe_mib: int, monitor: LoadMonitor, step: Step) -> dict[str, Any]:
     """Probes at one thread and at every core (topoplan.bench.cpu explains how the planner uses them)."""
     cores, before = len(cpu_cores()), torch.get_num_threads()
     threads = {}
     try:
         for count in sorted({1, cores}):
             torch.set_num_threads(count)
-            threads[str(count)] = probe_all(torch.device("cpu"), dtype, probe_mib)
+            label = f"the probes at {count} thread(s)"
+            step(label)
+            with monitor.window(label):
+                threads[str(count)] = probe_all(torch.device("cpu"), dtype, probe_mib)
     finally:
         torch.set_num_threads(before)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -99,9 +108,17 @@ def check_probe_mib(probe_mib: int) -> None:
                             f"{have // 2 // PROBE_COPIES // probes.MiB}")
 
 
+Step = Callable[[str], None]  # called with what starts next (a progress bar's label)
+
+
 def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, dtype: str | None = None,
-              topo: str | None = None, probe_mib: int = 256) -> dict[str, Any]:
-    """Measure and fit; returns the file's JSON (already checked by the planner's own parser)."""
+              topo: str | None = None, probe_mib: int = 256, force: bool = False, sources: Sources | None = None,
+              on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Measure and fit; returns the file's JSON (already checked by the planner's own parser).
+
+    A busy machine (topoplan.bench.load) is refused before measuring, and a measurement that other processes
+    disturbed is refused after it, unless `force`; then the file records the warnings. `on_step(label, done,
+    total)` reports progress."""
     parse_sizes(sizes)
     check_probe_mib(probe_mib)
     gpu = torch.cuda.is_available()
@@ -112,6 +129,20 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     if topo is not None and not gpu:
         raise TopoplanError(f"--topo {topo}: names GPU link classes, but torch sees no GPU here (on CPU the "
                             "sweep runs between processes; drop --topo)")
+    monitor = LoadMonitor("calibrate", sources or Sources())
+    monitor.check_quiet(force)
+    cores = len(cpu_cores())
+    if gpu:
+        total = (len(pairs) if torch.cuda.device_count() >= 2 else 0) + 1  # a sweep per link class, the probes
+    else:
+        total = (len({2, cores}) if cores >= 2 else 0) + len({1, cores})  # sweeps at 2 and all cores, probes
+    done = [0]
+
+    def step(label: str) -> None:
+        if on_step:
+            on_step(label, done[0], total)
+        done[0] += 1
+
     started = time.time()
     fits: list[CollectiveFit] = []
     cal = Calibration()
@@ -122,8 +153,14 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         count = torch.cuda.device_count()
         if count >= 2:
             for link_class, (a, b) in pairs.items():
-                fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl", {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
-        measured = probe_all(torch.device("cuda"), dtype, probe_mib)
+                label = f"the {link_class} sweep"
+                step(label)
+                with monitor.window(label):
+                    fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl",
+                                       {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
+        step("the GPU probes")
+        with monitor.window("the GPU probes"):
+            measured = probe_all(torch.device("cuda"), dtype, probe_mib)
         name = torch.cuda.get_device_name(0)
         spec = lookup_gpu(name)
         extra["gpu"] = {"name": name, "catalog": spec.key if spec else None, **measured}
@@ -134,11 +171,13 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"],
                       step_overhead_us=measured["step_overhead_us"])
     else:
-        cores = len(cpu_cores())
         link_class = parse_link_code(CPU_LINK)[1].value
         for ranks in sorted({2, cores}) if cores >= 2 else []:
-            fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")
-        entry = cpu_entry(dtype, probe_mib)
+            label = f"the {ranks}-rank sweep"
+            step(label)
+            with monitor.window(label):
+                fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")
+        entry = cpu_entry(dtype, probe_mib, monitor, step)
         socket = entry["threads"][str(entry["cores"])]
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
@@ -151,9 +190,16 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         links[link_class] = LinkCalibration(alpha, constants.bandwidth_gbps.get(link_class))
     cal = replace(cal, links=links, collective_base_us=constants.base_us if constants.base_us is not None
                   else cal.collective_base_us)
+    if on_step:
+        on_step("done", total, total)
+    if monitor.busy and not force:
+        more = len(monitor.warnings) - 1
+        raise TopoplanError(f"{monitor.warnings[0]}{f' (and {more} more step(s))' if more else ''}; the calibration "
+                            "was not written: run it again on a quiet machine, or pass --force to write it anyway")
     document = to_json(cal) | extra | {"measured": {
         "host": platform.node(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1), "load_average": list(os.getloadavg()),
+        "load": monitor.report(),
         "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters, "probe_mib": probe_mib,
         "base_from_fit": constants.base_us is not None, "fits": [f.to_json() for f in fits]}}
     parse_calibration(json.loads(json.dumps(document)), Path("<calibration>"))  # the planner must accept it

@@ -6,7 +6,14 @@
   * t is the average time of one operation; algbw = S / t.
   * busbw = algbw x factor(n), the factor that makes the figure comparable to the hardware's link speed
     whatever the rank count: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all, gather and
-    scatter (n-1)/n; broadcast, reduce and sendrecv 1.
+    scatter (n-1)/n; broadcast, reduce and sendrecv 1. At one rank the (n-1) factors are 0: nothing
+    crosses a link, and nccl-tests prints busbw 0 there.
+  * Each op runs out of place (separate input and output buffers) and in place (the output is, or holds,
+    the input), as nccl-tests' two column groups; torch.distributed has only the in-place form of
+    all_reduce, broadcast and reduce, and only the out-of-place form of gather, scatter, all_to_all and
+    send/recv (PLACES).
+  * The reducing ops take a reduction (`-o`: sum, prod, min, max, avg); the rooted ones a root (`-r`, a
+    rank of the group); nccl-tests prints `none` and -1 for the others.
 Sizes are written as nccl-tests writes them (`4K`, `256M`: powers of 1024). Imports no torch, so the CLI
 checks `--ops` and `--sizes` before starting any rank.
 """
@@ -14,12 +21,43 @@ checks `--ops` and `--sizes` before starting any rank.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 from topoplan.errors import TopoplanError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
        "sendrecv")
 CHUNKED = ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all")  # S is n chunks of S/n
+REDUCING = ("all_reduce", "reduce", "reduce_scatter")  # take a reduction op (nccl-tests' -o)
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # take a root (nccl-tests' -r)
+REDOPS = ("sum", "prod", "min", "max", "avg")  # nccl-tests' -o names (avg: NCCL >= 2.10 only; gloo lacks it)
+
+# busbw / algbw as a function of n (nccl-tests doc/PERFORMANCE.md "Summary"; gather and scatter as its
+# src/gather.cu and src/scatter.cu, sendrecv as src/sendrecv.cu)
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+# (out of place, in place) forms torch.distributed offers: True where the op has that form
+PLACES = {
+    "all_reduce": (False, True),
+    "broadcast": (False, True),
+    "reduce": (False, True),
+    "all_gather": (True, True),  # in place: the input is this rank's chunk of the output
+    "reduce_scatter": (True, True),  # in place: the output is this rank's chunk of the input
+    "gather": (True, False),
+    "scatter": (True, False),
+    "all_to_all": (True, False),
+    "sendrecv": (True, False),
+}
 
 # `topoplan bench`'s defaults, written once: topoplan.bench.options.BenchRequest and the CLI read them
 DEFAULT_OPS = ",".join(OPS)
@@ -40,14 +78,38 @@ def parse_ops(text: str) -> list[str]:
 
 
 def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for `op` over `n` ranks."""
+    """busbw / algbw for `op` over `n` ranks (0 at one rank for the ops whose factor has n-1)."""
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}")
-    if n < 2 or op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    return (n - 1) / n
+    return BUS_FACTORS[op](n)
+
+
+def parse_redop(text: str) -> str:
+    if text not in REDOPS:
+        raise TopoplanError(f"--redop {text!r}: expected one of {', '.join(REDOPS)}")
+    return text
+
+
+def point_count(ops: Sequence[str], sizes: int) -> int:
+    """Points a sweep measures: every size of every form (PLACES) of every op."""
+    return sum(sum(PLACES[op]) for op in ops) * sizes
+
+
+def avg_busbw(rows: Iterable[dict]) -> dict[str, float]:
+    """nccl-tests' closing "Avg bus bandwidth": per op, the mean busbw over every size, out of place and in
+    place alike."""
+    by_op: dict[str, list[float]] = {}
+    for row in rows:
+        by_op.setdefault(row["op"], []).append(row["busbw_gbps"])
+    return {op: sum(values) / len(values) for op, values in by_op.items()}
+
+
+def one_per_point(rows: Iterable[dict]) -> list[dict]:
+    """One row per (op, size), in sweep order: the out-of-place one where both forms ran (nccl-tests' first
+    column group), for the chart and the calibration fit, which draw one line per op."""
+    rows = list(rows)
+    outside = {(r["op"], r["size_bytes"]) for r in rows if not r.get("in_place")}
+    return [r for r in rows if not (r.get("in_place") and (r["op"], r["size_bytes"]) in outside)]
 
 
 def algbw_gbps(size_bytes: int, time_us: float) -> float:

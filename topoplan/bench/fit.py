@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from topoplan.bench.definitions import bus_factor
+from topoplan.bench.definitions import bus_factor, one_per_point
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def fit_sweep(results: Iterable[dict], link_class: str, group_size: int) -> list
     """One fit per op of a bench result's rows, on the mean times: a workload pays the mean, stalls included
     (on a shared VM gloo's median all-reduce is a third of its mean; the runner's steps see the mean)."""
     by_op: dict[str, list[tuple[int, float]]] = {}
-    for row in results:
+    for row in one_per_point(results):
         by_op.setdefault(row["op"], []).append((row["size_bytes"], row["time_us"]))
     return [CollectiveFit(op, link_class, group_size, fit_line([s for s, _ in pts], [t for _, t in pts]), len(pts))
             for op, pts in by_op.items()]

@@ -19,8 +19,10 @@ from topoplan.bench.definitions import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_WARMUP,
     OPS,
+    ROOTED,
     human_size,
     parse_ops,
+    parse_redop,
     parse_sizes,
 )
 from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
@@ -63,8 +65,14 @@ class BenchRequest:
     warmup: int = DEFAULT_WARMUP
     timeout: float = DEFAULT_TIMEOUT_S
     plot: str | None = None  # an .svg file for busbw vs size
+    redop: str = "sum"  # the reducing ops' reduction (nccl-tests' -o)
+    root: int = 0  # the rooted ops' root, a place in the group (nccl-tests' -r)
+    check: bool = False  # verify every result (nccl-tests' -c)
 
     def __post_init__(self) -> None:
+        parse_redop(self.redop)
+        if self.root < 0:
+            raise TopoplanError(f"--root {self.root}: expected a rank of the group, 0 or more")
         if not self.ops or any(op not in OPS for op in self.ops):
             parse_ops(",".join(self.ops))  # names the unknown ones
         if not self.sizes or min(self.sizes) < 1:
@@ -99,15 +107,37 @@ class BenchRequest:
         """The group kind the collectives run in: the layout's `groups` (tp by default), else the world."""
         return (self.groups or "tp") if self.layout is not None else "world"
 
+    def group_size(self, world: int) -> int:
+        """Ranks in each group the collectives run in, out of `world` started."""
+        if self.layout is None:
+            return world
+        return {"tp": self.layout.tp, "pp": self.layout.pp, "dp": self.layout.dp}[self.group]
+
     def world(self) -> int:
-        """Ranks to start, at most RANKS_PER_CPU per usable CPU (asks NVML for the GPU count by default)."""
+        """Ranks to start, at most RANKS_PER_CPU per usable CPU (asks NVML for the GPU count by default); a root
+        outside the groups is refused here, where the group size is first known."""
         world = self.layout.world if self.layout is not None else (default_ranks() if self.ranks is None
                                                                    else self.ranks)
         limit = max_local_ranks()
         if world > limit:
             raise TopoplanError(f"{world} ranks: at most {limit} ({RANKS_PER_CPU} per usable CPU) start on this "
                                 "machine")
+        size = self.group_size(world)
+        if self.root >= size and any(op in ROOTED for op in self.ops):
+            raise TopoplanError(f"--root {self.root}: the groups have {size} rank(s); expected 0 to {size - 1}")
         return world
+
+    def check_backend(self, world: int) -> None:
+        """`--backend nccl` needs a CUDA device per rank: refused here, in one line, before any rank starts
+        (otherwise every rank fails alone and says so). Imports torch, and only for an explicit nccl."""
+        if self.backend != "nccl":
+            return
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < world:
+            raise TopoplanError(f"--backend nccl: {world} rank(s) need a CUDA device each; torch sees {have} "
+                                "(use --backend gloo on CPUs)")
 
     def worker_argv(self) -> list[str]:
         """The argv of `python -m topoplan.bench.worker` for this request (what `from_worker_argv` reads)."""
@@ -115,16 +145,19 @@ class BenchRequest:
                  "--iters", str(self.iters), "--warmup", str(self.warmup), "--dtype", self.dtype,
                  "--timeout", str(self.timeout)] + (["--backend", self.backend] if self.backend else [])
                 + (["--layout", str(self.layout)] if self.layout is not None else [])
-                + (["--groups", self.groups] if self.groups is not None else []))
+                + (["--groups", self.groups] if self.groups is not None else [])
+                + ["--redop", self.redop, "--root", str(self.root)] + (["--check"] if self.check else []))
 
     @classmethod
     def from_worker_argv(cls, argv: Sequence[str] | None = None) -> BenchRequest:
         """A rank's request from its argv (the worker also runs under torchrun with options typed by hand)."""
         parser = argparse.ArgumentParser(prog="python -m topoplan.bench.worker")
-        for name in ("ops", "sizes", "layout", "groups", "backend", "dtype", "iters", "warmup", "timeout"):
+        for name in ("ops", "sizes", "layout", "groups", "backend", "dtype", "iters", "warmup", "timeout", "redop",
+                     "root"):
             parser.add_argument(f"--{name}", default=None)
+        parser.add_argument("--check", action="store_true", default=None)
         given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-        for name, kind in (("iters", int), ("warmup", int), ("timeout", float)):
+        for name, kind in (("iters", int), ("warmup", int), ("timeout", float), ("root", int)):
             if name in given:
                 try:
                     given[name] = kind(given[name])

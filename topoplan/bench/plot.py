@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
-from topoplan.bench.definitions import human_size
+from topoplan.bench.definitions import human_size, one_per_point
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 BARS = "▁▂▃▄▅▆▇█"
 
 
 def series(results: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """{op: [(size_bytes, busbw_gbps), ...]} in sweep order."""
+    """{op: [(size_bytes, busbw_gbps), ...]} in sweep order (out of place where both forms ran)."""
     out: dict[str, list[tuple[int, float]]] = {}
-    for row in results:
+    for row in one_per_point(results):
         out.setdefault(row["op"], []).append((row["size_bytes"], row["busbw_gbps"]))
     return out
 

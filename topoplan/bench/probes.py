@@ -2,7 +2,9 @@
 fixed per-layer and per-step costs of the runner's decode step at negligible size.
 
 Each probe runs its kernel `repeats` times and keeps the median (a shared machine has stalls; the median
-describes the typical run, which is what the runner will see). On GPU, CUDA events time the kernel.
+describes the typical run, which is what the runner will see). A noisy probe, whose interquartile spread
+exceeds NOISY of its median, is repeated, up to MAX_ROUNDS times as many runs; the spread it ended with is
+reported beside the figure (`noise`). On GPU, CUDA events time the kernel.
 """
 
 from __future__ import annotations
@@ -15,49 +17,73 @@ import torch
 import torch.nn.functional as F
 
 MiB = 1 << 20
+NOISY = 0.2  # interquartile spread / median above which a probe runs again
+MAX_ROUNDS = 3  # at most this many times the runs asked for
 
 
-def median_us(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 2) -> float:
-    """Median microseconds of one fn() call."""
+def spread(values: list[float]) -> float:
+    """(third quartile - first quartile) / median: 0 for a steady probe, robust to one stall."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    middle = statistics.median(values)
+    return (q3 - q1) / middle if middle > 0 else 0.0
+
+
+def robust_median(sample: Callable[[], float], repeats: int, noise: list[float] | None = None) -> float:
+    """The median of `repeats` samples, with `repeats` more while the spread exceeds NOISY (at most MAX_ROUNDS
+    rounds); the final spread is appended to `noise` when given."""
+    values = [sample() for _ in range(repeats)]
+    while spread(values) > NOISY and len(values) < MAX_ROUNDS * repeats:
+        values += [sample() for _ in range(repeats)]
+    if noise is not None:
+        noise.append(spread(values))
+    return statistics.median(values)
+
+
+def median_us(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 2,
+              noise: list[float] | None = None) -> float:
+    """Median microseconds of one fn() call (repeated while noisy, robust_median)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
+
+    def once() -> float:
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        else:
-            begin = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - begin) * 1e6)
-    return statistics.median(times)
+            return start.elapsed_time(end) * 1e3
+        begin = time.perf_counter()
+        fn()
+        return (time.perf_counter() - begin) * 1e6
+
+    return robust_median(once, repeats, noise)
 
 
-def stream_gbps(device: torch.device, nbytes: int = 256 * MiB, repeats: int = 7) -> float:
+def stream_gbps(device: torch.device, nbytes: int = 256 * MiB, repeats: int = 7,
+                noise: list[float] | None = None) -> float:
     """Read bandwidth: a sum over a buffer far larger than any cache (fp32, so the read is the whole cost)."""
     x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    return nbytes / median_us(lambda: x.sum(), device, repeats) / 1e3
+    return nbytes / median_us(lambda: x.sum(), device, repeats, noise=noise) / 1e3
 
 
 def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB, cols: int = 4096,
-              repeats: int = 7) -> float:
+              repeats: int = 7, noise: list[float] | None = None) -> float:
     """Weight bytes per second of y = W x at batch 1: how fast decode can stream a layer's weights."""
     rows = nbytes // (cols * torch.empty((), dtype=dtype).element_size())
     w = torch.randn(rows, cols, device=device).to(dtype)
     x = torch.randn(1, cols, device=device).to(dtype)
     real = w.numel() * w.element_size()
-    return real / median_us(lambda: F.linear(x, w), device, repeats) / 1e3
+    return real / median_us(lambda: F.linear(x, w), device, repeats, noise=noise) / 1e3
 
 
 MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...] = MATMUL_ROWS,
-                  nbytes: int = 64 * MiB, repeats: int = 5) -> dict[str, float]:
+                  nbytes: int = 64 * MiB, repeats: int = 5, noise: list[float] | None = None) -> dict[str, float]:
     """FLOP rate of y = x W^T for x of `m` rows and a weight larger than the cache, per m.
 
     A decode step multiplies a few rows by every weight; CPU kernels for such skinny products are far
@@ -68,19 +94,21 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...
     out = {}
     for m in rows:
         x = torch.randn(m, cols, device=device).to(dtype)
-        out[str(m)] = 2 * m * w.numel() / median_us(lambda: F.linear(x, w), device, repeats) / 1e6
+        out[str(m)] = 2 * m * w.numel() / median_us(lambda: F.linear(x, w), device, repeats, noise=noise) / 1e6
     return out
 
 
-def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
+def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5,
+                noise: list[float] | None = None) -> float:
     """FLOP rate of an n x n x n matrix product (prefill's large GEMMs)."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    return 2 * n**3 / median_us(lambda: a @ b, device, repeats) / 1e6
+    return 2 * n**3 / median_us(lambda: a @ b, device, repeats, noise=noise) / 1e6
 
 
 def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 40,
-                       layer_counts: tuple[int, int] = (1, 5)) -> tuple[float, float]:
+                       layer_counts: tuple[int, int] = (1, 5), repeats: int = 3,
+                       noise: list[float] | None = None) -> tuple[float, float]:
     """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
 
     The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
@@ -100,11 +128,11 @@ def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 4
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0.0, 0.05)
-        runs = []
-        for _ in range(3):
+        def step_us(model: torch.nn.Module = model) -> float:
             gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
-            runs.append(gen.decode_s / gen.decode_steps * 1e6)
-        times.append(statistics.median(runs))
+            return gen.decode_s / gen.decode_steps * 1e6
+
+        times.append(robust_median(step_us, repeats, noise))
     (l0, l1), (t0, t1) = layer_counts, times
     per_layer = max(0.0, (t1 - t0) / (l1 - l0))
     return per_layer, max(0.0, t0 - l0 * per_layer)

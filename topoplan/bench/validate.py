@@ -11,31 +11,25 @@ the repeats is kept.
 
 from __future__ import annotations
 
-import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.bench.cpu import load_cpu_entry
+from topoplan.bench.cpu_plan import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
+from topoplan.bench.load import LoadMonitor, Sources
 from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
-from topoplan.plan.cost import LayoutCost, Workload
-from topoplan.plan.layouts import enumerate_layouts
-from topoplan.plan.rank import plan
+from topoplan.plan.cost import Workload
 from topoplan.runner.options import RunOptions
-
-
-@dataclass(frozen=True)
-class Candidate:
-    layout: Layout
-    threads: int  # intra-op threads per rank
 
 
 def model_spec(model: str) -> ModelSpec:
@@ -69,24 +63,6 @@ def parse_layouts(text: str) -> list[Layout] | None:
     return layouts
 
 
-def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int) -> list[Candidate]:
-    """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked)."""
-    if wanted is None:
-        found = [Candidate(Layout(), cores)]
-        if cores > 1:
-            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores) if l.world == cores and batch % l.dp == 0]
-        return found
-    out = []
-    for layout in wanted:
-        if layout.world > cores:
-            raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
-        if batch % layout.dp:
-            raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
-        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
-        out.append(Candidate(layout, max(1, cores // layout.world)))
-    return out
-
-
 @dataclass(frozen=True)
 class Prediction:
     prefill_ms: float
@@ -97,22 +73,10 @@ class Prediction:
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
             prompt_len: int, gen_len: int) -> Prediction:
-    """The planner's price of one CPU layout (per-replica batch, as the planner's Workload counts it).
-
-    Priced twice, with the CPU device at each phase's matrix rows (topoplan.bench.cpu): a decode step
-    multiplies `batch` rows by each weight, prefill `batch x prompt_len`; the planner's own formulas
-    do the rest."""
-    layout, per_replica = cand.layout, batch // cand.layout.dp
-    cal = cpu_calibration(load_calibration(calibration_path), entry, cand.threads)
-
-    def price(rows: int) -> LayoutCost:
-        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
-        return plan(cpu_topology(layout.world), spec, device, Workload(per_replica, prompt_len, gen_len, "fp32"),
-                    calibration=cal, tp=layout.tp, pp=layout.pp, dp=layout.dp).layouts[0].cost
-
-    decode = price(per_replica)
-    return Prediction(price(per_replica * prompt_len).prefill_ms, decode.decode_ms_per_token, decode.reasons,
-                      layer_split_json(decode.stage_layers))
+    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu)."""
+    cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
+                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE))
+    return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
 
 
 def prompts(batch: int, prompt_len: int) -> list[str]:
@@ -134,8 +98,13 @@ def _rel(predicted: float, measured: float) -> float:
 
 
 def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 2, prompt_len: int = 32,
-             gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Predict and measure every candidate layout; the `--json` contract of docs/bench.md."""
+             gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0, force: bool = False,
+             sources: Sources | None = None,
+             on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Predict and measure every candidate layout; the `--json` contract of docs/bench.md.
+
+    A busy machine (topoplan.bench.load) is refused before any run unless `force`; runs other processes
+    disturbed are reported in the result's "load" warnings. `on_step(label, done, total)` reports progress."""
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed on CPU: run `topoplan calibrate` first (the planner has "
                             "no built-in CPU figures)")
@@ -145,16 +114,24 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     if gen_len < 2:
         raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
     entry = load_cpu_entry(calibration)
-    load_before = os.getloadavg()[0]
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     cores = len(cpu_cores())
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
+    monitor = LoadMonitor("validate", sources or Sources())
+    monitor.check_quiet(force)
     runs: list[list[dict]] = [[] for _ in candidates]
-    for _ in range(repeats):
+    total = repeats * len(candidates)
+    for round_ in range(repeats):
         for i, cand in enumerate(candidates):
-            runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
+            label = f"run {round_ + 1}/{repeats} of {cand.layout}"
+            if on_step:
+                on_step(label, round_ * len(candidates) + i, total)
+            with monitor.window(label):
+                runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
+    if on_step:
+        on_step("done", total, total)
     rows = []
     for cand, cost, results in zip(candidates, predicted, runs):
         timings = [r["timing"] for r in results]
@@ -171,6 +148,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "measured_decode_ms_runs": [t["decode_ms_per_token"] for t in timings],
                      "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
+    load = monitor.report()
     by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
     by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
     name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
@@ -178,7 +156,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                                         "measured_decode_ms")}
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
-            "calibration": calibration, "load_average": [load_before, os.getloadavg()[0]], "rows": rows,
+            "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
+            "rows": rows,
             "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from topoplan.bench.collectives import Group, sweep
+from topoplan.bench.collectives import Group, SweepOptions, sweep
+from topoplan.bench.definitions import avg_busbw, point_count
 from topoplan.bench.options import BenchRequest
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
@@ -47,21 +48,23 @@ def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
     group = my_group(groups, r.timeout)
     points = [0]
     with Progress.on_rank(env.rank) as progress:
-        update = progress.task("sweeping", len(r.ops) * len(r.sizes))
+        update = progress.task("sweeping", point_count(r.ops, len(r.sizes)))
 
         def on_point(op: str, n: int) -> None:
             points[0] += n
             update(points[0])
 
+        options = SweepOptions(r.iters, r.warmup, r.redop, r.root, r.check)
         found, skipped = sweep(list(r.ops), list(r.sizes), group, env.rank, device, dtype_of(r.dtype).torch(),
-                               r.iters, r.warmup, on_point=on_point)
+                               options, on_point=on_point)
     if env.rank != 0:
         return None
+    rows = [asdict(m) for m in found]
     return {
         "backend": backend, "device": device.type, "dtype": r.dtype, "world": env.world_size,
         "group": r.group, "groups": [list(g) for g in groups], "group_size": group.size,
-        "iters": r.iters, "warmup": r.warmup, "sizes": list(r.sizes),
-        "results": [asdict(m) for m in found], "skipped": skipped,
+        "iters": r.iters, "warmup": r.warmup, "sizes": list(r.sizes), "redop": r.redop, "root": r.root,
+        "check": r.check, "results": rows, "skipped": skipped, "avg_busbw_gbps": avg_busbw(rows),
     }
 
 

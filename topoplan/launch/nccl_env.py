@@ -5,6 +5,10 @@ NCCL finds most things itself; we set a variable only where the graph knows bett
   Names are written with NCCL's `=` prefix (exact match): plain `mlx5_1` would also select mlx5_10..mlx5_19.
 - NCCL_P2P_LEVEL: only when a `nvidia-smi topo -p2p` matrix shows P2P failing between GPUs this node uses;
   P2P is then allowed only up to the level just closer than the closest failing link.
+- NCCL_MNNVL_ENABLE: on a multi-node NVLink domain (GB200/GB300 NVL72), so traffic between the job's nodes
+  (trays) goes over NVLink; NCCL would detect it too (default auto), the variable makes a fallback to the
+  network an error instead of a silent slowdown.
+RCCL (AMD) reads these same NCCL_* names; the GPU selection variables differ (launch/device_env.py).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class EnvVar:
 # covers both topo -m PHB and NODE (same NUMA node, through the CPU), so failing at either stops at PXB.
 _LEVEL_BELOW = {
     LinkKind.NVLINK: "LOC",
+    LinkKind.XGMI: "LOC",
     LinkKind.PIX: "NVL",
     LinkKind.PXB: "PIX",
     LinkKind.PHB: "PXB",
@@ -66,3 +71,14 @@ def p2p_level(topology: Topology, gpu_ids: Sequence[str]) -> EnvVar | None:
     level = _LEVEL_BELOW[link.kind]
     return EnvVar("NCCL_P2P_LEVEL", level,
                   f"topo -p2p reports {', '.join(bad)} between {a} and {b} ({link.code}): P2P only up to {level}")
+
+
+def mnnvl(topology: Topology, nodes: int) -> EnvVar | None:
+    """NCCL_MNNVL_ENABLE=1 when the job spans nodes and this node's GPUs are all in one multi-node NVLink domain."""
+    domains = topology.fabric_domains()
+    if nodes < 2 or len(domains) != 1 or len(next(iter(domains.values()))) != len(topology.gpus):
+        return None
+    cluster, _, clique = next(iter(domains)).partition("/")
+    return EnvVar("NCCL_MNNVL_ENABLE", "1", f"the GPUs are in one multi-node NVLink domain (cluster {cluster}, "
+                  f"clique {clique}): the {nodes} nodes reach each other over NVLink; fail rather than fall back to "
+                  "the network")

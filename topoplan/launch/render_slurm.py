@@ -1,6 +1,7 @@
 """`--format srun|sbatch`: Slurm binds each task itself, by local task id, with one map for every node.
 
-- `--gpu-bind=map_gpu:` gives local task i its planned GPU (Slurm then sets CUDA_VISIBLE_DEVICES to that one
+- `--gpu-bind=map_gpu:` gives local task i its planned GPU (Slurm then sets CUDA_VISIBLE_DEVICES, on AMD GPUs
+  ROCR_VISIBLE_DEVICES, to that one
   GPU, so the rank's device is cuda:0); `--cpu-bind=mask_cpu:` and `--mem-bind=map_mem:` bind before the
   program starts.
 - Slurm's GPU ids follow gres.conf; with `AutoDetect=nvml` and whole nodes (`--exclusive`, all GPUs) they
@@ -14,11 +15,12 @@ from __future__ import annotations
 import shlex
 
 from topoplan.errors import TopoplanError
+from topoplan.launch.device_env import VISIBLE_DEVICES
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.spec import LAUNCHER_VARS, RENDEZVOUS_VARS, LaunchSpec, RankSpec, require_node_blocks
 
 FIRST_NODE = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
-_SLURM_SETS = (*LAUNCHER_VARS, *RENDEZVOUS_VARS, "CUDA_VISIBLE_DEVICES")
+_SLURM_SETS = (*LAUNCHER_VARS, *RENDEZVOUS_VARS, *VISIBLE_DEVICES.values())  # Slurm's GPU binding sets them
 
 
 def _local_binding(r: RankSpec) -> tuple:

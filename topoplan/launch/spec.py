@@ -6,7 +6,8 @@ renderers (torchrun, mpirun, srun/sbatch, shell, json) only format this; every d
 GPU numbering: nvidia-smi and NVML number GPUs in PCI bus order, CUDA by default "fastest first". Every
 rank gets CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES lists the node's planned GPUs in
 local-rank order, so local rank i's `cuda:i` is exactly the GPU the planner chose (torchrun-style code
-that calls `set_device(LOCAL_RANK)` lands on the right GPU, and each TP group on its planned GPUs).
+that calls `set_device(LOCAL_RANK)` lands on the right GPU, and each TP group on its planned GPUs). On AMD
+GPUs HIP_VISIBLE_DEVICES does the same (launch/device_env.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from topoplan.cpuset import CpuFacts, format_cpu_list, split_cpus
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import memory_node
-from topoplan.launch.nccl_env import EnvVar, ib_hca, p2p_level
+from topoplan.launch.device_env import device_env
+from topoplan.launch.nccl_env import EnvVar, ib_hca, mnnvl, p2p_level
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.topology.model import Topology
@@ -186,6 +188,7 @@ def build_spec(
         bindable = {p.rank: g.cpus for p, g in zip(mine, gpus) if g.cpus}
         shares = split_cpus(bindable, facts, where=f"node {node}", source=source)
         p2p = p2p_level(topology, [g.id for g in gpus])
+        fabric = mnnvl(topology, nodes)
         for local_rank, (p, gpu) in enumerate(zip(mine, gpus)):
             share = shares.get(p.rank)
             mem_node, mem_reason = memory_node(share.cpus if share else None, gpu.numa_node, memory_only, facts)
@@ -201,10 +204,7 @@ def build_spec(
                                   "rank 0 "
                                   "and serves the store"))
             env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
-            env.append(EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); "
-                              "CUDA's default order is fastest-first"))
-            env.append(EnvVar("CUDA_VISIBLE_DEVICES", cvd, f"node {node}'s planned GPUs in local-rank order: "
-                              f"local rank {local_rank} uses cuda:{local_rank} = {gpu.id}"))
+            env += device_env(topology.vendor, cvd, node, local_rank, gpu.id)
             if share:
                 env.append(EnvVar("OMP_NUM_THREADS", str(share.physical_cores),
                                   f"one thread per physical core bound to this rank ({share.physical_cores}); "
@@ -214,6 +214,8 @@ def build_spec(
                 env.append(hca)
             if p2p:
                 env.append(p2p)
+            if fabric:
+                env.append(fabric)
             ranks[p.rank] = RankSpec(
                 p.rank, node, local_rank, p.tp_rank, p.pp_rank, p.dp_rank, gpu.id, gpu.index, gpu.pci_bus_id,
                 gpu.uuid, local_rank, share.cpus if share else None, share.physical_cores if share else None,
@@ -223,6 +225,12 @@ def build_spec(
                          f"{', '.join(g.id for p, g in zip(mine, gpus) if p.rank not in bindable)}: not CPU-bound")
     if not any(v.name == "NCCL_IB_HCA" for r in ranks.values() for v in r.env):
         notes.append("NCCL_IB_HCA not set: the topology names no NICs near the GPUs")
+    if nodes > 1 and mnnvl(topology, nodes):
+        notes.append(f"the {nodes} nodes are taken to be trays of one NVLink domain (the same rack and NVLink "
+                     "partition as this topology's GPUs): TP/EP groups spanning them run over NVLink")
+    if topology.vendor == "amd":
+        notes.append("AMD GPUs: HIP_VISIBLE_DEVICES selects them (ROCR_VISIBLE_DEVICES must be unset or list every "
+                     "GPU); RCCL reads the NCCL_* variables")
     return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
                       master_addr, master_port, len(topology.gpus), tuple(notes))
 

@@ -45,6 +45,7 @@ class LinkCalibration:
 # NCCL orders them (NVLINK < PCI < NET).
 DEFAULT_LINKS: dict[str, LinkCalibration] = {
     LinkKind.NVLINK.value: LinkCalibration(3.0),
+    LinkKind.XGMI.value: LinkCalibration(3.0),  # no fit of its own yet: a direct GPU link, as NVLink
     LinkKind.PIX.value: LinkCalibration(5.0),
     LinkKind.PXB.value: LinkCalibration(5.0),
     LinkKind.PHB.value: LinkCalibration(5.0),

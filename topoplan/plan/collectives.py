@@ -7,13 +7,16 @@ All-gather (ring): n-1 steps, each moving S/n bytes (S = the gathered buffer):
     t = base + (n-1) * alpha_step + (n-1)/n * S / bw_bottleneck
 Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
 A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
-rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails.
+rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails. Nodes in one multi-node
+NVLink domain (GB200/GB300 NVL72 trays: every GPU's NVML fabric info names the same cluster and clique) reach
+each other over NVLink instead: such a hop is priced as the GPU's own NVLink connection (its switch links),
+for as many nodes as the domain holds (`domain_nodes`); beyond that, the network again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -31,9 +34,11 @@ class Hop:
     link_class: str  # calibration key: nvlink, pix, ..., sys, net
     bandwidth_gbps: float  # effective bus bandwidth, GB/s
     alpha_us: float
+    across_nodes: bool = False  # an NVLink hop between two nodes of one NVLink domain
 
     def describe(self) -> str:
-        return f"{self.code} {self.bandwidth_gbps:.0f} GB/s"
+        where = " across nodes (NVLink domain)" if self.across_nodes else ""
+        return f"{self.code}{where} {self.bandwidth_gbps:.0f} GB/s"
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,10 +63,12 @@ class Ring:
 class LinkPricer:
     """Prices hops and collectives on one topology (all nodes identical) under one calibration."""
 
-    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float):
+    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float, domain_gpus: int = 0):
         self.topology = topology
         self.calibration = calibration
         self.nic_gbps = nic_gbps
+        self.domain_nodes = nvlink_domain_nodes(topology, domain_gpus)
+        self._fabric: dict[str, Hop | None] = {}
         self._hops: dict[tuple[str, str], Hop] = {}
         self._rings: dict[Hashable, list[Hop]] = {}
         self._net: dict[int, Hop] = {}
@@ -105,16 +112,46 @@ class LinkPricer:
         per_nic = cal.bandwidth_gbps or self.nic_gbps * self.calibration.bus_efficiency
         return Hop("NET", NET, per_nic * max(rails, 1), cal.alpha_us)
 
-    def hop(self, a: Slot, b: Slot, rails: int = 1) -> Hop:
-        return self._intra(a[1], b[1]) if a[0] == b[0] else self.net(rails)
+    def hop(self, a: Slot, b: Slot, rails: int = 1, base: int = 0) -> Hop:
+        """The hop between two slots whose nodes count from `base` (the ring's first node)."""
+        if a[0] == b[0]:
+            return self._intra(a[1], b[1])
+        if self._domain(base + a[0]) == self._domain(base + b[0]):
+            fabric = self._fabric_hop(a[1])
+            if fabric is not None:
+                return fabric
+        return self.net(rails)
+
+    def _domain(self, node: int) -> int:
+        """Which NVLink domain a node is in: every node its own unless the GPUs share a multi-node domain."""
+        return node // self.domain_nodes if self.domain_nodes else 0
+
+    def _fabric_hop(self, gpu: str) -> Hop | None:
+        """A GPU's NVLink connection to a GPU on another node of its domain: its fastest NVLink on its own node
+        (on an NVL72 tray, NV18: every link goes to the rack's switches), marked as crossing nodes."""
+        if gpu not in self._fabric:
+            links = [self._intra(gpu, peer) for peer in self._nvlink.neighbors(gpu)] if gpu in self._nvlink else []
+            best = max(links, key=lambda h: h.bandwidth_gbps, default=None)
+            self._fabric[gpu] = None if best is None else replace(best, across_nodes=True)
+        return self._fabric[gpu]
+
+    def _domains(self, base: int, slots: Sequence[Slot]) -> tuple[int, ...]:
+        """The slots' NVLink domains, counted from the first slot's: rings with the same shape and the same
+        domain pattern cost the same wherever they start. Without a multi-node domain every node is its own,
+        which the shape already says: ()."""
+        if self.domain_nodes == 1 or not slots:
+            return ()
+        first = self._domain(base + slots[0][0])
+        return tuple(self._domain(base + node) - first for node, _ in slots)
 
     def ring_hops(self, ring: Ring) -> list[Hop]:
-        """The hops of the ring slots[0] -> slots[1] -> ... -> slots[0] (memoised by shape)."""
-        if ring.shape not in self._rings:
-            self._rings[ring.shape] = self._ring_hops(ring.slots)
-        return self._rings[ring.shape]
+        """The hops of the ring slots[0] -> slots[1] -> ... -> slots[0] (memoised by shape and domains)."""
+        key = (ring.shape, self._domains(ring.base, ring.slots))
+        if key not in self._rings:
+            self._rings[key] = self._ring_hops(ring.slots, ring.base)
+        return self._rings[key]
 
-    def _ring_hops(self, ring: tuple[Slot, ...]) -> list[Hop]:
+    def _ring_hops(self, ring: tuple[Slot, ...], base: int) -> list[Hop]:
         if len(ring) < 2:
             return []
         if len({slot[0] for slot in ring}) == 1:
@@ -123,7 +160,7 @@ class LinkPricer:
         for node, gpu in ring:
             per_node.setdefault(node, []).append(gpu)
         rails = min(self.rails(gpus) for gpus in per_node.values())
-        return [self.hop(ring[i], ring[(i + 1) % len(ring)], rails) for i in range(len(ring))]
+        return [self.hop(ring[i], ring[(i + 1) % len(ring)], rails, base) for i in range(len(ring))]
 
     def _ring_us(self, ring: Ring, nbytes: float, steps: int) -> float:
         """A ring collective of `steps` steps, each moving nbytes/n over every hop at once."""
@@ -145,13 +182,14 @@ class LinkPricer:
     def handoff_us(self, src: Ring, dst: Ring, nbytes: float) -> float:
         """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;
         sends leaving a node share its NIC. The slowest pair sets the time."""
-        key = (src.shape, dst.shape, dst.base - src.base)
+        shift = dst.base - src.base
+        pairs = [(a, (b[0] + shift, b[1])) for a, b in zip(src.slots, dst.slots)]
+        key = (src.shape, dst.shape, shift, self._domains(src.base, [s for pair in pairs for s in pair]))
         terms = self._handoffs.get(key)
         if terms is None:
-            shift = dst.base - src.base
-            pairs = [(a, (b[0] + shift, b[1])) for a, b in zip(src.slots, dst.slots)]
-            leaving = sum(1 for a, b in pairs if a[0] != b[0])
-            hops = [(self.hop(a, b), leaving if a[0] != b[0] else 1) for a, b in pairs]
+            hops = [self.hop(a, b, 1, src.base) for a, b in pairs]
+            leaving = sum(1 for (a, b), h in zip(pairs, hops) if a[0] != b[0] and h.link_class == NET)
+            hops = [(h, leaving if h.link_class == NET else 1) for h in hops]
             terms = self._handoffs[key] = (max(h.alpha_us for h, _ in hops),
                                            max(flows / (h.bandwidth_gbps * 1e3) for h, flows in hops) / len(src))
         alpha, us_per_byte = terms
@@ -159,7 +197,7 @@ class LinkPricer:
 
     def boundary(self, src: Ring, dst: Ring) -> Hop:
         """The link between two stages' first ranks (where the hand-off of tp_rank 0 runs)."""
-        return self.hop(src.slots[0], (dst.slots[0][0] + dst.base - src.base, dst.slots[0][1]))
+        return self.hop(src.slots[0], (dst.slots[0][0] + dst.base - src.base, dst.slots[0][1]), 1, src.base)
 
     def is_nvlink_mesh(self, ring: Ring) -> bool:
         """All on one node with a direct NVLink between every pair (where one-shot all-reduce applies)."""
@@ -172,3 +210,13 @@ class LinkPricer:
     def bottleneck(self, ring: Ring) -> Hop | None:
         hops = self.ring_hops(ring)
         return min(hops, key=lambda h: (h.bandwidth_gbps, h.code)) if hops else None
+
+
+def nvlink_domain_nodes(topology: Topology, domain_gpus: int = 0) -> int:
+    """How many identical nodes of this topology one NVLink domain joins: 1 (each node its own) unless every GPU
+    names the same multi-node domain (NVML fabric info); then the catalog's domain size over the GPUs per node
+    (GB200 NVL72: 72 / 4 = 18 trays), or 0 (no limit known: every planned node) when the catalog has none."""
+    domains = topology.fabric_domains()
+    if len(domains) != 1 or len(next(iter(domains.values()))) != len(topology.gpus):
+        return 1
+    return domain_gpus // len(topology.gpus) if domain_gpus else 0

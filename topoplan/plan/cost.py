@@ -273,11 +273,19 @@ class CostModel:
                           explain=lambda cost: self.reasons(layout, cost, rings, models, context))
 
     def _tp_reason(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel]) -> str:
-        """Where the TP groups run and what their all-reduces cost. A group crossing nodes says so whatever
-        its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck), naming that hop."""
+        """Where the TP groups run and what their all-reduces cost. A group crossing the network says so
+        whatever its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck), naming that
+        hop; one crossing nodes inside a multi-node NVLink domain (NVL72) says that instead."""
         hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
-        net = next((h for r in rings for h in self.pricer.ring_hops(r) if h.link_class == "net"), None)
-        where = "spans nodes" if net else "on NVLink" if hop.link_class == "nvlink" else f"spans a {hop.code} hop"
+        hops = [h for r in rings for h in self.pricer.ring_hops(r)]
+        net = next((h for h in hops if h.link_class == "net"), None)
+        fabric = {"nvlink": "NVLink", "xgmi": "XGMI"}.get(hop.link_class)
+        if net is not None:
+            where = "spans nodes"
+        elif fabric and any(h.across_nodes for h in hops):
+            where = "spans nodes over NVLink (one multi-node NVLink domain)"
+        else:
+            where = f"on {fabric}" if fabric else f"spans a {hop.code} hop"
         if hop.link_class == "sys":
             cpu = cpu_links(self.pricer.topology.cpu)
             where += f" ({cpu.family} interconnect {cpu.inter_socket_gbps:g} GB/s" + (
@@ -299,7 +307,12 @@ class CostModel:
             out.append(cost.slo_miss)
         if layout.tp > 1:
             out.append(self._tp_reason(layout, cost, rings, models))
-            if all(self.pricer.is_nvlink_mesh(r) for r in rings):
+            mesh = all(self.pricer.is_nvlink_mesh(r) for r in rings)
+            if mesh and min((self.pricer.bottleneck(r) for r in rings),
+                            key=lambda h: h.bandwidth_gbps).link_class == "xgmi":
+                out.append("XGMI full mesh: vLLM's custom all-reduce on ROCm would cut the all-reduce latency "
+                           "priced here as an RCCL ring")
+            elif mesh:
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring")
         if layout.pp > 1:

@@ -31,6 +31,7 @@ class DeviceSpec:
     weight_only: tuple[str, ...] = ()  # weight dtypes it stores but dequantises to the activation dtype
     kv_dtypes: tuple[str, ...] | None = None  # KV-cache dtypes it takes; None: any
     dtype_note: str = ""  # why (the support table's source), for the error and the reasons
+    nvlink_domain_gpus: int = 0  # GPUs one multi-node NVLink domain holds (GB200 NVL72: 72); 0: none known
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
@@ -42,7 +43,7 @@ class DeviceSpec:
         tflops = {d: rate[d] for d in support.native if rate.get(d)}
         nic = nic_gbps if nic_gbps is not None else NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
         return cls(gpu.key, gpu.memory_bytes, gpu.memory_bandwidth_gbps, tflops, nic, support.weight_only,
-                   support.kv, f"{gpu.key} ({gpu.arch}): {support.source}")
+                   support.kv, f"{gpu.key} ({gpu.arch}): {support.source}", gpu.nvlink_domain_gpus)
 
     def _supported(self) -> str:
         weight_only = f"; weight-only: {', '.join(self.weight_only)}" if self.weight_only else ""

@@ -58,8 +58,9 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
-        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s)"
-        raise TopoplanError(f"which GPU is this? `topo -m` text names none{hint}", source=topology.source or None)
+        hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s, mi300x)"
+        raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML "
+                            f"never do){hint}", source=topology.source or None)
     device = DeviceSpec.from_gpu(spec, nic_gbps)
     recorded = [g.memory_bytes for g in topology.gpus if g.memory_bytes]
     if recorded and not any(" overrides " in note for note in topology.notes):
@@ -72,7 +73,13 @@ def plan_for(request: PlanRequest) -> Plan:
     r = request
     spec = find_model(r.model)
     cal = load_calibration(r.calibration)
-    topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine (NVML, nvidia-smi)
+    try:
+        topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine
+    except TopoplanError as error:
+        if r.topo is not None:
+            raise
+        raise TopoplanError(f"{error}; on a machine without GPUs, `plan --device cpu --calibration FILE` plans "
+                            "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, limits=r.limits, search_batch=r.search_batch)

@@ -75,13 +75,9 @@ def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], lim
 class RankedLayout:
     cost: LayoutCost
     order: tuple[str, ...]  # the per-node GPU order (every node the same)
-    nodes: int  # nodes it runs on (fewer than the plan's when that wins; the rest are left free)
+    nodes: int = 1  # nodes it runs on (fewer than the plan's when that wins; the rest are left free)
+    tp_network: bool = False  # a TP group spans nodes over the network: every layer's all-reduces cross it
     dominated_by: Layout | None = None  # a layout with more replicas that is no worse: this one is hidden
-
-    @property
-    def tp_spans_nodes(self) -> bool:
-        """A TP group wider than one node's share: every layer's all-reduces cross the network."""
-        return self.cost.layout.tp > len(self.order)
 
 
 @dataclass
@@ -93,27 +89,28 @@ class Plan:
     workload: Workload
     objective: str
     calibration: Calibration
-    limits: Limits
-    batch_searched: bool  # each layout priced at its best batch (the throughput objective), not workload.batch
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
+    limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
+    batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
 
 
-def _key(objective: str, entry: RankedLayout) -> tuple:
-    """Fit, then the latency limits, then TP inside a node (vLLM's and Megatron's rule: TP within a node, PP
-    across nodes; the network all-reduce on every layer is slower and jitterier than the ring model prices),
-    then the objective."""
+def rank_key(objective: str, entry: RankedLayout) -> tuple:
+    """Sort key, best first: layouts that fit, then those meeting the latency limits, then TP groups off the
+    network (vLLM's and Megatron-LM's rule: TP within a node, PP across nodes; an all-reduce over the network on
+    every layer is slower and noisier than the ring model prices), then the objective, then throughput, then
+    fewer stages."""
     cost = entry.cost
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
-    return (not cost.fits, bool(cost.slo_miss), entry.tp_spans_nodes, round(score, 9), -cost.tokens_per_s,
+    return (not cost.fits, bool(cost.slo_miss), entry.tp_network, round(score, 9), -cost.tokens_per_s,
             cost.layout.pp, cost.layout.tp, entry.nodes)
 
 
 def _no_worse(better_entry: RankedLayout, other_entry: RankedLayout) -> bool:
     better, other = better_entry.cost, other_entry.cost
     return (better.fits >= other.fits and bool(better.slo_miss) <= bool(other.slo_miss)
-            and better_entry.tp_spans_nodes <= other_entry.tp_spans_nodes
+            and better_entry.tp_network <= other_entry.tp_network
             and better.request_ms <= other.request_ms * (1 + 1e-9)
             and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
 
@@ -159,7 +156,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
                   f"= {context} tokens", model.name)
     calibration = calibration or Calibration()
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus)
     costs = CostModel(model, device, workload, calibration, pricer)
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
@@ -185,11 +182,13 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
             cost.slo_miss = limits.miss(cost)
         if used < nodes:
             cost.notes.append(f"runs on {used} of the {nodes} nodes ({nodes - used} left free)")
-        ranked.append(RankedLayout(cost, order, used))
-    ranked.sort(key=lambda r: _key(objective, r))
+        network = any(hop.link_class == "net" for stage in replicas for ring in stage for hop in pricer.ring_hops(ring))
+        ranked.append(RankedLayout(cost, order, used, network))
+    ranked.sort(key=lambda r: rank_key(objective, r))
     mark_dominated(ranked)
-    return Plan(model, device, topology, nodes, workload, objective, calibration, limits, search,
-                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None])
+    return Plan(model, device, topology, nodes, workload, objective, calibration,
+                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
+                limits=limits, batch_searched=search)
 
 
 def nothing_fits(result: Plan) -> TopoplanError | None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from topoplan.layout import RankGrid
 from topoplan.plan.rank import Plan, RankedLayout
-
-NARROW = 120  # below this many columns the GPU groups and reasons move under the table, one line per row
 
 
 def gpu_groups(entry: RankedLayout) -> str:
@@ -30,9 +28,21 @@ def headline(entry: RankedLayout) -> str:
     return entry.cost.reasons[0]
 
 
+def phrases(reason: str) -> str:
+    """A reason one phrase per line (its `; ` breaks): a narrow column then wraps between phrases, not inside."""
+    return "\n".join(part.strip() for part in reason.split("; "))
+
+
 def plan_table(result: Plan, top: int | None, width: int | None = None) -> RenderableType:
-    """The table; narrower than NARROW columns it is compact and each row's groups and reason follow it."""
-    narrow = width is not None and width < NARROW
+    """The table with every column when `width` (None: unlimited) holds it whole, its reasons one phrase per
+    line; else compact, each row's groups and reason under it."""
+    wide = _table(result, top, narrow=False)
+    if width is None or Console(width=10_000).measure(wide).maximum <= width:
+        return wide
+    return _table(result, top, narrow=True)
+
+
+def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     w = result.workload
     batch = "batch searched per layout" if result.batch_searched else f"batch {w.batch}"
     kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
@@ -55,9 +65,13 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
         c = entry.cost
         table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",
                       str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
-                      f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
-                      f"{c.tokens_per_s_per_gpu:.1f}", *(() if narrow else (gpu_groups(entry), headline(entry))))
+                      f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}", f"{c.tokens_per_s_per_gpu:.1f}",
+                      *(() if narrow else (gpu_groups(entry), phrases(headline(entry)))))
     if not narrow:
         return table
-    rows = [Text(f"#{i} {gpu_groups(entry)}: {headline(entry)}") for i, entry in enumerate(shown, 1)]
-    return Group(table, Text(f"{groups}: why"), *rows, *([Text(caption)] if caption else []))
+    notes = Table.grid(padding=(0, 1))  # the row number, then its groups and reason indented under them
+    notes.add_column(no_wrap=True)
+    notes.add_column(overflow="fold")
+    for i, entry in enumerate(shown, 1):
+        notes.add_row(f"#{i}", Text(f"{gpu_groups(entry)}\n{phrases(headline(entry))}"))
+    return Group(table, Text(f"{groups}, then why:"), notes, *([Text(caption)] if caption else []))

@@ -7,6 +7,8 @@ tokenizer is needed; 256 is BOS, 257 EOS, 258 padding. topoplan.runner.tiny writ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,11 @@ _RUNTIME: dict[str, Any] = {
     "topoplan_byte_tokenizer": True, "max_position_embeddings": 4096,
 }
 BUILTIN: dict[str, dict[str, Any]] = {name: {**_RUNTIME, **CATALOG[name]} for name in ("tiny", "small")}
+SEED = 0
+# Bump when topoplan.runner.tiny.random_weights changes what a seed produces: cached folders built by the
+# old recipe then no longer match their definition and are rebuilt.
+WEIGHTS_RECIPE = 1
+BUILD_RECORD = "topoplan-build.json"  # written last into a cached folder: what it was built from
 
 
 def checkpoint_folder(model: str) -> Path | None:
@@ -39,11 +46,59 @@ def checkpoint_folder(model: str) -> Path | None:
 
 
 def builtin_cache_folder(name: str) -> Path:
-    """Where built-in model `name` is written on first use: the user cache (XDG_CACHE_HOME)."""
+    """Where built-in model `name` is written on first use: $TOPOPLAN_CACHE/models, else the user cache
+    ($XDG_CACHE_HOME/topoplan/models, else ~/.cache/topoplan/models)."""
     if name not in BUILTIN:
         raise TopoplanError(f"unknown built-in model {name!r}; expected one of {', '.join(BUILTIN)} or a folder")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "topoplan" / "models"
-    return cache / f"{name}-seed0"
+    own = os.environ.get("TOPOPLAN_CACHE")
+    root = Path(own) if own else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "topoplan"
+    return root / "models" / f"{name}-seed{SEED}"
+
+
+def builtin_definition(name: str) -> dict[str, Any]:
+    """Everything the cached folder of built-in `name` is made from: its config, the seed, the recipe."""
+    return {"config": BUILTIN[name], "seed": SEED, "weights_recipe": WEIGHTS_RECIPE}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def definition_digest(name: str) -> str:
+    return _digest(json.dumps(builtin_definition(name), sort_keys=True).encode())
+
+
+def build_record(name: str, folder: Path) -> dict[str, Any]:
+    """The record written last into a freshly built folder: the definition's digest, config.json's digest and
+    the weights' size (a size, not a digest: hashing `small`'s 380 MB on every run costs more than a load)."""
+    return {"model": name, "definition_sha256": definition_digest(name),
+            "config_sha256": _digest((folder / "config.json").read_bytes()),
+            "weights_bytes": (folder / "model.safetensors").stat().st_size}
+
+
+def cache_mismatch(name: str, folder: Path) -> str | None:
+    """Why the cached folder is not built-in `name` as defined now, in a few words; None when it is.
+
+    Checked on every use (a few small reads): a folder left by an older topoplan, an interrupted build, or a
+    hand-edited or truncated file is rebuilt instead of failing later with a shape error."""
+    if not folder.is_dir():
+        return "it is missing"
+    try:
+        record = json.loads((folder / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return f"it has no readable {BUILD_RECORD} (an interrupted build, or an older topoplan)"
+    if not isinstance(record, dict) or record.get("definition_sha256") != definition_digest(name):
+        return f"it was built from another definition of {name}"
+    try:
+        config_sha, weights_bytes = _digest((folder / "config.json").read_bytes()), \
+            (folder / "model.safetensors").stat().st_size
+    except OSError as error:
+        return f"{Path(error.filename or '?').name} is unreadable ({error.strerror})"
+    if config_sha != record.get("config_sha256"):
+        return "its config.json changed after it was built"
+    if weights_bytes != record.get("weights_bytes"):
+        return f"its model.safetensors has {weights_bytes} bytes, {record.get('weights_bytes')} were written"
+    return None
 
 
 def encode_bytes(text: str) -> list[int]:

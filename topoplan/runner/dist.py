@@ -21,15 +21,25 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
 
+# What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
+# that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
+RUNTIMES = {"cuda": ("CUDA", "NCCL", "CUDA_VISIBLE_DEVICES"), "rocm": ("ROCm", "RCCL", "HIP_VISIBLE_DEVICES")}
+
+
+def gpu_runtime() -> str:
+    """"rocm" under a ROCm build of torch (torch.version.hip is set), else "cuda"."""
+    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+
 
 def choose_backend(requested: str | None) -> str:
-    """NCCL when CUDA is usable, gloo otherwise; `--backend` forces one."""
+    """NCCL (RCCL on ROCm) when a GPU is usable, gloo otherwise; `--backend` forces one."""
     if requested is None:
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested not in ("nccl", "gloo"):
         raise TopoplanError(f"--backend {requested!r}: expected nccl or gloo")
     if requested == "nccl" and not torch.cuda.is_available():
-        raise TopoplanError("--backend nccl needs CUDA, and torch sees no GPU here")
+        name, library, _ = RUNTIMES[gpu_runtime()]
+        raise TopoplanError(f"--backend nccl needs a GPU ({name}, {library}), and torch sees no GPU here")
     return requested
 
 
@@ -97,7 +107,8 @@ class Dist:
 def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
     """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
     backend = choose_backend(backend)
-    device = (torch.device("cuda", local_cuda_device(env.local_rank, torch.cuda.device_count()))
+    visible_var = RUNTIMES[gpu_runtime()][2]
+    device = (torch.device("cuda", local_cuda_device(env.local_rank, torch.cuda.device_count(), visible_var))
               if backend == "nccl" else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -45,14 +45,15 @@ class Progress:
         if self.bar:
             self.bar.__exit__(*exc)
 
-    def task(self, label: str, total: int | None = None) -> Callable[[int, int | None], None]:
-        """An update(completed, total) function for a new bar (total None: keep the one given here)."""
+    def task(self, label: str, total: int | None = None) -> Callable[..., None]:
+        """An update(completed, total, label) function for a new bar (total or label None: keep the current)."""
         if self.bar is None:
-            return lambda completed, total=None: None
+            return lambda completed, total=None, label=None: None
         task_id = self.bar.add_task(label, total=total)
 
-        def update(completed: int, new_total: int | None = None) -> None:
-            self.bar.update(task_id, completed=completed, **({"total": new_total} if new_total is not None else {}))
+        def update(completed: int, new_total: int | None = None, new_label: str | None = None) -> None:
+            self.bar.update(task_id, completed=completed, **({"total": new_total} if new_total is not None else {}),
+                            **({"description": new_label} if new_label is not None else {}))
 
         return update
 

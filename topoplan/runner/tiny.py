@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from topoplan.atomic import exclusive_lock
 from topoplan.errors import TopoplanError
-from topoplan.runner.builtin import BUILTIN, builtin_cache_folder
+from topoplan.runner.builtin import BUILD_RECORD, BUILTIN, SEED, build_record, builtin_cache_folder, cache_mismatch
 from topoplan.runner.config import parse_hf_config
 
 
@@ -52,6 +54,11 @@ def random_weights(hf_config: dict[str, Any], seed: int = 0) -> dict[str, torch.
     return out
 
 
+def _write_model(folder: Path, hf_config: dict[str, Any], seed: int) -> None:
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    save_file(random_weights(hf_config, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
 def save_checkpoint(folder: str | Path, hf_config: dict[str, Any], seed: int = 0) -> Path:
     """Write config.json + model.safetensors with random weights; atomically (a temp folder renamed)."""
     folder = Path(folder)
@@ -60,8 +67,7 @@ def save_checkpoint(folder: str | Path, hf_config: dict[str, Any], seed: int = 0
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-        save_file(random_weights(hf_config, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _write_model(tmp, hf_config, seed)
         os.replace(tmp, folder)  # fails if another process got there first with a non-empty folder
     except OSError:
         if not (folder / "model.safetensors").exists():
@@ -71,9 +77,36 @@ def save_checkpoint(folder: str | Path, hf_config: dict[str, Any], seed: int = 0
     return folder
 
 
+def _build_cached(name: str, folder: Path) -> None:
+    """Build built-in `name` in a temporary folder beside `folder`, its build record written last, then swap
+    it in: a reader sees the old folder, no folder, or the complete new one; never a half-written one."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.build.", dir=folder.parent))
+    stale = folder.parent / f"{tmp.name}.stale"
+    try:
+        _write_model(tmp, BUILTIN[name], SEED)
+        (tmp / BUILD_RECORD).write_text(json.dumps(build_record(name, tmp), indent=1) + "\n")
+        if folder.exists():
+            os.replace(folder, stale)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def builtin_folder(name: str) -> Path:
-    """The HF folder of built-in model `name`, written to the user cache on first use."""
+    """The HF folder of built-in model `name` in the user cache: checked against its definition on every use,
+    built on first use, rebuilt (with a one-line notice on stderr) when it does not match. Concurrent callers
+    (the ranks of one run, two runs) take turns on a lock file, so one builds and the others find it built."""
     folder = builtin_cache_folder(name)
-    if not (folder / "model.safetensors").exists():
-        save_checkpoint(folder, BUILTIN[name])
+    if cache_mismatch(name, folder) is None:
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(folder.parent / f".{folder.name}.lock"):
+        problem = cache_mismatch(name, folder)  # another process may have built it while we waited
+        if problem is None:
+            return folder
+        if folder.exists():
+            print(f"topoplan: notice: rebuilding the cached built-in model {name} ({folder}): {problem}",
+                  file=sys.stderr, flush=True)
+        _build_cached(name, folder)
     return folder

@@ -38,6 +38,7 @@ def topology_dict(topo: Topology, warnings: list[Warning] | None = None) -> dict
             "cuda_index_default": g.cuda_index_default,
             "visible": g.visible,
             "error": g.error,
+            "fabric_domain": g.fabric_domain,
             "nearest_nics": [n.id for n in topo.nearest_nics(g.id)],
             "nvlink_island": island_of.get(g.id),
         }
@@ -60,11 +61,13 @@ def topology_dict(topo: Topology, warnings: list[Warning] | None = None) -> dict
             "bandwidth_gbps": link.bandwidth_gbps,
             "latency_us": link.latency_us,
             "p2p": dict(link.p2p) if link.p2p is not None else None,
+            "evidence": link.evidence,
         })
     return {
         "source": topo.source or None,
         "arch": topo.arch,
         "gpu_name": topo.gpu_name,
+        "vendor": topo.vendor,
         "gpus": gpus,
         "nics": nics,
         "links": links,

@@ -1,4 +1,5 @@
-"""Link kinds as `nvidia-smi topo -m` names them, and the one table of per-link bandwidth/latency estimates.
+"""Link kinds as `nvidia-smi topo -m` names them (plus AMD's XGMI), and the one table of per-link
+bandwidth/latency estimates.
 
 Every figure here is an *estimate* used before anything is measured; `topoplan calibrate` replaces them
 with measured ones. docs/topology.md gives the source of each number. Bandwidths are GB/s in one
@@ -18,6 +19,7 @@ class LinkKind(str, Enum):
     """How two devices are connected, closest first (the order of `nvidia-smi topo -m`'s legend)."""
 
     NVLINK = "nvlink"  # NV#: a bonded set of # NVLinks (direct, or through NVSwitch)
+    XGMI = "xgmi"  # XGMI# (AMD Infinity Fabric between GPUs): # links; rocm-smi/amd-smi say XGMI without a count
     PIX = "pix"  # at most one PCIe bridge
     PXB = "pxb"  # several PCIe bridges, no host bridge
     PHB = "phb"  # through a PCIe host bridge (the CPU's root complex)
@@ -29,8 +31,14 @@ class LinkKind(str, Enum):
         """0 for the closest kind; larger is farther. Used to pick nearest NICs and to order links."""
         return list(LinkKind).index(self)
 
+    @property
+    def is_fabric(self) -> bool:
+        """A GPU-to-GPU fabric link (NVLink, XGMI), as opposed to a PCIe path."""
+        return self in (LinkKind.NVLINK, LinkKind.XGMI)
+
 
 _NV_CODE = re.compile(r"^NV(\d+)$")
+_XGMI_CODE = re.compile(r"^XGMI(\d*)$")
 _PLAIN_CODES = {
     "PIX": LinkKind.PIX,
     "PXB": LinkKind.PXB,
@@ -42,11 +50,16 @@ _PLAIN_CODES = {
 
 
 def parse_link_code(code: str) -> tuple[str, LinkKind, int] | None:
-    """Normalise one matrix cell: `("NV12", NVLINK, 12)`, `("SYS", SYS, 0)` for `SOC`; None if unknown."""
+    """Normalise one matrix cell: `("NV12", NVLINK, 12)`, `("SYS", SYS, 0)` for `SOC`, `("XGMI1", XGMI, 1)`
+    for `XGMI` (one link when the source gives no count); None if unknown."""
     code = code.strip().upper()
     match = _NV_CODE.match(code)
     if match and int(match.group(1)) > 0:
         return code, LinkKind.NVLINK, int(match.group(1))
+    match = _XGMI_CODE.match(code)
+    if match and (match.group(1) == "" or int(match.group(1)) > 0):
+        count = int(match.group(1) or 1)
+        return f"XGMI{count}", LinkKind.XGMI, count
     kind = _PLAIN_CODES.get(code)
     if kind is None:
         return None
@@ -55,12 +68,13 @@ def parse_link_code(code: str) -> tuple[str, LinkKind, int] | None:
 
 @dataclass(frozen=True)
 class ArchLinks:
-    """Per-GPU-generation link figures: NVLink GB/s per link, the GPU's PCIe x16 GB/s, where they come from."""
+    """Per-GPU-generation link figures: NVLink (or XGMI) GB/s per link, the GPU's PCIe x16 GB/s, the source."""
 
     arch: str
     nvlink_gbps_per_link: float
     pcie_gbps: float
     source: str
+    xgmi_gbps_per_link: float = 0.0  # AMD: one XGMI (Infinity Fabric) link, one direction
 
 
 # NVLink per-link figures are NCCL's SMxx_NVLINK_BW (src/graph/topo.h, as of NCCL v2.30.7; SM90 has been 20.6
@@ -78,8 +92,19 @@ ARCH_LINKS: dict[str, ArchLinks] = {
         ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
         ArchLinks("sm100", 40.1, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
         ArchLinks("sm120", 0.0, 48.0, "GB20x (RTX 5090, RTX PRO 6000 Blackwell) has no NVLink; PCIe Gen5"),
+        # --- AMD (gfx targets) ---------------------------------------------------------------------------
+        ArchLinks("gfx90a", 0.0, 24.0, "ROCm docs, MI250 microarchitecture: an Infinity Fabric link runs at 25 GT/s "
+                  "x16 = 50 GB/s per direction; PCIe Gen4", xgmi_gbps_per_link=50.0),
+        ArchLinks("gfx942", 0.0, 48.0, "AMD Instinct MI300X/MI325X data sheets: 7 Infinity Fabric links of 128 GB/s "
+                  "(both directions) = 64 GB/s per direction; PCIe Gen5", xgmi_gbps_per_link=64.0),
+        ArchLinks("gfx950", 0.0, 48.0, "AMD Instinct MI355X data sheet: 7 Infinity Fabric links, 1075 GB/s "
+                  "aggregate = 153.6 GB/s per link, 76.8 per direction; PCIe Gen5", xgmi_gbps_per_link=76.8),
+        ArchLinks("gfx1100", 0.0, 24.0, "Radeon RX 7900 XTX / PRO W7900 (RDNA 3): no XGMI; PCIe Gen4 x16"),
+        ArchLinks("gfx1201", 0.0, 48.0, "Radeon AI PRO R9700 (RDNA 4): no XGMI; PCIe Gen5 x16"),
     )
 }
+# XGMI per link when the generation is unknown: the oldest figure (MI250, 50 GB/s), so estimates err low.
+UNKNOWN_XGMI_GBPS = 50.0
 # NVLink version as NVML reports it (nvmlDeviceGetNvLinkVersion, values of nvmlNvlinkVersion_t in nvidia-ml-py:
 # 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0) -> the generation whose figures apply. Used only
 # when the GPU's compute capability has no entry above (a newer part): the version is a weaker witness, some
@@ -148,6 +173,7 @@ def cpu_family_of(model_name: str) -> str | None:
 # not price separately; we keep the PCI figure.
 LATENCY_US = {
     LinkKind.NVLINK: 0.6,
+    LinkKind.XGMI: 0.6,  # RCCL keeps NCCL's hwLat table; XGMI takes the NVLink row (a direct GPU link)
     LinkKind.PIX: 1.0,
     LinkKind.PXB: 1.0,
     LinkKind.PHB: 1.0,
@@ -177,6 +203,8 @@ def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None, cpu:
     if kind is LinkKind.NVLINK:
         per_link = figures.nvlink_gbps_per_link or UNKNOWN_ARCH.nvlink_gbps_per_link
         return per_link * nvlinks
+    if kind is LinkKind.XGMI:
+        return (figures.xgmi_gbps_per_link or UNKNOWN_XGMI_GBPS) * nvlinks
     if kind is LinkKind.SYS:
         return min(figures.pcie_gbps, cpu_links(cpu).inter_socket_gbps)
     return figures.pcie_gbps  # NODE crosses host bridges inside one socket: NCCL prices it as PCIe too

@@ -1,7 +1,8 @@
 """The typed topology model: GPUs, NICs and NUMA nodes in one networkx graph, and the queries on it.
 
-Every source (a `nvidia-smi topo -m` paste, NVML, a recording) ends in `build_topology`, so the planner,
-the launcher and the renderers see one shape whatever the machine was read from.
+Every source (a `nvidia-smi topo -m` paste, NVML, a recording, an NCCL topology XML, `rocm-smi --showtopo` or
+`amd-smi topology` text) ends in `build_topology`, so the planner, the launcher and the renderers see one shape
+whatever the machine was read from. Each link keeps `evidence`: what its source said about it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Gpu:
     cuda_index_default: int | None = None
     visible: bool | None = None  # listed in CUDA_VISIBLE_DEVICES; None when that is unset (all visible)
     error: str | None = None  # why the source could not read this GPU fully; it is kept and marked
+    # The multi-node NVLink domain (GB200/GB300 NVL72): NVML fabric info's "clusterUuid/cliqueId". GPUs with the
+    # same domain reach each other over NVLink even on different nodes (trays); None when not in one.
+    fabric_domain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Nic:
 
 @dataclass(frozen=True)
 class Link:
-    """The path between two devices: its `topo -m` code and its estimated speed."""
+    """The path between two devices: its `topo -m` code (or `XGMI<n>`) and its estimated speed."""
 
     a: str
     b: str
@@ -59,6 +63,7 @@ class Link:
     bandwidth_gbps: float  # one direction, GB/s
     latency_us: float
     p2p: Mapping[str, str] | None = field(default=None, hash=False)  # {"r": "OK", "w": "CNS", ...}
+    evidence: str | None = field(default=None, hash=False)  # what the source said ("rocm-smi: XGMI, weight 15")
 
     def other(self, device: str) -> str:
         return self.b if device == self.a else self.a
@@ -89,6 +94,7 @@ class Topology:
         source: str = "",
         notes: Sequence[str] = (),
         cpu: str | None = None,
+        vendor: str | None = None,
     ):
         self.gpus: tuple[Gpu, ...] = tuple(gpus)
         self.nics: tuple[Nic, ...] = tuple(nics)
@@ -97,6 +103,7 @@ class Topology:
         self.source = source  # where it was read from, for messages
         self.notes: tuple[str, ...] = tuple(notes)  # what the reader recovered or inferred
         self.cpu = cpu  # CPU family (topology.links.CPU_LINKS) used for SYS estimates, None if unknown
+        self.vendor = vendor  # "nvidia", "amd", or None when the source does not say (launch picks env names by it)
         self.graph = nx.Graph()
         for gpu in self.gpus:
             self.graph.add_node(gpu.id, kind="gpu", device=gpu)
@@ -144,13 +151,22 @@ class Topology:
 
     # --- NVLink structure -------------------------------------------------------------------------
     def nvlink_graph(self) -> nx.Graph:
-        """GPUs as nodes, NVLink connections as edges (attribute `nvlinks`)."""
+        """GPUs as nodes, GPU fabric links (NVLink; XGMI on AMD) as edges (attributes `nvlinks`: the link
+        count, `kind`: the LinkKind). Islands, cliques and meshes are the same notions on either fabric."""
         sub = nx.Graph()
         sub.add_nodes_from(g.id for g in self.gpus)
         for link in self.links():
-            if link.kind is LinkKind.NVLINK and link.a in sub and link.b in sub:
-                sub.add_edge(link.a, link.b, nvlinks=link.nvlinks)
+            if link.kind.is_fabric and link.a in sub and link.b in sub:
+                sub.add_edge(link.a, link.b, nvlinks=link.nvlinks, kind=link.kind)
         return sub
+
+    def fabric_domains(self) -> dict[str, list[str]]:
+        """Multi-node NVLink domains (NVML fabric info): domain id -> its GPUs on this node, in index order."""
+        domains: dict[str, list[str]] = {}
+        for gpu in self.gpus:
+            if gpu.fabric_domain is not None:
+                domains.setdefault(gpu.fabric_domain, []).append(gpu.id)
+        return domains
 
     def nvlink_islands(self) -> list[list[str]]:
         """GPUs joined by NVLink paths (connected components), largest first; lone GPUs are omitted."""
@@ -204,17 +220,18 @@ class Topology:
     def with_notes(self, *notes: str) -> Topology:
         """The same machine with more notes on how it was read."""
         return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
-                        source=self.source, notes=(*self.notes, *notes), cpu=self.cpu)
+                        source=self.source, notes=(*self.notes, *notes), vendor=self.vendor, cpu=self.cpu)
 
-    def with_arch(self, arch: str | None, gpu_name: str | None = None, cpu: str | None = None) -> Topology:
-        """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`), and
-        for CPU family `cpu` (None: the one it has)."""
+    def with_arch(self, arch: str | None, gpu_name: str | None = None, vendor: str | None = None,
+                  cpu: str | None = None) -> Topology:
+        """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`, made by
+        `vendor`), and for CPU family `cpu` (None: the one it has)."""
         cpu = cpu or self.cpu
         links = [
             replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch, cpu)) for l in self.links()
         ]
         return Topology(self.gpus, self.nics, links, arch=arch, gpu_name=gpu_name or self.gpu_name,
-                        source=self.source, notes=self.notes, cpu=cpu)
+                        source=self.source, notes=self.notes, vendor=vendor or self.vendor, cpu=cpu)
 
     def with_cpu(self, cpu: str | None) -> Topology:
         """The same machine with SYS hops re-estimated for CPU family `cpu` (topology.links.CPU_LINKS)."""
@@ -231,14 +248,17 @@ def build_topology(
     p2p: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
     source: str = "",
     notes: Sequence[str] = (),
+    evidence: Mapping[tuple[str, str], str] | None = None,
+    vendor: str | None = None,
     cpu: str | None = None,
 ) -> Topology:
     """Make a Topology from per-pair link codes (`{("GPU0", "GPU1"): "NV12", ...}`, either order).
 
-    Codes are normalised (`SOC` -> `SYS`); an unknown code is a TopoplanError. `p2p` attaches
-    `nvidia-smi topo -p2p` statuses to GPU pairs.
+    Codes are normalised (`SOC` -> `SYS`, `XGMI` -> `XGMI1`); an unknown code is a TopoplanError. `p2p`
+    attaches `nvidia-smi topo -p2p` statuses to GPU pairs, `evidence` what the source said about a pair.
     """
     p2p_by_pair = {_pair(*k): dict(v) for k, v in (p2p or {}).items()}
+    said = {_pair(*k): v for k, v in (evidence or {}).items()}
     links = []
     seen: set[tuple[str, str]] = set()
     for (a, b), raw in codes.items():
@@ -251,5 +271,6 @@ def build_topology(
             raise TopoplanError(f"unknown link code {raw!r} between {a} and {b}", source=source or None)
         code, kind, nvlinks = parsed
         links.append(Link(pair[0], pair[1], code, kind, nvlinks, estimate_bandwidth_gbps(kind, nvlinks, arch, cpu),
-                          LATENCY_US[kind], p2p_by_pair.get(pair)))
-    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes, cpu=cpu)
+                          LATENCY_US[kind], p2p_by_pair.get(pair), said.get(pair)))
+    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes, vendor=vendor,
+                    cpu=cpu)

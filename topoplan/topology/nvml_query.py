@@ -8,8 +8,10 @@ The pynvml module is passed in: the real one on a GPU machine, a replaying fake 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import uuid
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -70,6 +72,22 @@ def _nvlinks(ask: _Asker, handle: Any) -> list[dict[str, Answer]]:
     return links
 
 
+def _fabric(ask: _Asker, handle: Any) -> Answer:
+    """The GPU's NVLink fabric info (GB200/GB300 NVL72 and other multi-node NVLink systems): which cluster and
+    clique (NVLink partition) it belongs to, and whether the fabric manager finished setting it up. Raw:
+    `{"cluster_uuid": "...", "clique_id": 7, "state": 3, "status": 0}` (nvmlGpuFabricState_t, nvmlReturn_t)."""
+    make = getattr(ask.nvml, "c_nvmlGpuFabricInfoV_t", None)
+    if make is None:  # an nvidia-ml-py without the versioned call
+        return {"nvml_error": "FUNCTION_NOT_FOUND"}
+    info = make()
+
+    def read(_: Any) -> dict[str, Any]:
+        return {"cluster_uuid": str(uuid.UUID(bytes=bytes(info.clusterUuid))), "clique_id": int(info.cliqueId),
+                "state": int(info.state), "status": int(info.status)}
+
+    return ask("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), convert=read)  # NVML fills the struct
+
+
 def _gpu(ask: _Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answer]:
     node_scope = ask.nvml.NVML_AFFINITY_SCOPE_NODE
     gpu: dict[str, Answer] = {
@@ -87,6 +105,7 @@ def _gpu(ask: _Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answ
     if is_error(gpu["cpu_affinity"]):  # drivers before the scoped call existed
         gpu["cpu_affinity_any_scope"] = ask("nvmlDeviceGetCpuAffinity", handle, cpu_words, convert=list)
     gpu["nvlinks"] = _nvlinks(ask, handle)
+    gpu["fabric"] = _fabric(ask, handle)
     return gpu
 
 

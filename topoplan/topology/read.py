@@ -1,4 +1,6 @@
 """Read a topology from a file (or stdin): the one entry point for `topoplan inspect --file` and the planner.
+It reads `nvidia-smi topo -m` text, topoplan NVML recordings, NCCL topology XML, `rocm-smi --showtopo` and
+`amd-smi topology` text, telling them apart by content.
 
 Bytes are checked before parsing, so an empty file, binary junk or a wrong encoding gets its own clear
 message instead of a confusing parse error. Format detection lives in `detect_format` alone.
@@ -10,7 +12,9 @@ import json
 import sys
 
 from topoplan.errors import TopoplanError
+from topoplan.topology.amd_text import ROCM_SMI, detect_amd_text, parse_amd_smi_topology, parse_rocm_smi_topo
 from topoplan.topology.model import Topology, build_topology
+from topoplan.topology.nccl_xml import looks_like_nccl_xml, parse_nccl_xml
 from topoplan.topology.p2p_text import P2pMatrices, parse_p2p_text
 from topoplan.topology.recording import FORMAT as RECORDING_FORMAT
 from topoplan.topology.recording import parse_recording, topology_from_recording
@@ -20,6 +24,7 @@ STDIN = "-"
 _EXPECTED = "expected the text output of `nvidia-smi topo -m`"
 _EXPECTED_P2P = "expected the text output of `nvidia-smi topo -p2p r|w|n|a|p`"
 _CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
+READERS = {"nccl-xml": parse_nccl_xml, "rocm-smi": parse_rocm_smi_topo, "amd-smi": parse_amd_smi_topology}
 
 
 def read_topology(path: str, p2p_path: str | None = None) -> Topology:
@@ -32,6 +37,10 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
             raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
                                 source=_display(p2p_path))
         return topology_from_recording(parse_recording(text, source), source)
+    if fmt in READERS and p2p_path is not None:
+        raise TopoplanError(f"--p2p goes with `topo -m` text, not with a {fmt} file", source=_display(p2p_path))
+    if fmt in READERS:
+        return READERS[fmt](text, source)
     if fmt != "smi-text":
         raise TopoplanError(f'JSON, but not a topoplan NVML recording (no "format": "{RECORDING_FORMAT}"); '
                             f"{_EXPECTED} or a recording written by `topoplan inspect --save`", source=source, line=1)
@@ -42,9 +51,15 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
 
 
 def detect_format(text: str) -> str:
-    """What kind of topology file this is: "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan NVML
-    recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
+    """What kind of topology file this is, by content: "nccl-xml" (a document whose root is <system>),
+    "rocm-smi" / "amd-smi" (their link-type tables), "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan
+    NVML recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
     should get the JSON error), or "other JSON"."""
+    if looks_like_nccl_xml(text):
+        return "nccl-xml"
+    amd = detect_amd_text(text)
+    if amd is not None:
+        return "rocm-smi" if amd == ROCM_SMI else "amd-smi"
     start = text.lstrip()[:1]
     if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
         try:
@@ -60,10 +75,11 @@ def attach_p2p(topology: Topology, p2p: P2pMatrices) -> Topology:
     if p2p.n_gpus != len(topology.gpus):
         raise TopoplanError(f"the P2P matrix has {p2p.n_gpus} GPUs but the topology ({topology.source}) has "
                             f"{len(topology.gpus)}; expected both from the same machine", source=p2p.source)
-    codes = {(link.a, link.b): link.code for link in topology.links()}
-    return build_topology(topology.gpus, topology.nics, codes, arch=topology.arch, gpu_name=topology.gpu_name,
-                          p2p=p2p.statuses, source=topology.source,
-                          notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)))
+    links = topology.links()
+    return build_topology(topology.gpus, topology.nics, {(l.a, l.b): l.code for l in links}, arch=topology.arch,
+                          gpu_name=topology.gpu_name, p2p=p2p.statuses, source=topology.source,
+                          notes=(*topology.notes, *(f"{p2p.source}: {note}" for note in p2p.notes)),
+                          evidence={(l.a, l.b): l.evidence for l in links if l.evidence}, vendor=topology.vendor)
 
 
 def read_text(path: str, expected: str = _EXPECTED) -> str:

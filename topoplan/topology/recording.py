@@ -76,7 +76,11 @@ def save_recording(recording: dict[str, Any], path: str | Path) -> None:
 _INTS, _STRS = ("list", int), ("list", str)
 GPU_FIELDS = {"index": int, "handle": dict, "name": str, "uuid": str, "pci_bus_id": str, "memory_total": int,
               "cuda_compute_capability": _INTS, "cpu_affinity": _INTS, "cpu_affinity_any_scope": _INTS,
-              "memory_affinity": _INTS, "numa_node_id": int, "nvlinks": ("list", dict)}
+              "memory_affinity": _INTS, "numa_node_id": int, "nvlinks": ("list", dict), "fabric": dict}
+FABRIC_FIELDS = {"cluster_uuid": str, "clique_id": int, "state": int, "status": int}
+FABRIC_STATE_NOT_SUPPORTED = 0  # nvmlGpuFabricState_t: no NVLink fabric (a plain PCIe or HGX board)
+FABRIC_STATE_COMPLETED = 3  # nvmlGpuFabricState_t: the fabric manager has placed this GPU in its NVLink domain
+NVML_SUCCESS = 0
 LINK_FIELDS = {"state": int, "version": int, "remote_pci_bus_id": str, "remote_device_type": int}
 PAIR_FIELDS = {"a": int, "b": int, "common_ancestor": int, "p2p": dict}
 NIC_FIELDS = {"name": str, "class": str, "pci_address": str}
@@ -116,6 +120,8 @@ def check_shape(recording: dict[str, Any]) -> None:
         _check_fields(gpu, GPU_FIELDS, f"nvml.gpus[{k}]", required=("index",))
         for j, link in enumerate(gpu.get("nvlinks", [])):
             _check_fields(link, LINK_FIELDS, f"nvml.gpus[{k}].nvlinks[{j}]")
+        if "fabric" in gpu and not is_error(gpu["fabric"]):
+            _check_fields(gpu["fabric"], FABRIC_FIELDS, f"nvml.gpus[{k}].fabric", required=tuple(FABRIC_FIELDS))
     for k, pair in enumerate(nvml["pairs"]):
         _check_fields(pair, PAIR_FIELDS, f"nvml.pairs[{k}]", required=("a", "b"))
         for letter, status in pair.get("p2p", {}).items():
@@ -198,8 +204,23 @@ class _Interpreter:
                 # Grace: the GPU's memory is a NUMA node of its own, never the node of its CPU affinity
                 gpu_numa_id=gpu_numa if isinstance(gpu_numa, int) and gpu_numa >= 0 and gpu_numa != numa else None,
                 memory_bytes=_value(raw.get("memory_total")), cuda_index_pci_bus=pci_order[i],
-                cuda_index_default=default[i] if default else None, visible=visible[i], error=error))
+                cuda_index_default=default[i] if default else None, visible=visible[i], error=error,
+                fabric_domain=self.fabric_domain(i, raw)))
         return gpus
+
+    def fabric_domain(self, i: int, raw: dict[str, Any]) -> str | None:
+        """"clusterUuid/cliqueId" once the fabric manager has placed the GPU in a multi-node NVLink domain; a
+        GPU on such a fabric that is not (yet) placed gets a note, since it cannot reach other trays."""
+        fabric = _value(raw.get("fabric"))
+        if not fabric or fabric["state"] == FABRIC_STATE_NOT_SUPPORTED:
+            return None
+        zero = fabric["cluster_uuid"].replace("0", "").replace("-", "") == ""
+        if fabric["state"] == FABRIC_STATE_COMPLETED and fabric["status"] == NVML_SUCCESS and not zero:
+            return f"{fabric['cluster_uuid']}/{fabric['clique_id']}"
+        if fabric["state"] != FABRIC_STATE_COMPLETED or fabric["status"] != NVML_SUCCESS:
+            self.notes.append(f"{self.ids[i]}: NVLink fabric not ready (state {fabric['state']}, status "
+                              f"{fabric['status']}): it is not counted in a multi-node NVLink domain")
+        return None
 
     def numa_node(self, i: int, raw: dict[str, Any]) -> int | None:
         nodes = _bits(_value(raw.get("memory_affinity")))
@@ -319,4 +340,4 @@ def topology_from_recording(recording: dict[str, Any], source: str = "") -> Topo
     if cpu is not None:
         reader.notes.append(f"CPU family {cpu} (SYS-hop figures) from the recorded CPU model {model_name!r}")
     return build_topology(gpus, nics, codes, arch=arch, gpu_name=gpu_name, p2p=p2p, source=source,
-                          notes=reader.notes, cpu=cpu)
+                          notes=reader.notes, vendor="nvidia", cpu=cpu)

@@ -86,7 +86,7 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
         span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
         notes.add(f"{span}: {len(notes.off_grid)} GPU row(s) not aligned to 8-column tab stops (re-padded or "
                   f"tabs lost); each row has one value per trailing column, so they were read in order")
-    return build_topology(gpus, nics, codes, source=source, notes=notes)
+    return build_topology(gpus, nics, codes, source=source, notes=notes, vendor="nvidia")
 
 
 def _read_matrix(lines: list[Line], header_at: int, header: _Header, source: str,

@@ -1,5 +1,6 @@
-"""Where a topology comes from: a saved file (`--file`: a `nvidia-smi topo -m` paste or an NVML recording,
-`-` for stdin), or this machine, through NVML or by running `nvidia-smi topo -m`. Every source ends in the
+"""Where a topology comes from: a saved file (`--file`: a `nvidia-smi topo -m` paste, an NVML recording, an NCCL
+topology XML, `rocm-smi --showtopo` or `amd-smi topology` text, told apart by content in read.py; `-` for stdin),
+or this machine, through NVML or by running `nvidia-smi topo -m`. Every source ends in the
 one model. Which GPU it is (the catalog, `--gpu`) is the layer above: topoplan.machine."""
 
 from __future__ import annotations

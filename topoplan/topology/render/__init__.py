@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from topoplan.errors import TopoplanError
 from topoplan.topology.model import Topology
 
-FORMATS = ("table", "json", "dot", "mermaid", "svg", "png")
+FORMATS = ("table", "json", "dot", "mermaid", "svg", "png", "nccl-xml")
 IMAGE_FORMATS = ("svg", "png")
 # Width for the table when stdout is not a terminal (a pipe, a file): wide enough for 8 GPUs x 18 NICs.
 PIPE_WIDTH = 200
@@ -35,6 +35,10 @@ def _text(topo: Topology, fmt: str) -> str:
         from topoplan.topology.render.mermaid import render_mermaid
 
         return render_mermaid(topo)
+    if fmt == "nccl-xml":
+        from topoplan.topology.nccl_xml import write_nccl_xml
+
+        return write_nccl_xml(topo)
     raise ValueError(fmt)
 
 
@@ -51,10 +55,12 @@ def _print_table(topo: Topology) -> None:
 
     from rich.console import Console
 
+    from topoplan.terminal import emit
+
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH
-    console.print(_table_view(topo))
+    emit(console, _table_view(topo))
 
 
 def _plain_table(topo: Topology) -> str:
@@ -75,10 +81,9 @@ def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
     if fmt in IMAGE_FORMATS:
         if output is None:
             raise TopoplanError(f"--format {fmt} writes a picture: give the file with -o FILE")
-        from topoplan.topology.render.dot import render_dot
         from topoplan.topology.render.image import render_image
 
-        render_image(render_dot(topo), fmt, output)
+        render_image(topo, fmt, output)
     elif fmt == "table" and output is None:
         _print_table(topo)
     else:

@@ -25,9 +25,9 @@ def _node(topo: Topology, device: str, lone: bool) -> str:
 
 
 def _style(link: Link) -> str:
-    """Colour by kind; NVLink solid and thicker with more links, PCIe paths dashed."""
+    """Colour by kind; fabric links (NVLink, XGMI) solid and thicker with more links, PCIe paths dashed."""
     color = f'color="{KIND_COLOR[link.kind]}"'
-    if link.kind is LinkKind.NVLINK:
+    if link.kind.is_fabric:
         return f"{color}, penwidth={min(1 + link.nvlinks / 2, 8.0):g}"
     return f"{color}, penwidth=1, style=dashed"
 
@@ -37,7 +37,8 @@ def _edge(link: Link) -> str:
 
 
 def _hub(hub: Hub) -> list[str]:
-    label = f"NVLink all-to-all\n{link_label(hub.link)} per pair"
+    fabric = "NVLink" if hub.link.kind is LinkKind.NVLINK else "XGMI"
+    label = f"{fabric} all-to-all\n{link_label(hub.link)} per pair"
     lines = [f'{quote(hub.id)} [label={quote(label)}, shape=hexagon, fillcolor="#f4f9ea"];']
     lines += [f"{quote(gpu)} -- {quote(hub.id)} [{_style(hub.link)}];" for gpu in hub.gpus]
     return lines

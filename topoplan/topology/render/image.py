@@ -1,23 +1,26 @@
-"""SVG/PNG pictures: the DOT source laid out by Graphviz's `dot` program, written atomically."""
+"""SVG/PNG pictures: the topology laid out by scene.py, written by svg.py or png.py, all or nothing.
+
+No Graphviz: `--format dot` still prints the DOT source for users who want Graphviz's own layout.
+"""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
-from topoplan.atomic import atomic_path
-from topoplan.errors import TopoplanError
+from topoplan.atomic import write_atomic
+from topoplan.topology.model import Topology
 
 
-def render_image(dot_source: str, fmt: str, output: str) -> None:
-    """Run `dot -T<fmt>` on the source and put the picture at `output` (all or nothing)."""
-    dot = shutil.which("dot")
-    if dot is None:
-        raise TopoplanError(f"--format {fmt} needs Graphviz's `dot` program, which is not on PATH "
-                            "(Debian/Ubuntu: apt-get install graphviz); --format dot prints the source instead")
-    with atomic_path(output) as tmp:
-        done = subprocess.run([dot, f"-T{fmt}", "-o", tmp], input=dot_source.encode(), capture_output=True,
-                              check=False)
-        if done.returncode != 0:
-            first = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
-            raise TopoplanError(f"Graphviz `dot -T{fmt}` failed: {first}")
+def render_image(topo: Topology, fmt: str, output: str) -> None:
+    """Write the picture of `topo` as `fmt` (svg or png) to `output` atomically."""
+    from topoplan.topology.render.scene import scene
+
+    laid_out = scene(topo)
+    if fmt == "svg":
+        from topoplan.topology.render.svg import render_svg
+
+        write_atomic(output, render_svg(laid_out))
+    elif fmt == "png":
+        from topoplan.topology.render.png import render_png
+
+        write_atomic(output, render_png(laid_out))
+    else:
+        raise ValueError(fmt)

@@ -29,12 +29,13 @@ def _node(topo: Topology, device: str, lone: bool) -> str:
 
 
 def _edge(link: Link) -> str:
-    arrow = "===" if link.kind is LinkKind.NVLINK else "-.-"
+    arrow = "===" if link.kind.is_fabric else "-.-"
     return f'{_node_id(link.a)} {arrow}|"{_text(link_label(link))}"| {_node_id(link.b)}'
 
 
 def _hub_node(hub: Hub) -> str:
-    return f'{hub.id}{{{{"{_text(f"NVLink all-to-all: {link_label(hub.link)} per pair")}"}}}}'
+    fabric = "NVLink" if hub.link.kind is LinkKind.NVLINK else "XGMI"
+    return f'{hub.id}{{{{"{_text(f"{fabric} all-to-all: {link_label(hub.link)} per pair")}"}}}}'
 
 
 def render_mermaid(topo: Topology) -> str:

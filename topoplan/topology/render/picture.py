@@ -20,6 +20,7 @@ from topoplan.topology.model import Link, Topology
 # One colour per link kind, shared by the table (rich accepts hex) and the pictures.
 KIND_COLOR = {
     LinkKind.NVLINK: "#76b900",
+    LinkKind.XGMI: "#ed1c24",
     LinkKind.PIX: "#1f77b4",
     LinkKind.PXB: "#17becf",
     LinkKind.PHB: "#9467bd",

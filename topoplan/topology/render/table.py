@@ -111,6 +111,13 @@ def _islands(topo: Topology) -> Text:
     return text.append("; ".join(f"{i}: {', '.join(island)}" for i, island in enumerate(islands)), style="")
 
 
+def _domains(topo: Topology) -> list[Text]:
+    """One line per multi-node NVLink domain (NVML fabric info): GPUs of other nodes in it are NVLink peers."""
+    return [Text("NVLink domain: ", style="bold").append(f"{domain} (cluster/clique): {', '.join(gpus)}; other nodes "
+                                                         "of this domain reach them over NVLink", style="")
+            for domain, gpus in topo.fabric_domains().items()]
+
+
 def _warnings(warnings: list[Warning]) -> Table | Text:
     if not warnings:
         return Text("No warnings.", style="green")
@@ -132,7 +139,7 @@ def render_table(topo: Topology, warnings: list[Warning]) -> Group:
     parts += [_matrix(topo), Text(""), _kinds(topo), _gpus(topo)]
     if topo.nics:
         parts.append(_nics(topo))
-    parts += [_islands(topo), _warnings(warnings)]
+    parts += [_islands(topo), *_domains(topo), _warnings(warnings)]
     if topo.notes:
         parts.append(Text("Notes from reading the input:", style="bold"))
         parts += [Text(f"- {note}") for note in topo.notes]

@@ -1,0 +1,112 @@
+"""`topoplan plan --device cpu`: CPU-process layouts of this machine, priced from a calibration's `cpu` entry
+without any topology file (a CPU machine has no `nvidia-smi topo -m` to give)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from topoplan.cpuset import cpu_cores
+from topoplan.models import find_model
+
+ROOT = Path(__file__).resolve().parent.parent
+CORES = len(cpu_cores())
+GEMV_ALL, GEMV_ONE = 10.0, 6.0  # GB/s: every core streaming, one core
+
+
+def calibration(tmp_path: Path, cores: int = CORES) -> Path:
+    """A `cpu` entry for this machine's core count: memory-bound figures, tiny overheads, and the planner's
+    memory efficiency at 1, so the decode time can be worked out by hand."""
+    probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 1.0, "step_overhead_us": 1.0,
+              "matmul_tflops": {"1": 0.5, "64": 1.0}}
+    threads = {"1": {**probes, "gemv_gbps": GEMV_ONE}, str(CORES): {**probes, "gemv_gbps": GEMV_ALL},
+               str(cores): {**probes, "gemv_gbps": GEMV_ALL}}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"version": 1, "memory_bandwidth_efficiency": 1.0, "cpu": {
+        "cores": cores, "numa_nodes": 1, "memory_bytes": 8e9, "dtype": "fp32", "threads": threads}}))
+    return path
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}  # no nvidia-smi, no NVML: a CPU box
+    return subprocess.run([sys.executable, "-m", "topoplan", "plan", "--device", "cpu", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_plans_this_machines_cpu_layouts_without_a_topology(tmp_path: Path):
+    done = plan("--model", "small", "--calibration", str(calibration(tmp_path)), "--prompt-len", "16",
+                "--gen-len", "16", "--json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    data = json.loads(done.stdout)
+    assert data["topology"]["gpus"] == [f"CPU{i}" for i in range(CORES)]
+    assert data["model"]["dtype"] == "fp32" and data["topology"]["gpu"] == "CPU cores"
+    shown = [(l["tp"], l["pp"], l["dp"]) for l in data["layouts"] + data["hidden"]]
+    # TP1 on every core, and one single-threaded rank per core in every split of the cores
+    assert (1, 1, 1) in shown and all(tp * pp * dp in (1, CORES) for tp, pp, dp in shown)
+    assert len(shown) == len(set(shown))
+    times = [l["request_ms"] for l in data["layouts"]]
+    assert times == sorted(times)  # ranked by latency
+    # TP1 streams every fp32 weight through all cores' GEMV bandwidth each step (memory-bound: the KV cache
+    # of 32 tokens and the 1 us overheads are below 1 %)
+    tp1 = next(l for l in data["layouts"] + data["hidden"] if (l["tp"], l["pp"], l["dp"]) == (1, 1, 1))
+    weights = find_model("small").weight_bytes("fp32")
+    assert tp1["decode_ms_per_token"] == pytest.approx(weights / (GEMV_ALL * 1e9) * 1e3, rel=0.01)
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")
+def test_fixed_degrees_and_a_one_thread_rank_per_core(tmp_path: Path):
+    done = plan("--model", "small", "--calibration", str(calibration(tmp_path)), "--tp", str(CORES), "--pp", "1",
+                "--dp", "1", "--prompt-len", "16", "--gen-len", "16", "--json")
+    assert done.returncode == 0, done.stderr
+    [layout] = json.loads(done.stdout)["layouts"]
+    assert (layout["tp"], layout["pp"], layout["dp"]) == (CORES, 1, 1)
+    # each single-threaded rank reads 1/CORES of the weights, the ranks sharing the socket's bandwidth
+    weights = find_model("small").weight_bytes("fp32")
+    per_rank_gbps = min(GEMV_ONE, GEMV_ALL / CORES)
+    assert layout["decode_ms_per_token"] >= weights / CORES / (per_rank_gbps * 1e9) * 1e3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "tiny"], "--device cpu needs --calibration FILE with a `cpu` entry"),
+    (["--model", "tiny", "--topo", "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"],
+     "--device cpu plans this machine's CPU cores; --topo describe GPU machines"),
+    (["--model", "tiny", "--device", "tpu"], "Invalid value for '--device'"),
+])
+def test_bad_input_is_one_line(args, message):
+    done = plan(*args)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_calibration_without_a_cpu_entry_is_refused(tmp_path: Path):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"version": 1, "flop_efficiency": 0.6}))
+    done = plan("--model", "tiny", "--calibration", str(path))
+    assert done.returncode == 2 and "no `cpu` entry: run `topoplan calibrate` on this machine" in done.stderr
+
+
+def test_a_calibration_from_another_core_count_is_warned(tmp_path: Path):
+    path = calibration(tmp_path, cores=CORES + 2)
+    done = plan("--model", "tiny", "--calibration", str(path), "--top", "1")
+    assert done.returncode == 0
+    assert done.stderr == f"topoplan: warning: {path} was measured on {CORES + 2} cores; this machine has {CORES}\n"
+
+
+def test_plan_on_a_machine_without_gpus_points_to_device_cpu(tmp_path: Path):
+    """No driver (a pynvml whose nvmlInit fails, no nvidia-smi on PATH) and no --topo: the error says how to
+    plan this CPU machine instead."""
+    (tmp_path / "pynvml.py").write_text(
+        "class NVMLError(Exception):\n    value = 9\n    def __str__(self):\n        return 'Driver Not Loaded'\n"
+        "def nvmlInit():\n    raise NVMLError()\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "topoplan", "plan", "--model", "tiny", "--calibration",
+                           str(calibration(tmp_path))], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("topoplan: error: no topology from this machine: NVML could not start")
+    assert done.stderr.endswith("; on a machine without GPUs, `plan --device cpu --calibration FILE` plans its "
+                                "CPU-process layouts\n")

@@ -1,0 +1,113 @@
+"""CPU-process layouts of this machine, priced by the planner from a calibration's `cpu` entry: what
+`topoplan plan --device cpu` ranks and what `topoplan validate` measures.
+
+The candidates: one rank with every core as its threads (TP1), and every tp x pp x dp with one
+single-threaded rank per core. Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU
+topology and device of topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight,
+prefill `batch x prompt_len`, and a CPU's FLOP rate depends on the rows (cpu.py). CPU layouts are priced
+in fp32, the dtype the runner uses on CPUs and the one the `cpu` entry was measured in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.cpuset import cpu_cores
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.models import ModelSpec, find_model
+from topoplan.plan.calibration import Calibration, load_calibration
+from topoplan.plan.cost import LayoutCost, Workload
+from topoplan.plan.frontend import PlanRequest
+from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.rank import Plan, RankedLayout, check_search, mark_dominated, plan, rank_key
+
+CPU_DTYPE = "fp32"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    threads: int  # intra-op threads per rank
+
+
+def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int | None) -> list[Candidate]:
+    """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked).
+    `batch`: prompts split over the DP replicas (validate), so dp must divide it; None when each replica has
+    its own batch (plan)."""
+    if wanted is None:
+        found = [Candidate(Layout(), cores)]
+        if cores > 1:
+            found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores)
+                      if l.world == cores and (batch is None or batch % l.dp == 0)]
+        return found
+    out = []
+    for layout in wanted:
+        if layout.world > cores:
+            raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
+        if batch is not None and batch % layout.dp:
+            raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
+        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
+        out.append(Candidate(layout, max(1, cores // layout.world)))
+    return out
+
+
+def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
+              workload: Workload) -> LayoutCost:
+    """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
+    rows, prefill at prefill's, the request time from both."""
+    layout = cand.layout
+    cal = cpu_calibration(calibration, entry, cand.threads)
+
+    def at(rows: int) -> LayoutCost:
+        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
+        return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
+                    dp=layout.dp).layouts[0].cost
+
+    decode, prefill = at(workload.batch), at(workload.batch * workload.prompt_len)
+    return replace(decode, prefill_ms=prefill.prefill_ms,
+                   request_ms=prefill.prefill_ms + workload.gen_len * decode.decode_ms_per_token)
+
+
+def _refuse_gpu_options(r: PlanRequest) -> None:
+    options = (("--topo", r.topo), ("--gpu", r.gpu), ("--cpu", r.cpu), ("--nic-gbps", r.nic_gbps))
+    given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else [])
+    if given:
+        raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
+                            "machines: drop them, or plan GPUs with --device gpu")
+
+
+def plan_cpu(request: PlanRequest) -> Plan:
+    """`plan --device cpu`: rank this machine's CPU-process layouts with the calibration's `cpu` entry."""
+    r = request
+    _refuse_gpu_options(r)
+    if r.calibration is None:
+        raise TopoplanError("--device cpu needs --calibration FILE with a `cpu` entry: run `topoplan calibrate` on "
+                            "this machine first (the planner has no built-in CPU figures)")
+    entry = load_cpu_entry(r.calibration)
+    calibration = load_calibration(r.calibration)
+    spec = find_model(r.model)
+    cores = len(cpu_cores())
+    check_search(nodes=1, objective=r.objective, max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)
+    wanted = [Layout(r.tp, r.pp, r.dp)] if None not in (r.tp, r.pp, r.dp) else None
+    candidates = [c for c in cpu_candidates(spec, cores, wanted, None)
+                  if all(want is None or want == got for want, got in ((r.tp, c.layout.tp), (r.pp, c.layout.pp),
+                                                                     (r.dp, c.layout.dp)))
+                  and (r.max_tp is None or c.layout.tp <= r.max_tp)]
+    if not candidates:
+        raise TopoplanError(f"no CPU-process layout of {cores} cores matches --tp/--pp/--dp/--max-tp")
+    workload = replace(r.workload, dtype=CPU_DTYPE)
+    ranked = [RankedLayout(price_cpu(spec, c, entry, calibration, workload),
+                           tuple(f"CPU{i}" for i in range(c.layout.world))) for c in candidates]
+    ranked.sort(key=lambda e: rank_key(r.objective, e))
+    mark_dominated(ranked)
+    warnings = () if entry["cores"] == cores else (
+        f"{r.calibration} was measured on {entry['cores']} cores; this machine has {cores}",)
+    threads = ", ".join(f"{c.layout}: {c.layout.world} rank(s) x {c.threads} thread(s)" for c in candidates)
+    topology = cpu_topology(cores).with_notes(f"CPU-process layouts of this machine ({threads})")
+    device = replace(cpu_device(entry, 1, 1, workload.batch), name="CPU cores")
+    return Plan(spec, device, topology, 1, workload, r.objective, calibration,
+                [e for e in ranked if e.dominated_by is None], [e for e in ranked if e.dominated_by is not None],
+                warnings)

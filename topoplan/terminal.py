@@ -1,0 +1,28 @@
+"""Printing rich tables at the width the terminal (or COLUMNS) gives, with no trailing spaces on any line.
+
+rich pads every cell and title to the table's width; a pasted table then carries invisible spaces that
+diff tools and review comments trip over. Rendering to text first and stripping each line's end (before
+any closing colour code) keeps the colours and drops the padding.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console, RenderableType
+
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def strip_trailing(text: str) -> str:
+    """Every line of `text` without its trailing blanks (colour codes after them are kept)."""
+    return _TRAILING.sub(r"\1", text)
+
+
+def emit(console: Console, *renderables: RenderableType | str) -> None:
+    """Print `renderables` on `console` at its width, each line stripped of trailing blanks."""
+    with console.capture() as captured:
+        for renderable in renderables:
+            console.print(renderable, highlight=False)
+    console.file.write(strip_trailing(captured.get()))
+    console.file.flush()
