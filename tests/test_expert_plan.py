@@ -254,3 +254,12 @@ def test_a_recording_names_its_cpu_family(tmp_path):
     assert topo.cpu == "intel-sapphire-rapids" and sys_link.bandwidth_gbps == 22.0  # min(PCIe Gen4 24, SPR 22)
     assert any("CPU family intel-sapphire-rapids" in note for note in topo.notes)
     assert load_topology(str(path), cpu="amd-zen").link(sys_link.a, sys_link.b).bandwidth_gbps == 24.0
+
+
+def test_tp_across_the_trays_of_one_nvlink_domain_is_not_the_network():
+    """GB200 NVL72 trays share one NVLink domain: TP spanning trays is not pushed behind in-tray TP."""
+    result = plan_for(PlanRequest(model="405b", topo=str(TOPO.parent / "nvml" / "gb200-nvl72-tray-4gpu.json"),
+                                  nodes=4))
+    best = result.layouts[0]
+    assert best.cost.layout.tp > len(best.order) and not best.tp_network
+    assert "spans nodes over NVLink (one multi-node NVLink domain)" in best.cost.reasons[0]
