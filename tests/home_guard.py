@@ -3,7 +3,9 @@ user's home"), so a test that reaches it fails, whatever path it took there.
 
 An audit hook (PEP 578) sees every open, listdir, mkdir, rename and remove. Paths Python itself runs from
 (its prefix and sys.path, which may lie under the home, as with pyenv) are not the user's files and are
-let through. Child processes need no hook: they inherit the temporary HOME and caches conftest.py sets.
+let through. Child processes are not watched: they inherit the temporary HOME and caches conftest.py sets,
+so a test that starts one must pass it the environment of the moment (`os.environ` at call time, not a copy
+taken at import).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ EVENTS = {"open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.remov
 _RUNTIME = tuple(os.path.abspath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
                                                         os.environ.get("PYENV_ROOT", "")} if p)
 touched: list[tuple[str, str]] = []  # (event, path) under the real home, in order
+_installed: list = []
 
 
 def in_real_home(path: str) -> bool:
@@ -44,5 +47,3 @@ def install() -> None:
         sys.addaudithook(_hook)
         _installed.append(_hook)
 
-
-_installed: list = []

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from topoplan.cpuset import CpuFacts
+from topoplan.launch.options import LauncherOptions
 from topoplan.layout import Layout, RankPlacement
 from topoplan.plan.placement import expand
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
@@ -17,6 +18,9 @@ FIXTURES = ROOT / "fixtures" / "topo"
 FACTS = CpuFacts.read_sysfs()
 EXPECTED = sorted((FIXTURES / "expected").glob("*.json"))
 DGX_A100 = FIXTURES / "expected" / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.json"
+# The emitted mpirun lines must start as they are: as root (CI, containers) that takes launch's opt-in.
+AS_ROOT = LauncherOptions(allow_run_as_root=os.geteuid() == 0)
+LOOPBACK_HOSTS = ["127.0.0.1", "127.0.0.2"]  # two "nodes" on this machine: distinct names, both loopback
 
 
 def expected_topology(path: Path) -> Topology:
@@ -45,9 +49,9 @@ def local_topology(gpus: int, nic_name: str = "mlx5_0"):
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, everything here is local
-    env.pop("TOPOPLAN_NODE", None)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMPI_MCA_plm_rsh_agent="false")  # Open MPI: never ssh, all local
+    for name in ("TOPOPLAN_NODE", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        env.pop(name, None)  # the emitted lines must bring what they need
     return env
 
 
@@ -55,3 +59,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def generated_lines(stdout: str) -> list[str]:
+    """The runner's human output: one `[i] 'text'` line per prompt."""
+    return [line for line in stdout.splitlines() if line.startswith("[")]
+
+
+MARK = "TOPOPLAN_TEST_MARK"  # set for a launched script: every process it starts inherits it
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Processes whose environment carries MARK=mark (every descendant of the script inherits it)."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

@@ -40,8 +40,9 @@ def main(spec_path: str, out_dir: str) -> int:
             failures.append(f"{name}={os.environ.get(name)!r}, planned {value!r}")
     if planned["cpus"] is not None and seen["affinity"] != planned["cpus"]:
         failures.append(f"affinity {seen['affinity']}, planned {planned['cpus']}")
-    if planned["mem_node"] is not None and f"bind:{planned['mem_node']}" not in seen["policy"]:
-        failures.append(f"memory policy {seen['policy']}, planned bind:{planned['mem_node']}")
+    tag = {"bind": "bind", "preferred": "prefer"}.get(planned["mem_policy"])  # numa_maps' names
+    if planned["mem_node"] is not None and tag and f"{tag}:{planned['mem_node']}" not in seen["policy"]:
+        failures.append(f"memory policy {seen['policy']}, planned {tag}:{planned['mem_node']}")
 
     import torch
     import torch.distributed as dist

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from topoplan.layout import Layout
 from topoplan.rank_env import discover_rank_env
 from topoplan.runner.dist import build_dist, join_world
 from topoplan.runner.options import RunOptions
@@ -23,7 +22,7 @@ def main() -> None:
     backend, device = join_world(discover_rank_env(), "gloo", TIMEOUT_S)
     for job in jobs:
         opts = RunOptions(**job["options"])
-        d = build_dist(Layout(opts.tp, opts.pp, opts.dp), backend, device, TIMEOUT_S)
+        d = build_dist(opts.layout, backend, device, TIMEOUT_S)
         result = run(opts, d)
         if result is not None:
             (out / f"{job['name']}.json").write_text(json.dumps(result))

@@ -19,10 +19,11 @@ LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "h
 
 def hf_model(kind: str):
     """A random transformers model: llama (Llama 3.1 RoPE, GQA), mistral (sliding window 5), qwen2 (q/k/v
-    bias, tied embeddings), llama-mha (MHA, linear RoPE scaling, attention bias on q/k/v/o)."""
+    bias, tied embeddings), llama-mha (MHA, linear RoPE scaling, attention bias on q/k/v/o), mixtral (4 experts,
+    top-2), qwen2_moe (8 experts, top-2 unnormalised, a gated shared expert, layer 1 dense)."""
     import transformers as tf
 
-    torch.manual_seed({"llama": 1, "mistral": 2, "qwen2": 3, "llama-mha": 4}[kind])
+    torch.manual_seed({"llama": 1, "mistral": 2, "qwen2": 3, "llama-mha": 4, "mixtral": 5, "qwen2_moe": 6}[kind])
     if kind == "llama":
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**HF_COMMON, rope_scaling=LLAMA31_ROPE, rope_theta=500000.0))
     elif kind == "mistral":
@@ -32,6 +33,13 @@ def hf_model(kind: str):
     elif kind == "llama-mha":
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**{**HF_COMMON, "num_key_value_heads": 8}, attention_bias=True,
                                                    rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    elif kind == "mixtral":
+        model = tf.MixtralForCausalLM(tf.MixtralConfig(**{**HF_COMMON, "intermediate_size": 48}, num_local_experts=4,
+                                                       num_experts_per_tok=2))
+    elif kind == "qwen2_moe":
+        model = tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(**HF_COMMON, moe_intermediate_size=32,
+                                                         shared_expert_intermediate_size=48, num_experts=8,
+                                                         num_experts_per_tok=2, mlp_only_layers=[1]))
     else:
         raise ValueError(kind)
     tied = model.config.tie_word_embeddings

@@ -39,6 +39,14 @@ def test_amd_box_is_inferred_and_priced_with_xgmi_figures():
     assert (named.gpu_name, named.vendor) == ("mi300x", "amd")
 
 
+def test_amd_pictures_name_the_xgmi_fabric(tmp_path):
+    out = tmp_path / "mi300.svg"
+    result = runner.invoke(app, ["inspect", "--file", str(MI300), "--format", "svg", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    svg = out.read_text()
+    assert "XGMI all-to-all" in svg and "NVLink" not in svg
+
+
 def test_plan_on_an_amd_box():
     result = plan_for(PlanRequest(model="70b", topo=str(MI300), gpu="mi300x", tp=8, pp=1, dp=1))
     best = result.layouts[0]
@@ -78,16 +86,16 @@ def test_launch_on_an_amd_box_selects_gpus_with_hip_visible_devices():
     assert any("HIP_VISIBLE_DEVICES selects them" in note for note in spec["notes"])
 
 
-def test_launch_from_an_rccl_dump_names_the_socket_nics():
-    """RCCL's own XML of an MI300X VM: the GPUs and NICs of a NUMA node share its CPU (PHB), so a rank gets the
-    four NICs of its socket; RCCL reads NCCL_IB_HCA."""
+def test_launch_from_an_rccl_dump_names_the_gpu_facing_nics():
+    """RCCL's own XML of an MI300X VM: each of the 8 NICs is the nearest NIC of some GPU (the four of a socket
+    share its CPU, PHB), so every rank gets the node-wide list and RCCL, which reads NCCL_IB_HCA, picks each GPU's
+    nearest NIC from it itself."""
     topo = ROOT / "fixtures" / "nccl" / "rccl-mi300x-8gpu-xgmi-8nic-vm-topo-expl.xml"
     result = runner.invoke(app, ["launch", "--topo", str(topo), "--gpu", "mi300x", "--model", "70b",
                                  "--layout", "tp=8,pp=1,dp=1", "--format", "json", "--", "python", "serve.py"])
     assert result.exit_code == 0, result.output
     ranks = json.loads(result.stdout)["ranks"]
-    assert ranks[0]["env"]["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3"
-    assert ranks[7]["env"]["NCCL_IB_HCA"] == "=mlx5_4,mlx5_5,mlx5_6,mlx5_7"
+    assert {r["env"]["NCCL_IB_HCA"] for r in ranks} == {"=" + ",".join(f"mlx5_{i}" for i in range(8))}
     assert ranks[0]["env"]["HIP_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
 
 
@@ -99,11 +107,14 @@ def test_launch_on_radeon_pair_without_peer_access_limits_p2p(tmp_path):
     assert [(r["HIP_VISIBLE_DEVICES"], r["NCCL_P2P_LEVEL"]) for r in ranks] == [("0,1", "PXB"), ("0,1", "PXB")]
 
 
-def test_slurm_leaves_gpu_selection_to_slurm_on_amd():
+def test_slurm_asks_for_every_gpu_and_selects_them_with_hip_on_amd():
+    """Each task sees all of the node's GPUs (RCCL's peer path needs them), in the planned order."""
     result = runner.invoke(app, ["launch", "--topo", str(MI300), "--gpu", "mi300x", "--model", "70b",
                                  "--layout", "tp=8,pp=1,dp=1", "--format", "sbatch", "--", "python", "serve.py"])
     assert result.exit_code == 0, result.output
-    assert "HIP_VISIBLE_DEVICES" not in result.stdout and "--gpu-bind=map_gpu:" in result.stdout
+    assert "#SBATCH --gpus-per-node=8" in result.stdout.splitlines() and "gpu-bind" not in result.stdout
+    assert result.stdout.count("exec env HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ") == 8
+    assert "CUDA_VISIBLE_DEVICES" not in result.stdout
 
 
 # --- GB200 NVL72 -----------------------------------------------------------------------------------------

@@ -57,6 +57,17 @@ def test_base_and_alpha_are_separated_by_sendrecv():
     assert c.bandwidth_gbps["node"] == pytest.approx(1.5)  # from all_reduce: its busbw at n=2
 
 
+def test_all_to_all_enters_the_link_system_with_n_minus_1_latencies():
+    # planner: all_to_all(n=4) = base + 3 alpha + 3/4 S / bw; all_reduce(n=4) = base + 6 alpha + 6/4 S / bw
+    base, alpha = 30.0, 10.0
+    fits = fit_sweep(rows("all_reduce", base + 6 * alpha, 1 / 8e3) + rows("all_to_all", base + 3 * alpha, 1 / 4e3),
+                     "nvlink", 4)
+    c = link_constants(fits, default_base_us=25.0)
+    assert c.base_us == pytest.approx(base) and c.alpha_us["nvlink"] == pytest.approx(alpha)
+    (a2a,) = [f for f in fits if f.op == "all_to_all"]
+    assert a2a.busbw_gbps == pytest.approx(4.0 * 3 / 4)  # nccl-tests: busbw = algbw (n-1)/n
+
+
 def test_underdetermined_keeps_the_default_base():
     fits = fit_sweep(rows("all_reduce", 525.0, 1 / 1e3), "node", 2)
     c = link_constants(fits, default_base_us=25.0)

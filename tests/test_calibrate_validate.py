@@ -62,7 +62,7 @@ def test_file_is_accepted_by_the_planner(calibration):
     entry = load_cpu_entry(calibration)
     assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}
-    assert ("all_reduce", 2) in ops and ("sendrecv", 2) in ops
+    assert ("all_reduce", 2) in ops and ("sendrecv", 2) in ops and ("all_to_all", 2) in ops
 
 
 def price(calibration: Path, tp: int, pp: int, cal=None):
@@ -142,6 +142,30 @@ def test_validate_tiny_three_layouts(calibration):
     assert [result["best_predicted"][k] for k in ("tp", "pp")] == [best_p[k] for k in ("tp", "pp")]
     assert [result["best_measured"][k] for k in ("tp", "pp")] == [best_m[k] for k in ("tp", "pp")]
     assert result["order_matches"] == (result["predicted_order"] == result["measured_order"])
+
+
+def test_validate_moe_checkpoint_with_expert_parallel_rows(calibration, tmp_path):
+    """A small Mixtral (byte-sized vocabulary for validate's prompts): TP2 with experts TP-sharded, and EP2."""
+    import transformers as tf
+
+    folder = tmp_path / "mixtral"
+    config = tf.MixtralConfig(vocab_size=264, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                              num_experts_per_tok=2, max_position_embeddings=64)
+    tf.MixtralForCausalLM(config).save_pretrained(folder)
+    done = topoplan("validate", "--model", str(folder), "--layouts", "tp=2;tp=2,ep=2", "--calibration",
+                    str(calibration), "--batch", "2", "--prompt-len", "4", "--gen-len", "4", "--repeats", "1", "--json",
+                    "--force")  # --force: the shared test machine is usually busy
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [(r["tp"], r["ep"]) for r in result["rows"]] == [(2, 1), (2, 2)]
+    ep = result["rows"][1]
+    assert ep["predicted_decode_ms"] > 0 and ep["measured_decode_ms"] > 0
+    assert ep["reasons"][0].startswith("EP2 ")  # priced as expert-parallel, its all-to-alls on the CPU link
+    assert "tp=2,pp=1,dp=1,ep=2" in result["predicted_order"]
+    refused = topoplan("validate", "--model", str(folder), "--layouts", "tp=1,dp=2,ep=2", "--calibration",
+                       str(calibration), "--json", "--force", timeout=60)
+    assert refused.returncode == 2 and "runs ep dividing tp" in refused.stderr
 
 
 @pytest.mark.parametrize("args, message", [

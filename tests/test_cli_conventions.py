@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
+# Typer detects the user's shell from the process tree (shellingham); a test run need not have a shell above it
+# (CI, a detached job), so the test names the shell, as typer's own tests do.
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "topoplan", *args], cwd=ROOT, capture_output=True, text=True,
@@ -68,9 +73,11 @@ def test_h_is_help_on_every_command(path: tuple[str, ...]):
 
 
 def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
-    result = run_cli("--show-completion", "bash")
+    result = run_cli("--show-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     script = result.stdout
+    # the same script without typer's option, as click documents it (for a shell other than the current one)
+    assert run_cli(env={**os.environ, "_TOPOPLAN_COMPLETE": "source_bash"}).stdout.strip() == script.strip()
     assert "complete -o default -F _topoplan_completion topoplan" in script
     assert "_TOPOPLAN_COMPLETE=complete_bash" in script
     # Run it in bash against this tree's topoplan: the words it offers are the app's own.
@@ -94,7 +101,8 @@ def test_show_completion_prints_a_bash_script_that_completes(tmp_path: Path):
 
 
 def test_install_completion_writes_into_the_home(isolated_home: Path):
-    result = run_cli("--install-completion", "bash")
+    assert os.environ["HOME"] == str(isolated_home)  # the environment below is read now, inside the test
+    result = run_cli("--install-completion", "bash", env={**os.environ, **NAMED_SHELL})
     assert result.returncode == 0, result.stderr
     assert "_TOPOPLAN_COMPLETE=complete_bash" in next(isolated_home.rglob("topoplan*")).read_text()
     assert "topoplan" in (isolated_home / ".bashrc").read_text()

@@ -19,13 +19,16 @@ ALLOWED = {
     "hardware": {"base", "topology"},
     "machine": {"base", "topology", "hardware"},
     "models": {"base"},
-    "plan": {"base", "topology", "hardware", "machine", "models"},
+    "engines": {"base"},  # what each engine is, as data: read by plan, launch and bench, imports none of them
+    "plan": {"base", "topology", "hardware", "machine", "models", "engines"},
     # launch writes the bundled runner's default command line: its options and built-in names, nothing else
-    "launch": {"base", "topology", "hardware", "machine", "models", "plan", "runner.builtin", "runner.options"},
-    "runner": {"base", "topology", "hardware", "models", "plan"},
-    "bench": {"base", "topology", "hardware", "machine", "models", "plan", "runner"},
+    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan",
+               "runner.builtin", "runner.options"},
+    "runner": {"base", "topology", "hardware", "models", "engines", "plan"},
+    # bench measures launched engines (calibrate/validate --engine vllm start vLLM through launch's script)
+    "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
 }
-BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal"}
+BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields"}
 
 
 def module_name(path: Path) -> str:
@@ -94,4 +97,6 @@ def test_the_rules_catch_what_the_issue_named():
     assert not allowed("topoplan.topology.recording", "topoplan.hardware")
     assert not allowed("topoplan.plan.cost", "topoplan.runner.dist")
     assert not allowed("topoplan.layout", "topoplan.plan.rank")
+    assert not allowed("topoplan.engines.vllm", "topoplan.plan.cost")
+    assert not allowed("topoplan.engines", "topoplan.launch.command")
     assert allowed("topoplan.launch.command", "topoplan.runner.options")

@@ -284,17 +284,17 @@ def test_live_source_runs_nvidia_smi_topo_m(tmp_path: Path):
     assert data["nvlink_islands"] == [["GPU0", "GPU1", "GPU2", "GPU3"]]
 
 
-def test_live_source_failing_or_missing_suggests_file(tmp_path: Path):
+def test_live_source_failing_or_missing_suggests_topo(tmp_path: Path):
     env = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed because it couldn''t communicate with the NVIDIA "
                                      "driver.' >&2\nexit 9\n")
     failed = run_cli("inspect", "--source", "smi", env=env)
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1
     assert "`nvidia-smi topo -m` failed (exit 9): NVIDIA-SMI has failed" in failed.stderr
-    assert "--file topo.txt" in failed.stderr
+    assert "--topo topo.txt" in failed.stderr  # the name every topology-reading command takes (--file too)
     missing = run_cli("inspect", "--source", "smi",
                       env={**os.environ, "PATH": _path_without("nvidia-smi", tmp_path=tmp_path / "x")})
     assert missing.returncode == 2
-    assert missing.stderr.startswith("topoplan: error: nvidia-smi is not installed") and "--file" in missing.stderr
+    assert missing.stderr.startswith("topoplan: error: nvidia-smi is not installed") and "--topo" in missing.stderr
 
 
 def test_cli_does_not_import_torch_or_pynvml():

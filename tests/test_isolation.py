@@ -45,3 +45,25 @@ def test_reaching_the_real_home_is_caught():
     del home_guard.touched[before:]
     assert caught == [("open", str(probe))]
     assert not home_guard.in_real_home(sys.executable)  # Python's own files (pyenv lives in the home) pass
+
+
+def test_no_test_module_copies_the_environment_at_import():
+    """A copy of os.environ taken at import holds the real HOME (conftest sets the temporary one per test):
+    a child process given it writes into the user's home unseen by the guard. Copy it inside the test.
+    Reading one variable at import (`os.environ.get("X")`, `os.environ["X"]`, `"X" in os.environ`) is no copy."""
+    import ast
+
+    found = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name == "home_guard.py":  # reads the real PYENV_ROOT on purpose: Python's own files
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            reads = {id(n.value) for n in ast.walk(node.value)
+                     if (isinstance(n, ast.Attribute) and n.attr == "get") or isinstance(n, ast.Subscript)}
+            reads |= {id(c) for n in ast.walk(node.value) if isinstance(n, ast.Compare) for c in n.comparators}
+            if any(isinstance(n, ast.Attribute) and n.attr == "environ" and id(n) not in reads
+                   for n in ast.walk(node.value)):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []

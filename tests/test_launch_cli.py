@@ -38,8 +38,8 @@ def test_every_format_renders(fmt):
         starts = [line for line in data["commands"] if line.startswith("env RANK=")]
         assert [int(line.split()[1][5:]) for line in starts] == list(range(8))
         assert data["commands"][-1] == 'exit "$status"'
-        assert data["ranks"][0]["command"][-10:] == ["--model", "/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
-                                                     "--prompt-ids", "1,2,3"]
+        assert data["ranks"][0]["command"][-8:] == ["--model=/m/llama 70b", "--tp", "4", "--pp", "2", "--dp", "1",
+                                                    "--prompt-ids=1,2,3"]
     else:  # the whole text is valid shell: every word quoted
         assert shlex.split(result.stdout, comments=True)
 
@@ -53,7 +53,7 @@ def test_command_after_double_dash_and_explain_gives_every_reason():
         assert set(rank["reasons"]) == set(rank["env"]) and all(rank["reasons"].values())
         for name in rank["env"]:
             assert name in result.stderr
-    assert data["ranks"][0]["mem_node_reason"] and "numactl --membind" in result.stderr
+    assert data["ranks"][0]["mem_node_reason"] and "numactl --preferred" in result.stderr
 
 
 def test_output_file_is_written_executable(tmp_path):
@@ -108,7 +108,7 @@ def test_srun_refuses_nodes_bound_differently():
     placements = block_placements(layout, ["GPU0", "GPU1"], nodes=2)
     placements[2:] = [RankPlacement(2, 1, "GPU6", 0, 0, 1), RankPlacement(3, 1, "GPU7", 1, 0, 1)]
     spec = build_spec(topo, layout, placements, command=["x"], hosts=["a", "b"])
-    with pytest.raises(TopoplanError, match="one --gpu-bind/--cpu-bind map to every node"):
+    with pytest.raises(TopoplanError, match="one binding map to every node"):
         render(spec, "srun")
     assert "CUDA_VISIBLE_DEVICES=6,7" in render(spec, "mpirun")  # mpirun places every rank on its own
     shuffled = block_placements(layout, ["GPU0", "GPU1"], nodes=2)
@@ -127,7 +127,7 @@ def test_rank_launches_the_plans_row():
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         row = rows[n - 1]
-        assert data["layout"] == {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"]}
+        assert data["layout"] == {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "ep": row["ep"]}
         assert [r["gpu"] for r in data["ranks"]] == [p["gpu"] for p in row["placement"]]
         assert data["nodes"][0]["cuda_visible_devices"] == row["cuda_visible_devices"]
 
@@ -161,8 +161,8 @@ def test_default_command_gets_a_loadable_model_and_a_prompt(args, model):
     result = launch("--topo", DGX, "--layout", "tp=2", *args, "--format", "json")
     assert result.exit_code == 0, result.output
     command = json.loads(result.stdout)["ranks"][0]["command"]
-    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", "--model", model, "--tp", "2",
-                                                  "--pp", "1", "--dp", "1", "--prompt-ids", "1,2,3"]
+    assert command[command.index("python3"):] == ["python3", "-m", "topoplan.runner", f"--model={model}", "--tp", "2",
+                                                  "--pp", "1", "--dp", "1", "--prompt-ids=1,2,3"]
 
 
 def test_prompts_are_forwarded_to_the_runner():
@@ -170,7 +170,7 @@ def test_prompts_are_forwarded_to_the_runner():
                     "--prompt-ids", "4,5", "--format", "json")
     assert result.exit_code == 0, result.output
     command = json.loads(result.stdout)["ranks"][0]["command"]
-    assert command[-6:] == ["--prompt", "Hello there", "--prompt", "x", "--prompt-ids", "4,5"]
+    assert command[-3:] == ["--prompt=Hello there", "--prompt=x", "--prompt-ids=4,5"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -239,7 +239,7 @@ def test_help_reads_like_the_other_commands():
     model = next(p for p in command.params if p.name == "model")
     assert "-m" in model.opts
     result = launch("--topo", DGX, "--layout", "tp=2", "-m", "tiny", "--format", "json")
-    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-10:-8] == ["--model", "tiny"]
+    assert result.exit_code == 0 and json.loads(result.stdout)["ranks"][0]["command"][-8] == "--model=tiny"
 
 
 def test_unknown_format_is_one_line(tmp_path):

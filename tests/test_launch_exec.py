@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_support import FACTS, ROOT, block_placements, child_env, free_port, local_topology
+from launch_support import AS_ROOT, FACTS, LOOPBACK_HOSTS, ROOT, block_placements, child_env, free_port, local_topology
 
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
@@ -31,7 +31,7 @@ def make_spec(tmp_path: Path, layout: Layout, nodes: int = 1, hosts=None):
     out.mkdir()
     spec = build_spec(topo, layout, block_placements(layout, [g.id for g in topo.gpus], nodes), nodes=nodes,
                       hosts=hosts, command=[sys.executable, str(WORKER), str(spec_file), str(out)],
-                      master_port=free_port(), facts=FACTS)
+                      master_port=free_port(), facts=FACTS, launcher=AS_ROOT)
     spec_file.write_text(render(spec, "json"))
     return spec, out
 
@@ -66,7 +66,7 @@ def test_shell_lines_start_and_pass_checks(tmp_path):
 
 @needs_numactl
 def test_torchrun_two_loopback_nodes(tmp_path):
-    spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=["127.0.0.1", "127.0.0.1"])
+    spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=LOOPBACK_HOSTS)
     # the emitted text is a comment line and a torchrun line per node: start both blocks side by side
     blocks = render(spec, "torchrun").split("\n# node ")[1:]
     assert len(blocks) == 2 and all("\ntorchrun " in b for b in blocks)
@@ -93,7 +93,7 @@ def test_mpirun_line_starts_and_passes_checks(tmp_path):
 
 @needs_numactl
 def test_shell_script_on_two_loopback_nodes(tmp_path):
-    spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=["127.0.0.1", "127.0.0.1"])
+    spec, out = make_spec(tmp_path, Layout(tp=2, dp=2), nodes=2, hosts=LOOPBACK_HOSTS)
     script = tmp_path / "launch.sh"
     script.write_text(render(spec, "shell"))
     # the same script on both "hosts", each told its node index

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_support import FACTS, ROOT, block_placements, child_env, local_topology
+from launch_support import AS_ROOT, FACTS, ROOT, block_placements, child_env, local_topology
 
 from topoplan.launch.render import render
 from topoplan.launch.spec import build_spec
@@ -31,7 +31,7 @@ def hostile_spec(tmp_path: Path, host: str | None):
     topo = local_topology(2, nic_name=HOSTILE)
     layout = Layout(tp=2)
     return build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), hosts=[host] if host else None,
-                      command=[sys.executable, "-c", DUMP, str(tmp_path)], facts=FACTS)
+                      command=[sys.executable, "-c", DUMP, str(tmp_path)], facts=FACTS, launcher=AS_ROOT)
 
 
 def run_text(text: str, tmp_path: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -86,7 +86,7 @@ def test_sbatch_script_with_hostile_nic_and_host(tmp_path):
     done = run_text(render(spec, "sbatch"), tmp_path, env)
     assert done.returncode == 0, done.stderr
     argv = (tmp_path / "argv").read_text().split("\0")[:-1]
-    assert f"--nodelist={HOSTILE}" in argv and "--gpu-bind=map_gpu:0,1" in argv
+    assert f"--nodelist={HOSTILE}" in argv and "--gpus-per-node=2" in argv and not any("gpu-bind" in w for w in argv)
     wrapper = argv[argv.index("bash"):]
     for local in range(2):  # what srun would run as task `local` on the node (it binds CPUs itself)
         task_env = dict(env, SLURM_LOCALID=str(local), SLURM_PROCID=str(local), MASTER_ADDR=HOSTILE)

@@ -4,12 +4,23 @@ generates the same tokens as one unsharded process."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-from launch_support import FACTS, ROOT, block_placements, child_env, free_port, local_topology
+from launch_support import (
+    AS_ROOT,
+    FACTS,
+    LOOPBACK_HOSTS,
+    ROOT,
+    block_placements,
+    child_env,
+    free_port,
+    generated_lines,
+    local_topology,
+)
 
 from topoplan.launch.command import runner_command
 from topoplan.launch.render import render
@@ -39,7 +50,7 @@ def test_runner_through_emitted_lines(fmt, unsharded, tmp_path):
     layout = Layout(tp=2)
     topo = local_topology(2)
     spec = build_spec(topo, layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS, master_port=free_port(),
-                      command=[*runner_command(layout, "tiny", prompt_ids=[PROMPT_IDS]), *OPTIONS])
+                      launcher=AS_ROOT, command=[*runner_command(layout, "tiny", prompt_ids=[PROMPT_IDS]), *OPTIONS])
     script = tmp_path / "launch.sh"
     script.write_text(render(spec, fmt))
     done = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True,
@@ -48,17 +59,12 @@ def test_runner_through_emitted_lines(fmt, unsharded, tmp_path):
     assert tokens(done.stdout) == unsharded
 
 
-def generated_lines(stdout: str) -> list[str]:
-    """The runner's human output: one `[i] 'text'` line per prompt."""
-    return [line for line in stdout.splitlines() if line.startswith("[")]
-
-
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed (.ci/run installs it)")
 def test_emitted_default_command_runs_for_tiny(tmp_path):
     """No COMMAND: launch's own default runner line (model, degrees, default prompt) runs as emitted."""
     layout = Layout(tp=2)
     default = runner_command(layout, "tiny")
-    assert default[-2:] == ["--prompt-ids", "1,2,3"]
+    assert default[-1] == "--prompt-ids=1,2,3"
     spec = build_spec(local_topology(2), layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS,
                       master_port=free_port(), command=default)
     script = tmp_path / "launch.sh"
@@ -68,3 +74,35 @@ def test_emitted_default_command_runs_for_tiny(tmp_path):
     alone = subprocess.run([sys.executable, "-m", "topoplan.runner", "--model", "tiny", "--prompt-ids", "1,2,3"],
                            cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300, check=True)
     assert generated_lines(done.stdout) == generated_lines(alone.stdout) and len(generated_lines(alone.stdout)) == 1
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed (.ci/run installs it)")
+def test_runner_through_torchrun_on_two_loopback_nodes(unsharded, tmp_path):
+    """tp=2 x pp=2 over two "nodes" (127.0.0.1 and 127.0.0.2): each node's torchrun line, started side by side,
+    with static rendezvous; the last pipeline stage (node 1) prints the tokens."""
+    layout = Layout(tp=2, pp=2)
+    spec = build_spec(local_topology(2), layout, block_placements(layout, ["GPU0", "GPU1"], 2), nodes=2,
+                      hosts=LOOPBACK_HOSTS, facts=FACTS, master_port=free_port(),
+                      command=[*runner_command(layout, "tiny", prompt_ids=[PROMPT_IDS]), *OPTIONS])
+    text = render(spec, "torchrun")
+    assert "--rdzv-backend" not in text and f"--master-addr={LOOPBACK_HOSTS[0]}" in text
+    blocks = text.split("\n# node ")[1:]
+    procs = [subprocess.Popen(["bash", "-c", "# node " + block], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for block in blocks]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    printed = [log for log in logs if any(line.startswith("{") for line in log.splitlines())]
+    assert len(printed) == 1 and tokens(printed[0]) == unsharded
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or os.geteuid() != 0, reason="needs Open MPI, run as root")
+def test_mpirun_as_root_needs_the_opt_in(tmp_path):
+    """As root, the line without --allow-run-as-root is refused by Open MPI itself: the opt-in is what makes the
+    emitted line run (test_runner_through_emitted_lines runs it with the opt-in)."""
+    layout = Layout(tp=2)
+    spec = build_spec(local_topology(2), layout, block_placements(layout, ["GPU0", "GPU1"]), facts=FACTS,
+                      master_port=free_port(), command=["true"])
+    script = tmp_path / "launch.sh"
+    script.write_text(render(spec, "mpirun"))
+    done = subprocess.run(["bash", str(script)], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "OMPI_ALLOW_RUN_AS_ROOT" in done.stdout + done.stderr

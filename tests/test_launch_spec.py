@@ -1,7 +1,8 @@
 """The launch spec on every shared fixture (no GPUs needed) and on hand-made corner cases.
 
 Properties that must hold on every machine: each rank's CPUs lie inside its GPU's affinity, no two ranks
-of a node share a CPU, whole cores go out before SMT threads are split, NCCL_IB_HCA names the nearest NICs,
+of a node share a CPU, whole cores go out before SMT threads are split, NCCL_IB_HCA names the node's
+GPU-facing NICs (the nearest NIC of some GPU),
 the memory node has CPUs, and CUDA_VISIBLE_DEVICES puts every TP group on its planned GPUs.
 """
 
@@ -41,6 +42,12 @@ def nearest_by_hand(topo, gpu_id: str) -> list[str]:
     return [n.name for k, n in rows if list(LinkKind).index(k) == best]
 
 
+def facing_by_hand(topo) -> list[str | None]:
+    """Names of the NICs that are the nearest NIC of at least one GPU, in NIC order."""
+    near = {name for g in topo.gpus for name in nearest_by_hand(topo, g.id)}
+    return [n.name for n in topo.nics if n.name in near]
+
+
 def check_invariants(topo, layout: Layout, placements: list[RankPlacement], spec) -> None:
     memory_only = {g.gpu_numa_id for g in topo.gpus if g.gpu_numa_id is not None}
     for r in spec.ranks:
@@ -53,8 +60,8 @@ def check_invariants(topo, layout: Layout, placements: list[RankPlacement], spec
         assert r.mem_node is None or r.mem_node not in memory_only
         if gpu.numa_node is not None and gpu.numa_node not in memory_only:
             assert r.mem_node == gpu.numa_node
-        names = nearest_by_hand(topo, r.gpu)
-        if names and all(names):
+        names = [name for name in facing_by_hand(topo) if name]
+        if names:
             assert env["NCCL_IB_HCA"] == "=" + ",".join(names)
         else:
             assert "NCCL_IB_HCA" not in env
@@ -111,9 +118,18 @@ def test_dgx_a100_by_hand():
     assert r0.cpus == (*range(48, 56), *range(176, 184)) and r0.physical_cores == 8
     assert r1.cpus == (*range(56, 64), *range(184, 192))
     assert r6.cpus == (*range(80, 88), *range(208, 216)) and r6.mem_node == 5
-    assert r0.env_dict()["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
-    assert r6.env_dict()["NCCL_IB_HCA"] == "=mlx5_6,mlx5_7"
-    assert r0.binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--membind=3", "--"]
+    # one node-wide list: the 8 GPU-facing NICs; mlx5_8/mlx5_9 are the nearest NIC of no GPU (storage)
+    hcas = {r.env_dict()["NCCL_IB_HCA"] for r in spec.ranks}
+    assert hcas == {"=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7"}
+    assert "left out mlx5_8, mlx5_9" in r0.reasons()["NCCL_IB_HCA"]
+    # default memory policy: preferred (spills instead of failing); --mem-policy bind is strict
+    assert r0.binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--preferred=3", "--"]
+    strict = build_spec(topo, Layout(tp=8), block_placements(Layout(tp=8), [g.id for g in topo.gpus]), command=CMD,
+                        mem_policy="bind")
+    assert strict.ranks[0].binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--membind=3", "--"]
+    free = build_spec(topo, Layout(tp=8), block_placements(Layout(tp=8), [g.id for g in topo.gpus]), command=CMD,
+                      mem_policy="none")
+    assert free.ranks[0].binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--"]
     assert "NCCL_P2P_LEVEL" not in r0.env_dict()
 
 
@@ -121,7 +137,8 @@ def test_exact_nic_names_on_b300():
     topo = read_topology(str(FIXTURES / "01_b300-sxm6-8gpu-nv18-9nic-sglang.txt"))
     spec = build_spec(topo, Layout(tp=8), block_placements(Layout(tp=8), [g.id for g in topo.gpus]), command=CMD)
     hca = spec.ranks[0].env_dict()["NCCL_IB_HCA"]
-    assert hca.startswith("=mlx5_1")  # "=" so that mlx5_1 cannot also select mlx5_10..mlx5_17
+    # "=" so that mlx5_1 cannot also select mlx5_10..mlx5_17; the bond (nearest NIC of no GPU) is left out
+    assert hca == "=" + ",".join(f"mlx5_{i}" for i in range(10, 18))
 
 
 def test_grace_memory_node_is_never_the_gpu_memory_node():

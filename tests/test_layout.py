@@ -19,10 +19,31 @@ def test_rank_order_tp_fastest_then_pp_then_dp():
     assert grid.pp_groups == [[0, 2], [1, 3], [4, 6], [5, 7]]
     assert grid.dp_groups == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert grid.groups("pp") == grid.pp_groups and grid.group_of("dp", 5) == [1, 5]
-    with pytest.raises(TopoplanError, match="group kind 'ep'"):
-        grid.groups("ep")
+    with pytest.raises(TopoplanError, match="group kind 'xp'"):
+        grid.groups("xp")
     with pytest.raises(TopoplanError, match="rank 8 is outside a world of 8"):
         grid.coords(8)
+
+
+def test_expert_parallel_groups_span_tp_and_dp_of_one_stage():
+    grid = RankGrid(Layout(tp=2, pp=2, dp=2, ep=4))  # vLLM: ep = tp x dp, per pipeline stage
+    assert grid.ep_groups == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert RankGrid(Layout(tp=4, pp=1, dp=2, ep=2)).ep_groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert RankGrid(Layout(tp=2, dp=2)).ep_groups == [[0], [1], [2], [3]]
+    assert str(Layout(2, 1, 2, 4)) == "tp=2,pp=1,dp=2,ep=4" and str(Layout(2)) == "tp=2,pp=1,dp=1"
+    assert Layout.parse("ep=4,tp=2,dp=2") == Layout(2, 1, 2, 4)
+    for bad in (dict(tp=2, dp=2, ep=3), dict(tp=4, dp=2, ep=6), dict(tp=2, ep=4)):
+        with pytest.raises(TopoplanError, match="ep=.* must divide tp="):
+            Layout(**bad)
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.data())
+def test_ep_groups_are_the_torch_view_of_each_stage_plane(tp, pp, dp, data):
+    ep = data.draw(st.sampled_from([e for e in range(1, tp * dp + 1) if (tp * dp) % e == 0
+                                    and (e % tp == 0 or tp % e == 0)]))
+    plane = torch.arange(tp * pp * dp).view(dp, pp, tp).permute(1, 0, 2).reshape(pp, dp * tp)
+    expected = plane.reshape(pp * dp * tp // ep, ep).tolist()
+    assert RankGrid(Layout(tp, pp, dp, ep)).ep_groups == expected
 
 
 @given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8), st.data())

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from topoplan.errors import TopoplanError
-from topoplan.models import CATALOG, find_model, load_config
+from topoplan.models import CATALOG, find_model, load_config, spec_from_config
 
 # Totals as the model cards / papers state them (billions).
 PUBLISHED_PARAMS_B = {
@@ -14,6 +14,8 @@ PUBLISHED_PARAMS_B = {
     "Mixtral-8x7B": 46.7,  # Mistral AI: "46.7B total parameters"
     "Qwen2.5-72B": 72.7,  # Qwen2.5 model card: "Number of Parameters: 72.7B"
     "DeepSeek-V3": 671.0,  # DeepSeek-V3 report: 671B total (the 14B MTP module excluded)
+    "Mixtral-8x22B": 141.0,  # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024-04-17): 141B total
+    "Qwen3-235B-A22B": 235.0,  # Qwen3 model card: "Number of Parameters: 235B in total and 22B activated"
 }
 
 
@@ -27,6 +29,69 @@ def test_active_parameters_of_moe_models():
     mixtral, dsv3 = find_model("Mixtral-8x7B"), find_model("DeepSeek-V3")
     assert mixtral.flops_per_token(0) / 2 / 1e9 == pytest.approx(12.9, rel=0.02)
     assert (dsv3.flops_per_token(0) / 2 + dsv3.embedding_params) / 1e9 == pytest.approx(37.5, rel=0.03)
+
+
+# Active parameters per token as published (billions), embedding included as the model cards count it.
+PUBLISHED_ACTIVE_B = {
+    "Mixtral-8x22B": 39.0,  # Mistral AI: "39B active parameters out of 141B"
+    "Qwen3-235B-A22B": 22.0,  # Qwen3 model card: "22B activated"
+    "DeepSeek-V3": 37.0,  # DeepSeek-V3 report: "37B activated for each token"
+}
+
+
+@pytest.mark.parametrize("name, billions", PUBLISHED_ACTIVE_B.items())
+def test_active_parameters_match_published(name, billions):
+    model = find_model(name)
+    active = model.flops_per_token(0) / 2 + model.embedding_params  # the k experts, shared ones, head, embedding
+    assert active / 1e9 == pytest.approx(billions, rel=0.025)
+
+
+def test_moe_layer_patterns_of_each_family():
+    assert find_model("DeepSeek-V3").moe_layer_ids == frozenset(range(3, 61))  # first_k_dense_replace 3
+    assert find_model("Qwen3-235B-A22B").moe_layers == 94 and find_model("8x22b").moe_layers == 56
+    qwen = {**CATALOG["Qwen3-235B-A22B"], "num_hidden_layers": 8, "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    assert spec_from_config(qwen, "q").moe_layer_ids == frozenset({1, 5, 7})  # (i+1) % 2 == 0, not layer 3
+    dsv2 = {**CATALOG["DeepSeek-V3"], "num_hidden_layers": 7, "first_k_dense_replace": 1, "moe_layer_freq": 2}
+    assert spec_from_config(dsv2, "d").moe_layer_ids == frozenset({2, 4, 6})
+    bad = {**qwen, "mlp_only_layers": "3"}
+    with pytest.raises(TopoplanError, match="'mlp_only_layers' must be a list of layer indexes"):
+        spec_from_config(bad, "q", source="c.json")
+
+
+def _tiny_hf(kind: str):
+    """A small random transformers MoE model of each family, and its config as a dict."""
+    import transformers as tf
+
+    common = dict(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=64)
+    if kind == "mixtral":
+        config = tf.MixtralConfig(**common, intermediate_size=48, num_local_experts=4, num_experts_per_tok=2)
+    elif kind == "qwen2_moe":
+        config = tf.Qwen2MoeConfig(**common, intermediate_size=48, moe_intermediate_size=16,
+                                   shared_expert_intermediate_size=40, num_experts=6, num_experts_per_tok=2,
+                                   decoder_sparse_step=1, mlp_only_layers=[1])
+    elif kind == "qwen3_moe":
+        config = tf.Qwen3MoeConfig(**common, head_dim=16, intermediate_size=48, moe_intermediate_size=16,
+                                   num_experts=8, num_experts_per_tok=2, decoder_sparse_step=2, mlp_only_layers=[])
+    else:
+        config = tf.DeepseekV3Config(**{**common, "num_key_value_heads": 4}, intermediate_size=48,
+                                     moe_intermediate_size=16, n_routed_experts=8, n_shared_experts=2,
+                                     num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
+                                     q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                                     v_head_dim=8)
+    cls = {"mixtral": tf.MixtralForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
+           "qwen3_moe": tf.Qwen3MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM}[kind]
+    return cls(config), config.to_dict()
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"])
+def test_moe_config_reader_counts_every_transformers_weight(kind):
+    """spec_from_config on each family's config.json counts the weights transformers builds from it, one by one."""
+    model, raw = _tiny_hf(kind)
+    spec = spec_from_config(raw, kind)
+    assert spec.params == sum(p.numel() for p in model.parameters())
+    routed = [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+    assert spec.moe_layer_ids == frozenset(routed)
 
 
 def test_kv_bytes_per_token_gqa_replication_and_mla():

@@ -100,7 +100,7 @@ A100_PLAN = ("-m", "70b", "--topo", DGX_A100, "--gpu", "a100-80gb")
     ("--tp", "0", "--tp must be >= 1, got 0"), ("--tp", "-2", "--tp must be >= 1, got -2"),
     ("--pp", "0", "--pp must be >= 1, got 0"), ("--dp", "0", "--dp must be >= 1, got 0"),
     ("--max-tp", "0", "--max-tp must be >= 1, got 0"), ("--max-tp", "-1", "--max-tp must be >= 1, got -1"),
-    ("--top", "-1", "--top must be >= 0 (0: all), got -1"), ("--nodes", "0", "--nodes must be >= 1, got 0"),
+    ("--top", "-1", "--top must be >= 0 (0: all), got -1"), ("--nodes", "0", "--nodes must be from 1 to 4096, got 0"),
     ("--batch", "0", "--batch must be >= 1, got 0"), ("--prompt-len", "0", "--prompt-len must be >= 1, got 0"),
     ("--gen-len", "0", "--gen-len must be >= 1, got 0"),
     ("--nic-gbps", "nan", "--nic-gbps must be a positive finite number, got nan"),

@@ -55,3 +55,28 @@ def test_run_reports_the_split_it_ran(tmp_path):
         {"pp_rank": 0, "first_layer": 0, "last_layer": 0, "layers": 1},
         {"pp_rank": 1, "first_layer": 1, "last_layer": 2, "layers": 2},
         {"pp_rank": 2, "first_layer": 3, "last_layer": 3, "layers": 1}]
+
+
+def test_planner_expert_share_equals_the_experts_each_runner_rank_builds():
+    """Expert parallelism: the routed-expert weights the planner prices per rank are the ones the runner builds
+    on that rank (its EP position from the same RankGrid.ep_groups), with and without EP, with TP and PP."""
+    from dataclasses import replace
+
+    from topoplan.plan.cost import StageModel
+    from topoplan.plan.moe import group_replicas
+    from topoplan.runner.model import Transformer
+
+    raw = {"model_type": "mixtral", "vocab_size": 96, "hidden_size": 64, "intermediate_size": 48,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "num_local_experts": 8,
+           "num_experts_per_tok": 2}
+    spec, config = spec_from_config(raw, "mixtral"), parse_hf_config(raw)
+    for layout in (Layout(tp=2), Layout(tp=2, ep=2), Layout(tp=4, ep=2), Layout(tp=4, pp=2, ep=4)):
+        grid = RankGrid(layout)
+        for rank in range(layout.world):
+            d = replace(runner_dist(layout, rank), ep_rank=grid.group_of("ep", rank).index(rank))
+            with torch.device("meta"):
+                built = Transformer(config, shard_of(config, d))
+            ran = sum(p.numel() for name, p in built.named_parameters() if ".experts." in name)
+            stage = stages_of(spec, layout.pp)[d.coords.pp_rank]
+            priced = StageModel(spec, stage, layout.tp, 1, layout.ep, group_replicas(layout)).expert_bytes()
+            assert ran == priced, (layout, rank)

@@ -29,7 +29,7 @@ def test_run_json_contract_and_tp2_equals_tp1(tmp_path):
     two = topoplan(*args, "--tp", "2", cache=tmp_path)
     assert two.returncode == 0, two.stderr
     a, b = json.loads(one.stdout), json.loads(two.stdout)
-    assert b["layout"] == {"tp": 2, "pp": 1, "dp": 1}
+    assert b["layout"] == {"tp": 2, "pp": 1, "dp": 1, "ep": 1}
     assert b["tokens"] == a["tokens"] and [len(t) for t in a["tokens"]] == [6, 6]
     assert b["text"] == a["text"] and len(b["text"]) == 2
     assert set(b["timing"]) >= {"prefill_ms", "decode_ms_per_token", "tokens_per_s", "comm_ms"}

@@ -103,7 +103,7 @@ def test_layout_matches_unsharded(launch, tp, pp, dp):
     ref_name = "grid3-ref" if tp == 3 else "grid-ref"
     ref, ref_logits = launch(1)[ref_name]
     got, got_logits = launch(tp * pp * dp)[f"grid-tp{tp}-pp{pp}-dp{dp}"]
-    assert got["layout"] == {"tp": tp, "pp": pp, "dp": dp}
+    assert got["layout"] == {"tp": tp, "pp": pp, "dp": dp, "ep": 1}
     assert got["tokens"] == ref["tokens"]
     assert [len(t) for t in got["tokens"]] == [len(t) for t in ref["tokens"]]
     for mine, theirs in zip(got_logits, ref_logits):

@@ -141,7 +141,7 @@ def _load_unsharded(folder):
 PROMPTS = [[1, 5, 6, 7, 8, 9, 10, 11, 12], [1, 20, 21], [1, 30, 31, 32, 33, 34]]
 
 
-@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "llama-mha"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "llama-mha", "mixtral", "qwen2_moe"])
 def test_unsharded_matches_transformers(tmp_path, kind):
     hf = hf_model(kind)
     hf.save_pretrained(tmp_path)

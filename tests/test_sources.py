@@ -70,7 +70,7 @@ def test_no_driver_at_all_is_one_line_exit_2(no_driver, monkeypatch, tmp_path, c
     assert (code, out) == (2, "")
     assert err == ("topoplan: error: no topology from this machine: NVML could not start (Driver Not Loaded): no "
                    "NVIDIA driver or GPU here; nvidia-smi is not installed (no NVIDIA driver on this machine); read "
-                   "a saved paste instead: nvidia-smi topo -m > topo.txt, then --file topo.txt\n")
+                   "a saved paste instead: nvidia-smi topo -m > topo.txt, then --topo topo.txt\n")
 
 
 def test_source_nvml_does_not_fall_back(no_driver, monkeypatch, tmp_path):

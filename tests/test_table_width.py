@@ -1,5 +1,6 @@
-"""Every table at 80 columns and at a wide width: no line longer than the width, no value cut to '…', no
-trailing blanks, and the wide rendering uses the room it is given (issue 12, "80 columns")."""
+"""Every table (plan, launch --explain, inspect, list, bench, validate) at 80 columns and at a wide width: no
+line longer than the width, no value cut to '…', no trailing blanks, and the wide rendering uses the room it is
+given (issue 12, "80 columns")."""
 
 import io
 
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 
 from topoplan.bench.render import print_bench, print_validate
 from topoplan.cli import app
+from topoplan.plan.catalog import gpu_rows, model_rows
 
 DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
 OCI = "fixtures/topo/26_oci-bm-gpu4-a100-8gpu-nv12-18nic-nps4.txt"
@@ -65,6 +67,19 @@ def test_inspect(width):
     result = cli(width, "inspect", "-f", OCI)
     assert result.exit_code == 0, result.stderr
     check(result.stdout, width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("catalog", ["gpus", "models"])
+def test_list(width, catalog):
+    result = cli(width, "list", catalog)
+    assert result.exit_code == 0, result.stderr
+    check(result.stdout, width)
+    assert "[10]" in result.stdout  # the two-digit source numbers are whole
+    rows = gpu_rows() if catalog == "gpus" else model_rows()
+    words = set(result.stdout.split())
+    for row in rows:  # every name and alias whole, none folded into pieces
+        assert {row.get("key", row.get("name")), *row["aliases"]} <= words, row["aliases"]
 
 
 def render(printer, result: dict, width: int) -> str:

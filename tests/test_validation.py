@@ -4,7 +4,7 @@ and the known misses are strict xfails so a fix shows up."""
 
 import pytest
 
-from tests.validation_cases import allreduce_rows, busbw_rows, ft_13b_rows, ft_gpt20b_rows
+from tests.validation_cases import allreduce_rows, busbw_rows, ft_13b_rows, ft_gpt20b_rows, mixtral_rows
 
 
 def _ids(rows):
@@ -72,3 +72,16 @@ def test_bus_bandwidth_within_15_percent(row):
                          ids=_ids([r for r in BUSBW if r.case in BUSBW_MISSES]))
 def test_bus_bandwidth_known_misses(row):
     assert abs(row.error) <= 0.15, (row.predicted, row.published)
+
+
+MIXTRAL = mixtral_rows()
+
+
+@pytest.mark.xfail(strict=True, reason="MoE known gap (docs/planner.md §6, MoE): Baseten's int8 Mixtral "
+                   "on one A100 runs 12.3 ms/token and 127 ms TTFT; the roofline of 2 experts' 1-byte weights "
+                   "predicts 9.3 ms (-25%) and 60 ms (-52%): TensorRT-LLM's int8 weight-only MoE kernels at batch 1 "
+                   "run below the HBM and FLOP efficiencies fitted on dense fp16 models")
+@pytest.mark.parametrize("row", MIXTRAL, ids=_ids(MIXTRAL))
+def test_moe_batch1_within_15_percent(row):
+    assert abs(row.error) <= 0.15, (row.predicted, row.published)
+

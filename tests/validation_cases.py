@@ -106,6 +106,15 @@ BUSBW_MODEL = {
 }
 
 
+def mixtral_rows() -> list[Row]:
+    """An MoE at batch 1 (two of eight experts read per token): Baseten's single-A100 TensorRT-LLM figures."""
+    entry = PUBLISHED["baseten_mixtral_a100_int8"]
+    cost = _price(entry, 1, Workload(entry["batch"], entry["prompt_len"], entry["gen_len"], entry["dtype"]))
+    return [Row("Mixtral-8x7B A100 int8 batch 1", "ms/token (total/gen)", cost.request_ms / entry["gen_len"],
+                1e3 / entry["perceived_tokens_per_s"]),
+            Row("Mixtral-8x7B A100 int8 batch 1", "TTFT ms (512 tokens)", cost.prefill_ms, entry["ttft_ms"])]
+
+
 def busbw_rows() -> list[Row]:
     return [Row(c["system"], "busbw GB/s", BUSBW_MODEL[c["system"]](), c["busbw"])
             for c in PUBLISHED["busbw_gbps"]["cases"]]

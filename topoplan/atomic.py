@@ -1,9 +1,14 @@
 """Write output files all-or-nothing: into a temporary file beside the target, renamed over it at the end,
-so an interrupted or failed run never leaves a half-written file behind."""
+so an interrupted or failed run never leaves a half-written file behind.
+
+Two kinds of target are not files to replace: a character device or a FIFO (`-o /dev/stdout`, `-o /dev/full`,
+a named pipe) is written through, as a shell's `>` would; a symlink is followed, so the link stays and the file
+it points to is replaced (docs/limits.md)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,17 +16,42 @@ from pathlib import Path
 
 from topoplan.errors import TopoplanError
 
+MIN_FREE_BYTES = 1 << 20  # every output topoplan writes (scripts, JSON, SVG, calibrations) is well under 1 MiB
+
+
+def _is_stream(path: Path) -> bool:
+    """A character device or FIFO: written through, never replaced by a regular file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _target(output: str | Path) -> Path:
+    """The file a write lands in: symlinks followed; an empty name refused (it would mean stdout or `.`)."""
+    if not str(output).strip():
+        raise TopoplanError("an empty output path; expected a file name (leave the option out to print)")
+    path = Path(output)
+    return path.resolve() if path.is_symlink() else path
+
 
 def check_folder(path: str | Path) -> Path:
-    """Refuse an output path that cannot be written (its folder missing or not writable, or the path itself a
-    directory), before any time is spent computing what goes in it."""
-    path = Path(path)
+    """Refuse an output path that cannot be written (its folder missing, not writable or full, the path
+    itself a directory or empty), before any time is spent computing what goes in it."""
+    path = _target(path)
+    if _is_stream(path):
+        return path
     if not path.parent.is_dir():
         raise TopoplanError("the folder does not exist", source=path.parent)
     if path.is_dir():
         raise TopoplanError("is a directory; expected a file name to write", source=path)
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise TopoplanError("the folder is not writable", source=path.parent)
+    fs = os.statvfs(path.parent)
+    if fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
+        raise TopoplanError(f"{fs.f_bavail * fs.f_frsize} bytes free on its file system; expected at least "
+                            f"{MIN_FREE_BYTES >> 20} MiB", source=path.parent)
     return path
 
 
@@ -37,7 +67,13 @@ def atomic_path(output: str | Path, *, executable: bool = False) -> Iterator[str
 
     `output` gets the mode a plain open() would give it (less the umask), executable by all if asked.
     """
-    target = Path(output)
+    target = _target(output)
+    if _is_stream(target):
+        try:
+            yield str(target)
+        except OSError as error:
+            raise TopoplanError(f"cannot write {output}: {error.strerror}") from None
+        return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as error:

@@ -16,6 +16,7 @@ import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
+from topoplan.engines import DEFAULT_ENGINE
 from topoplan.errors import TopoplanError
 from topoplan.models import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -76,7 +77,9 @@ def _print_catalog(rows: list, table, as_json: bool) -> None:
     else:
         from rich.console import Console
 
-        Console().print(table(rows))
+        from topoplan.terminal import emit
+
+        emit(Console(), table(rows))
 
 
 @list_app.command("gpus")
@@ -115,10 +118,10 @@ class InspectSource(str, Enum):
 
 @app.command()
 def inspect(
-    file: str | None = typer.Option(None, "--file", "-f", metavar="PATH",
-                             help="A saved `nvidia-smi topo -m` paste, NVML recording, NCCL topology XML, "
-                                  "`rocm-smi --showtopo` or `amd-smi topology` output ('-': stdin). "
-                                  "Default: read this machine."),
+    file: str | None = typer.Option(None, "--topo", "--file", "-f", metavar="PATH",
+                                    help="A saved `nvidia-smi topo -m` paste, NVML recording, NCCL topology XML, "
+                                         "`rocm-smi --showtopo` or `amd-smi topology` output ('-': stdin); --file is "
+                                         "the same option. Default: read this machine."),
     source: InspectSource = typer.Option(InspectSource.auto, "--source",
                                          help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
     save: str | None = typer.Option(None, "--save", metavar="FILE",
@@ -154,8 +157,8 @@ class PlanDevice(str, Enum):
 def plan_command(
     model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
                               "folder or its config.json."),
-    topo: str = typer.Option(None, "--topo", help="`nvidia-smi topo -m` text file; default: read this machine "
-                             "through NVML."),
+    topo: str = typer.Option(None, "--topo", "--file", help="`nvidia-smi topo -m` text file or NVML recording "
+                             "(--file is the same option); default: read this machine through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
                             "which names no GPU."),
     cpu: str = typer.Option(None, "--cpu", help="CPU family, for SYS (socket-crossing) hops: intel-broadwell, "
@@ -183,6 +186,8 @@ def plan_command(
     tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
     pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
     dp: int = typer.Option(None, "--dp", help="Fix the DP degree (all three: price one layout)."),
+    ep: int = typer.Option(None, "--ep", help="MoE models: fix the expert-parallel degree (1: experts TP-sharded; "
+                           "else tp x dp, vLLM's --enable-expert-parallel). Default: price both."),
     nic_gbps: float = typer.Option(None, "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); "
                                    "default by GPU generation (A100: 25, H100: 50)."),
     calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
@@ -190,6 +195,9 @@ def plan_command(
     device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
                                       "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
                                       "the --calibration file's `cpu` entry."),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Serving engine to price for: topoplan (the bundled "
+                               "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
+                               "(docs/engines.md)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -206,7 +214,8 @@ def plan_command(
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, nic_gbps=nic_gbps, calibration=calibration,
+                              tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
+                              engine=engine,
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
@@ -242,8 +251,8 @@ def launch(
     command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --). Default: the "
                                         "bundled runner with the layout's degrees, --checkpoint or a built-in "
                                         "--model, and the prompt."),
-    topo: str = typer.Option(None, "--topo", metavar="FILE", help="`nvidia-smi topo -m` output of one node ('-': "
-                             "stdin). Default: this machine, through NVML."),
+    topo: str = typer.Option(None, "--topo", "--file", metavar="FILE", help="`nvidia-smi topo -m` output of one "
+                             "node ('-': stdin; --file is the same option). Default: this machine, through NVML."),
     p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` output of the same node."),
     layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N, placed by the planner's placement."),
     rank: int = typer.Option(None, "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same "
@@ -262,7 +271,21 @@ def launch(
     objective: str = typer.Option("latency", "--objective", help="Plan objective for --rank: latency or throughput."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes to spread the layout over."),
     hosts: str = typer.Option(None, "--hosts", help="Host names, one per node, node 0 first: a,b."),
-    port: int = typer.Option(DEFAULT_MASTER_PORT, "--port", help="Rendezvous TCP port on node 0."),
+    port: int = typer.Option(None, "--port", help=f"--engine topoplan: the rendezvous TCP port on node 0 (default "
+                             f"{DEFAULT_MASTER_PORT}). A serving engine: its HTTP port (default 8000)."),
+    master_port: int = typer.Option(None, "--master-port", help="A serving engine's rendezvous TCP port on node 0 "
+                                    f"(default {DEFAULT_MASTER_PORT})."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the bundled runner, per-rank lines), or a "
+                               "serving engine: vllm, sglang, trtllm (its own command per node; see "
+                               "docs/launch-engines.md)."),
+    device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
+                               "nodes; the bundled runner over gloo, or --engine vllm's CPU build), no GPU requests; "
+                               "needs --layout."),
+    host: str = typer.Option("127.0.0.1", "--host", help="A serving engine's HTTP address."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
+                                      "the engine installed (default: python3 on PATH)."),
+    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
+                                     "(VLLM_CPU_KVCACHE_SPACE)."),
     fmt: LaunchFormat = typer.Option(LaunchFormat.shell, "--format", help="Launcher to write the lines for."),
     explain: bool = typer.Option(False, "--explain", help="Also print every variable's reason (on stderr)."),
     this_machine: bool = typer.Option(False, "--this-machine", help="The --topo file is of this machine: read SMT "
@@ -270,29 +293,54 @@ def launch(
                                       "numbering."),
     output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of "
                                "stdout."),
+    mem_policy: str = typer.Option("preferred", "--mem-policy", help="numactl memory policy on the rank's NUMA "
+                                   "node: preferred (spills when full), bind (strict) or none."),
+    partition: str = typer.Option(None, "--partition", help="Slurm partition (srun, sbatch)."),
+    account: str = typer.Option(None, "--account", help="Slurm account (srun, sbatch)."),
+    time_limit: str = typer.Option(None, "--time", help="Slurm time limit, e.g. 30, 1:00:00, 1-12:00:00."),
+    job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
+    allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
+                                           "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
 ) -> None:
-    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher."""
+    """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
+    engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.launch.command import LaunchRequest, launch_spec, parse_hosts
+    from topoplan.engines import parse_engine
+    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
+    from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
+    from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
+    from topoplan.launch.explain import explain_engine
+    from topoplan.launch.options import LauncherOptions
     from topoplan.launch.render import render
     from topoplan.layout import Layout
 
     try:
+        engine_id = parse_engine(engine)
+        serving = engine_id.name != "topoplan"
+        if not serving and master_port is not None:
+            raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
         request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
                                 topo=topo, p2p=p2p, gpu=gpu, objective=objective, nodes=nodes,
-                                hosts=parse_hosts(hosts), port=port, command=tuple(command or ()),
-                                this_machine=this_machine, checkpoint=checkpoint, prompts=tuple(prompt),
-                                prompt_ids=tuple(prompt_ids))
-        spec = launch_spec(request)
-        text = render(spec, fmt.value)
+                                hosts=parse_hosts(hosts),
+                                port=(master_port if serving else port) or DEFAULT_MASTER_PORT,
+                                command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
+                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=engine_id, device=device,
+                                host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
+                                engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
+                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
+        served = engine_launch_for(request) if serving else None
+        spec = served.spec if served is not None else launch_spec(request)
+        text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
     except TopoplanError as error:
         raise fail(error) from None
-    if explain:
+    if explain and served is not None:
+        explain_engine(served, Console(stderr=True))
+    elif explain:
         explain_spec(spec, Console(stderr=True))
-    if output:
+    if output is not None:
         write_atomic(output, text, executable=fmt is not LaunchFormat.json)
     else:
         sys.stdout.write(text)
@@ -304,6 +352,8 @@ def run(
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, help="Pipeline stages."),
     dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
+    ep: int = typer.Option(1, help="MoE checkpoints: split the experts over this many ranks of each TP group "
+                           "(must divide --tp; tokens travel by all-to-all)."),
     prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in "
                                      "model."),
     prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
@@ -324,7 +374,7 @@ def run(
     from topoplan.runner.options import RunOptions
 
     try:
-        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, prompt=prompt, prompt_ids=prompt_ids,
+        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
                           temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out)
         if save is not None:
@@ -404,20 +454,46 @@ def calibrate_command(
     warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each size."),
     dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
                               "fp32 on CPU)."),
-    topo: str = typer.Option(None, "--topo", help="GPU machines: `topo -m` text file naming the link classes "
-                             "(default: NVML)."),
+    topo: str = typer.Option(None, "--topo", "--file", help="GPU machines: `topo -m` text file naming the link "
+                             "classes (--file is the same option; default: NVML)."),
     probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
                                   "far above the last-level cache."),
     force: bool = typer.Option(False, "--force", help="Measure and write even when the machine is busy (the file "
                                "records the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner and this machine), or vllm: serve "
+                               "vLLM's CPU build on every layout it runs here and fit its overheads into a copy of "
+                               "--calibration."),
+    calibration: str = typer.Option(None, "--calibration", help="--engine vllm: the CPU calibration file of "
+                                    "`topoplan calibrate` to start from."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
+                                      "of a venv with vllm-cpu."),
+    model: str = typer.Option("small", "--model", "-m", help="--engine vllm: the runner model vLLM serves."),
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.atomic import check_folder
     from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.engines import parse_engine
 
     try:
         check_folder(out)
+        engine_id = parse_engine(engine)
+        if engine_id.name == "vllm":
+            from topoplan.bench.vllm_cpu import calibrate_vllm
+
+            if calibration is None:
+                raise TopoplanError("--engine vllm prices layouts with this machine's CPU calibration: pass "
+                                    "--calibration FILE (from `topoplan calibrate`)")
+            document = calibrate_vllm(calibration, model=model, python=engine_python, force=force)
+            path = write_calibration(out, document)
+            fitted = document["engines"]["vllm"]
+            print(f"wrote {path}: vLLM {fitted['engine_version']} layer overhead {fitted['layer_overhead_us']:.1f} us, "
+                  f"step overhead {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} us "
+                  "per extra rank")
+            return
+        if engine_id.name != "topoplan":
+            raise TopoplanError(f"--engine {engine}: calibrate measures the runner (topoplan) or vLLM's CPU build "
+                                "(vllm) on this machine")
         with progress_steps(as_json) as on_step:
             document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
                                  force=force, on_step=on_step)
@@ -451,17 +527,34 @@ def validate_command(
     force: bool = typer.Option(False, "--force", help="Measure even when the machine is busy (the result records "
                                "the warnings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner), or vllm: vLLM's CPU build "
+                               "served on every layout it runs here, priced with `calibrate --engine vllm`'s fit."),
+    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
+                                      "of a venv with vllm-cpu."),
 ) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 
     from topoplan.bench.render import print_validate
     from topoplan.bench.validate import validate
+    from topoplan.engines import parse_engine
 
     try:
-        with progress_steps(as_json) as on_step:
-            result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                              repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
+        engine_id = parse_engine(engine)
+        if engine_id.name == "vllm":
+            from topoplan.bench.vllm_cpu import validate_vllm
+
+            if layouts.strip().lower() != "all":
+                raise TopoplanError("--engine vllm validates every layout vLLM runs here: drop --layouts")
+            result = validate_vllm(model, calibration, python=engine_python, batch=batch, prompt_len=prompt_len,
+                                   gen_len=gen_len, repeats=repeats, timeout_s=timeout, force=force)
+        elif engine_id.name == "topoplan":
+            with progress_steps(as_json) as on_step:
+                result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                                  repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
+        else:
+            raise TopoplanError(f"--engine {engine}: validate runs the runner (topoplan) or vLLM's CPU build (vllm) "
+                                "on this machine")
     except TopoplanError as error:
         raise fail(error) from None
     warn(result["load"]["warnings"])

@@ -21,7 +21,11 @@ class TopoplanError(Exception):
 
     exit_code = EXIT_USAGE
 
+    MAX_MESSAGE = 400  # characters: a message quoting a 5,000-digit cell or a megabyte line stays one screen line
+
     def __init__(self, message: str, *, source: str | Path | None = None, line: int | None = None):
+        if len(message) > self.MAX_MESSAGE:
+            message = f"{message[:self.MAX_MESSAGE - 100]} [...] {message[-80:]}"
         self.message = message
         self.source = str(source) if source is not None else None
         self.line = line

@@ -16,34 +16,47 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_NODES
 
 
 @dataclass(frozen=True, order=True)
 class Layout:
-    """A parallel layout: tensor-parallel degree x pipeline stages x data-parallel replicas."""
+    """A parallel layout: tensor-parallel degree x pipeline stages x data-parallel replicas, and the expert-
+    parallel degree of the MoE layers.
+
+    Expert parallelism (vLLM's `--enable-expert-parallel`): each MoE layer's routed experts are split, whole,
+    over `ep` ranks of one pipeline stage while attention stays TP. vLLM uses ep = tp x dp (the DP replicas'
+    attention runs data-parallel and their tokens meet in the MoE layers); ep may also divide tp (the
+    experts split inside each TP group and replicated across TP groups). ep 1: experts are TP-sharded.
+    """
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp"):
+        for name in ("tp", "pp", "dp", "ep"):
             if getattr(self, name) < 1:
                 raise TopoplanError(f"{name} must be at least 1, got {getattr(self, name)}")
+        plane = self.tp * self.dp
+        if plane % self.ep or (self.ep % self.tp and self.tp % self.ep):
+            raise TopoplanError(f"ep={self.ep} must divide tp={self.tp} or be a multiple of it dividing "
+                                f"tp x dp = {plane}")
 
     @property
     def world(self) -> int:
         return self.tp * self.pp * self.dp
 
     def __str__(self) -> str:
-        return f"tp={self.tp},pp={self.pp},dp={self.dp}"
+        return f"tp={self.tp},pp={self.pp},dp={self.dp}" + (f",ep={self.ep}" if self.ep > 1 else "")
 
     @classmethod
     def parse(cls, text: str) -> Layout:
-        """Read `tp=4,pp=2,dp=1` (any order, missing degrees are 1)."""
+        """Read `tp=4,pp=2,dp=1[,ep=4]` (any order, missing degrees are 1)."""
         values: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            match = re.fullmatch(r"(tp|pp|dp)\s*=\s*(\d+)", part)
+            match = re.fullmatch(r"(tp|pp|dp|ep)\s*=\s*(\d{1,9})", part)  # 9 digits: no int-string limit
             if not match or match.group(1) in values:
                 raise TopoplanError(f"layout {text!r}: expected tp=N,pp=N,dp=N (each at most once), got {part!r}")
             values[match.group(1)] = int(match.group(2))
@@ -62,12 +75,12 @@ class RankCoords:
 
 
 def check_nodes(nodes: int) -> None:
-    """A layout spreads over at least one node (`--nodes` of plan and launch)."""
-    if nodes < 1:
-        raise TopoplanError(f"--nodes must be >= 1, got {nodes}")
+    """A layout spreads over at least one node, at most MAX_NODES (`--nodes` of plan and launch)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise TopoplanError(f"--nodes must be from 1 to {MAX_NODES}, got {nodes}")
 
 
-GROUP_KINDS = ("tp", "pp", "dp")
+GROUP_KINDS = ("tp", "pp", "dp", "ep")
 
 
 @dataclass(frozen=True)
@@ -112,8 +125,16 @@ class RankGrid:
         t, p, d = self.layout.tp, self.layout.pp, self.layout.dp
         return [[self.rank(RankCoords(i, s, r)) for r in range(d)] for s in range(p) for i in range(t)]
 
+    @property
+    def ep_groups(self) -> list[list[int]]:
+        """Ranks sharing one MoE layer's experts: per stage, the (dp, tp) plane in rank order cut into blocks of
+        ep (ep = tp x dp: the stage's TP groups of every replica; ep dividing tp: a slice of one TP group)."""
+        t, p, d, e = self.layout.tp, self.layout.pp, self.layout.dp, self.layout.ep
+        plane = [[self.rank(RankCoords(i, s, r)) for r in range(d) for i in range(t)] for s in range(p)]
+        return [ranks[j:j + e] for ranks in plane for j in range(0, t * d, e)]
+
     def groups(self, kind: str) -> list[list[int]]:
-        """The groups of one kind: "tp", "pp" or "dp"."""
+        """The groups of one kind: "tp", "pp", "dp" or "ep"."""
         if kind not in GROUP_KINDS:
             raise TopoplanError(f"group kind {kind!r}: expected one of {', '.join(GROUP_KINDS)}")
         return getattr(self, f"{kind}_groups")

@@ -7,6 +7,7 @@ catalog model and `--model path/config.json` go through the same reader. docs/pl
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
+from topoplan.hf_fields import check_config
 from topoplan.jsonfile import read_json
 
 
@@ -32,12 +34,17 @@ class ModelSpec:
     tied_embeddings: bool = False
     gated_mlp: bool = True  # SwiGLU: 3 matrices; GPT-style GeLU MLP: 2
     attention_bias: bool = False  # Qwen2: bias on q, k, v
-    # MoE: `experts` routed experts of width `expert_intermediate`, `experts_per_token` chosen per token
+    # MoE: `experts` routed experts of width `expert_intermediate`, `experts_per_token` chosen per token;
+    # `shared_experts` always-on experts, together one MLP of width `shared_intermediate` (DeepSeek: n x
+    # moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size, scaled by a sigmoid gate)
     experts: int = 0
     experts_per_token: int = 0
     expert_intermediate: int = 0
     shared_experts: int = 0
-    dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    shared_intermediate: int = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE: a hidden -> 1 gate on the shared expert
+    moe_layer_ids: frozenset[int] = frozenset()  # which decoder layers have routed experts (the rest: dense MLP)
+    qk_norm: bool = False  # Qwen3: RMSNorm over each query and key head (2 x head_dim weights per layer)
     # MLA (DeepSeek-V2/V3): low-rank compressed KV; the cache holds kv_lora_rank + qk_rope_head_dim per token
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
@@ -56,7 +63,15 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.is_moe else 0
+        return len(self.moe_layer_ids)
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    def moe_layers_in(self, layers: range) -> int:
+        """How many of `layers` (global ids, e.g. one pipeline stage) have routed experts."""
+        return sum(1 for i in layers if i in self.moe_layer_ids)
 
     # --- parameter counts (exact for the weights, norms included) ---------------------------------
     @cached_property
@@ -71,7 +86,8 @@ class ModelSpec:
             return q + kv + self.heads * self.v_head_dim * h
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         bias = q + 2 * kv if self.attention_bias else 0
-        return h * q + 2 * h * kv + q * h + bias
+        norms = 2 * self.head_dim if self.qk_norm else 0
+        return h * q + 2 * h * kv + q * h + bias + norms
 
     def mlp_params(self, width: int) -> int:
         return (3 if self.gated_mlp else 2) * self.hidden * width
@@ -85,10 +101,18 @@ class ModelSpec:
         return self.attention_params + self.mlp_params(self.intermediate) + 2 * self.hidden
 
     @cached_property
+    def shared_params(self) -> int:
+        """The shared expert(s) of one MoE layer, and their gate (Qwen2-MoE): every token passes through them."""
+        return self.mlp_params(self.shared_intermediate) + (self.hidden if self.shared_expert_gate else 0)
+
+    @cached_property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
+    @cached_property
     def moe_layer_params(self) -> int:
         """All experts, shared experts and the router of one MoE layer, plus its attention and norms."""
-        return (self.attention_params + (self.experts + self.shared_experts) * self.expert_params
-                + self.hidden * self.experts + 2 * self.hidden)
+        return self.moe_layer_active_params(self.experts)
 
     @property
     def embedding_params(self) -> int:
@@ -108,8 +132,8 @@ class ModelSpec:
 
     def moe_layer_active_params(self, experts_touched: float) -> float:
         """Weights one MoE layer reads when `experts_touched` distinct routed experts are in use."""
-        return (self.attention_params + (experts_touched + self.shared_experts) * self.expert_params
-                + self.hidden * self.experts + 2 * self.hidden)
+        return (self.attention_params + experts_touched * self.expert_params + self.shared_params
+                + self.router_params + 2 * self.hidden)
 
     def experts_touched(self, tokens: float) -> float:
         """Expected distinct routed experts used by `tokens` tokens (uniform routing): E(1-(1-k/E)^tokens)."""
@@ -201,6 +225,17 @@ CATALOG: dict[str, dict[str, Any]] = {
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
                     "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    # mistralai/Mixtral-8x22B-Instruct-v0.1 config.json (the base v0.1 differs only in vocab_size 32000)
+    "Mixtral-8x22B": {"model_type": "mixtral", "vocab_size": 32768, "tie_word_embeddings": False,
+                      "max_position_embeddings": 65536, "hidden_size": 6144, "intermediate_size": 16384,
+                      "num_hidden_layers": 56, "num_attention_heads": 48, "num_key_value_heads": 8,
+                      "num_local_experts": 8, "num_experts_per_tok": 2},
+    # Qwen/Qwen3-235B-A22B config.json: every layer MoE (decoder_sparse_step 1, no mlp_only_layers), no shared expert
+    "Qwen3-235B-A22B": {"model_type": "qwen3_moe", "vocab_size": 151936, "tie_word_embeddings": False,
+                        "max_position_embeddings": 40960, "hidden_size": 4096, "intermediate_size": 12288,
+                        "moe_intermediate_size": 1536, "num_hidden_layers": 94, "num_attention_heads": 64,
+                        "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                        "decoder_sparse_step": 1, "mlp_only_layers": []},
     # The runner's built-in random models (topoplan/runner/builtin.py BUILTIN reads these): a byte vocabulary,
     # 256 bytes + specials rounded up to 264 so that TP degrees 1-4, 6, 8, 12 divide it.
     "tiny": {"model_type": "llama", "vocab_size": 264, "tie_word_embeddings": False, "hidden_size": 128,
@@ -214,6 +249,7 @@ ALIASES: dict[str, str] = {
     "7b": "Llama-2-7B", "13b": "Llama-2-13B", "8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B",
     "405b": "Llama-3.1-405B", "mixtral": "Mixtral-8x7B", "8x7b": "Mixtral-8x7B", "qwen-72b": "Qwen2.5-72B",
     "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
+    "8x22b": "Mixtral-8x22B", "qwen3-235b": "Qwen3-235B-A22B", "235b": "Qwen3-235B-A22B",
 }
 _HF = "config.json of {} on the Hugging Face hub"
 # Where each catalog entry's figures come from (`topoplan list models` prints it).
@@ -239,8 +275,41 @@ def check_context(max_context: int, tokens: int, asked: str, model: str) -> None
                             f"(max_position_embeddings of {model})")
 
 
+# model_type -> how the config spells it: q/k/v biases always on (Qwen2 family), per-head q/k RMSNorm (Qwen3)
+QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
+QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+
+
+def _moe_layer_ids(raw: dict[str, Any], layers: int) -> frozenset[int]:
+    """The decoder layers with routed experts, in each family's spelling:
+    DeepSeek-V2/V3: layer i >= first_k_dense_replace with i % moe_layer_freq == 0;
+    Qwen2-MoE/Qwen3-MoE: (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers; Mixtral: every layer."""
+    if "first_k_dense_replace" in raw or "n_routed_experts" in raw:
+        first, freq = raw.get("first_k_dense_replace") or 0, raw.get("moe_layer_freq") or 1
+        return frozenset(i for i in range(first, layers) if i % freq == 0)
+    step, only = raw.get("decoder_sparse_step") or 1, raw.get("mlp_only_layers") or []  # types: hf_fields
+    return frozenset(i for i in range(layers) if (i + 1) % step == 0 and i not in only)
+
+
+def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any]) -> dict[str, Any]:
+    """The MoE keys of Mixtral (num_local_experts), Qwen2/3-MoE (num_experts, shared_expert_intermediate_size)
+    and DeepSeek-V2/V3 (n_routed_experts, n_shared_experts) as ModelSpec fields."""
+    width = raw.get("moe_intermediate_size") or need("intermediate_size")
+    shared = raw.get("n_shared_experts") or 0  # DeepSeek: n experts of the routed width, run as one MLP
+    qwen_shared = raw.get("shared_expert_intermediate_size") or 0  # Qwen2-MoE: one gated shared expert
+    return {"experts": raw.get("num_local_experts") or raw.get("n_routed_experts") or raw["num_experts"],
+            "experts_per_token": need("num_experts_per_tok"),
+            "expert_intermediate": width,
+            "shared_experts": shared or (1 if qwen_shared else 0),
+            "shared_intermediate": shared * width or qwen_shared,
+            "shared_expert_gate": bool(qwen_shared),
+            "moe_layer_ids": _moe_layer_ids(raw, layers)}
+
+
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
-    """Read a HF config dict (Llama/Mistral/Qwen2, Mixtral, DeepSeek-V2/V3 spellings) into a ModelSpec."""
+    """Read a HF config dict (Llama/Mistral/Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 spellings)
+    into a ModelSpec."""
+    check_config(raw, source)
 
     def need(key: str) -> Any:
         if key not in raw:
@@ -250,15 +319,15 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
             raise TopoplanError(f"key {key!r} must be a positive integer, got {value!r}", source=source)
         return value
 
-    hidden, heads = need("hidden_size"), need("num_attention_heads")
+    hidden, heads, layers = need("hidden_size"), need("num_attention_heads"), need("num_hidden_layers")
     kv_lora = raw.get("kv_lora_rank") or 0
-    experts = raw.get("num_local_experts") or raw.get("n_routed_experts") or 0
+    experts = raw.get("num_local_experts") or raw.get("n_routed_experts") or raw.get("num_experts") or 0
     if hidden % heads and not raw.get("head_dim") and not kv_lora:
         raise TopoplanError(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}", source=source)
     spec = ModelSpec(
         name=name,
         hidden=hidden,
-        layers=need("num_hidden_layers"),
+        layers=layers,
         heads=heads,
         kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or hidden // heads,
@@ -266,12 +335,9 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         vocab=need("vocab_size"),
         tied_embeddings=bool(raw.get("tie_word_embeddings", False)),
         gated_mlp=raw.get("hidden_act", "silu") in ("silu", "swiglu"),
-        attention_bias=raw.get("model_type") == "qwen2" or bool(raw.get("attention_bias")),
-        experts=experts,
-        experts_per_token=need("num_experts_per_tok") if experts else 0,
-        expert_intermediate=(raw.get("moe_intermediate_size") or raw["intermediate_size"]) if experts else 0,
-        shared_experts=raw.get("n_shared_experts") or 0,
-        dense_layers=(raw.get("first_k_dense_replace") or 0) if experts else 0,
+        attention_bias=raw.get("model_type") in QKV_BIAS_TYPES or bool(raw.get("attention_bias")),
+        qk_norm=raw.get("model_type") in QK_NORM_TYPES,
+        **(_moe_fields(raw, layers, need) if experts else {}),
         kv_lora_rank=kv_lora,
         q_lora_rank=raw.get("q_lora_rank") or 0,
         qk_nope_head_dim=need("qk_nope_head_dim") if kv_lora else 0,
@@ -305,8 +371,6 @@ def find_model(name: str) -> ModelSpec:
 
 def load_config(path: Path) -> ModelSpec:
     """A HF config.json file; the error names the file when it is missing or not a config."""
-    raw = read_json(path, "a HF config.json")
-    if not isinstance(raw, dict):
-        raise TopoplanError("expected a JSON object (a HF config.json)", source=path)
+    raw = check_config(read_json(path, "a HF config.json"), path)
     name = raw.get("_name_or_path") or path.resolve().parent.name or path.stem
     return spec_from_config(raw, str(name), source=path)

@@ -75,10 +75,10 @@ def discover_rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
 def local_cuda_device(local_rank: int, visible_devices: int, visible_var: str = "CUDA_VISIBLE_DEVICES") -> int:
     """The CUDA device index this rank should use, given how many devices CUDA shows it.
 
-    torchrun, mpirun and shell launches from `topoplan launch` show every rank its node's planned GPUs in
-    local-rank order (CUDA_VISIBLE_DEVICES), so the device is `local_rank`; Slurm's `--gpu-bind=map_gpu`
-    shows each task only its own GPU, so the device is 0. `visible_var` names the variable to check in the message
-    (HIP_VISIBLE_DEVICES on ROCm).
+    Every launcher format of `topoplan launch` shows each rank its node's planned GPUs in local-rank order
+    (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES on ROCm), so the device is `local_rank`; a process shown a single
+    GPU (a launcher binding one GPU per task, such as Slurm's `--gpu-bind=map_gpu`) uses device 0. `visible_var`
+    names the variable to check in the message (HIP_VISIBLE_DEVICES on ROCm).
     """
     if visible_devices == 1:
         return 0

@@ -1,6 +1,6 @@
 """`topoplan calibrate`: measure this machine and write the calibration file the planner reads.
 
-1. a short all_reduce + sendrecv sweep over each link class present (on CPU: gloo between processes, one
+1. a short all_reduce + all_to_all + sendrecv sweep over each link class present (on CPU: gloo between processes, one
    per core; on GPUs: one pair of GPUs per `topo -m` link class, NCCL);
 2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the runner's per-layer and per-step
    fixed overheads;
@@ -37,12 +37,13 @@ from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
 from topoplan.topology.links import parse_link_code
 
+SWEEP_OPS = "all_reduce,all_to_all,sendrecv"  # what the planner prices: TP all-reduces, MoE all-to-alls, hand-offs
 DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MBs: the range the planner prices
 
 
 def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int, backend: str | None,
                env: dict[str, str] | None = None) -> list[CollectiveFit]:
-    request = BenchRequest.from_options(ops="all_reduce,sendrecv", sizes=sizes, iters=iters, warmup=warmup,
+    request = BenchRequest.from_options(ops=SWEEP_OPS, sizes=sizes, iters=iters, warmup=warmup,
                                         backend=backend)
     result = spawn_json(ranks, "topoplan.bench.worker", request.worker_argv(),
                         echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",

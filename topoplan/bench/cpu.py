@@ -39,19 +39,11 @@ from typing import Any
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
+from topoplan.machine import CPU_LINK, cpu_topology  # noqa: F401  (re-exported: the bench's CPU machine)
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.device import DeviceSpec
-from topoplan.topology.model import Gpu, Topology, build_topology
 
-CPU_LINK = "NODE"  # the `topo -m` code, and so the calibration link class (`node`), of CPU rank pairs
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
-
-
-def cpu_topology(devices: int) -> Topology:
-    """`devices` CPU devices on one NUMA node, all pairs linked by the `node` class."""
-    gpus = [Gpu(f"CPU{i}", i, name="cpu", numa_node=0) for i in range(devices)]
-    codes = {(a.id, b.id): CPU_LINK for a in gpus for b in gpus if a.index < b.index}
-    return build_topology(gpus, [], codes, source="cpu")
 
 
 def load_cpu_entry(path: str | Path) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 `topoplan plan --device cpu` ranks and what `topoplan validate` measures.
 
 The candidates: one rank with every core as its threads (TP1), and every tp x pp x dp with one
-single-threaded rank per core. Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU
-topology and device of topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight,
-prefill `batch x prompt_len`, and a CPU's FLOP rate depends on the rows (cpu.py). CPU layouts are priced
-in fp32, the dtype the runner uses on CPUs and the one the `cpu` entry was measured in.
+single-threaded rank per core; for an MoE model also the expert-parallel layouts the bundled runner runs
+(ep dividing tp: with dp 1, the planner's ep = tp x dp and the runner's EP inside a TP group coincide).
+Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU topology and device of
+topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight, prefill `batch x prompt_len`,
+and a CPU's FLOP rate depends on the rows (cpu.py). CPU layouts are priced in fp32, the dtype the runner
+uses on CPUs and the one the `cpu` entry was measured in.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
+from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec, find_model
@@ -33,6 +36,12 @@ class Candidate:
     threads: int  # intra-op threads per rank
 
 
+def runnable(layout: Layout) -> bool:
+    """The layouts the runner runs as priced: an EP group inside one TP group (ep divides tp); its DP replicas
+    run independently, so vLLM's ep = tp x dp with dp > 1 has no runner counterpart."""
+    return layout.tp % layout.ep == 0
+
+
 def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, batch: int | None) -> list[Candidate]:
     """TP1 on every core, and every layout with one single-threaded rank per core (or the ones asked).
     `batch`: prompts split over the DP replicas (validate), so dp must divide it; None when each replica has
@@ -41,7 +50,7 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
         found = [Candidate(Layout(), cores)]
         if cores > 1:
             found += [Candidate(l, 1) for l in enumerate_layouts(spec, cores)
-                      if l.world == cores and (batch is None or batch % l.dp == 0)]
+                      if l.world == cores and (batch is None or batch % l.dp == 0) and runnable(l)]
         return found
     out = []
     for layout in wanted:
@@ -49,22 +58,26 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
             raise TopoplanError(f"{layout} needs {layout.world} ranks; this machine has {cores} cores")
         if batch is not None and batch % layout.dp:
             raise TopoplanError(f"{layout}: --batch {batch} does not split over dp={layout.dp} replicas")
-        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp)  # the planner's checks
+        if not runnable(layout):
+            raise TopoplanError(f"{layout}: the bundled runner runs ep dividing tp (its replicas are independent)")
+        enumerate_layouts(spec, layout.world, tp=layout.tp, pp=layout.pp, dp=layout.dp,  # the planner's checks
+                          ep=layout.ep if layout.ep > 1 else None)
         out.append(Candidate(layout, max(1, cores // layout.world)))
     return out
 
 
 def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
-              workload: Workload) -> LayoutCost:
+              workload: Workload, overheads: dict[str, float] | None = None) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
-    rows, prefill at prefill's, the request time from both."""
+    rows, prefill at prefill's, the request time from both. `overheads` (Calibration field -> value) replace
+    the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu)."""
     layout = cand.layout
-    cal = cpu_calibration(calibration, entry, cand.threads)
+    cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
     def at(rows: int) -> LayoutCost:
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
-                    dp=layout.dp).layouts[0].cost
+                    dp=layout.dp, ep=layout.ep).layouts[0].cost
 
     decode, prefill = at(workload.batch), at(workload.batch * workload.prompt_len)
     return replace(decode, prefill_ms=prefill.prefill_ms,
@@ -73,7 +86,8 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
 
 def _refuse_gpu_options(r: PlanRequest) -> None:
     options = (("--topo", r.topo), ("--gpu", r.gpu), ("--cpu", r.cpu), ("--nic-gbps", r.nic_gbps))
-    given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else [])
+    given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
+        [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
     if given:
         raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
                             "machines: drop them, or plan GPUs with --device gpu")
@@ -90,11 +104,11 @@ def plan_cpu(request: PlanRequest) -> Plan:
     calibration = load_calibration(r.calibration)
     spec = find_model(r.model)
     cores = len(cpu_cores())
-    check_search(nodes=1, objective=r.objective, max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp)
-    wanted = [Layout(r.tp, r.pp, r.dp)] if None not in (r.tp, r.pp, r.dp) else None
+    check_search(nodes=1, objective=r.objective, max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep)
+    wanted = [Layout(r.tp, r.pp, r.dp, r.ep or 1)] if None not in (r.tp, r.pp, r.dp) else None
     candidates = [c for c in cpu_candidates(spec, cores, wanted, None)
                   if all(want is None or want == got for want, got in ((r.tp, c.layout.tp), (r.pp, c.layout.pp),
-                                                                     (r.dp, c.layout.dp)))
+                                                                     (r.dp, c.layout.dp), (r.ep, c.layout.ep)))
                   and (r.max_tp is None or c.layout.tp <= r.max_tp)]
     if not candidates:
         raise TopoplanError(f"no CPU-process layout of {cores} cores matches --tp/--pp/--dp/--max-tp")

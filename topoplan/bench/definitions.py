@@ -132,12 +132,18 @@ def element_count(op: str, size_bytes: int, n: int, itemsize: int) -> int:
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
+MAX_SIZE = 64 << 30  # 64 GiB: a message larger than a whole H100's memory is a typo
+MAX_SIZES = 64  # sizes per sweep: 4 bytes to 64 GiB in powers of two is 35
+
+
 def parse_size(text: str) -> int:
     """`4K` -> 4096, `256M` -> 268435456, `100` -> 100."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
-    if not match or int(match.group(1)) < 1:
-        raise TopoplanError(f"size {text!r}: expected a positive byte count like 4096, 4K, 256M or 1G")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    match = re.fullmatch(r"\s*(\d{1,12})\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    size = int(match.group(1)) * _UNITS[match.group(2)] if match else 0
+    if not 1 <= size <= MAX_SIZE:
+        shown = text if len(text) <= 24 else text[:21] + "..."
+        raise TopoplanError(f"size {shown!r}: expected a byte count from 1 to 64G, like 4096, 4K, 256M or 1G")
+    return size
 
 
 def parse_sizes(text: str, factor: int = 2) -> list[int]:
@@ -151,7 +157,10 @@ def parse_sizes(text: str, factor: int = 2) -> list[int]:
         while sizes[-1] * factor <= hi:
             sizes.append(sizes[-1] * factor)
         return sizes
-    sizes = sorted({parse_size(part) for part in text.split(",") if part.strip()})
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_SIZES:
+        raise TopoplanError(f"--sizes lists {len(parts)} sizes; expected at most {MAX_SIZES}")
+    sizes = sorted({parse_size(part) for part in parts})
     if not sizes:
         raise TopoplanError(f"--sizes {text!r}: expected LO:HI (e.g. 4K:256M) or a list (4K,1M)")
     return sizes

@@ -7,6 +7,7 @@ lives on) to chance.
 
 The planner prices (topoplan/plan/collectives.py)
     all_reduce over n ranks: base + 2(n-1) * alpha_link + 2(n-1)/n * S / bw_link
+    all_to_all over n ranks: base + (n-1) * alpha_link + (n-1)/n * S / bw_link  (MoE dispatch and combine)
     a pipeline hand-off:     base + alpha_link + S / bw_link
 so the fitted intercepts give one linear system in `base` (shared) and one alpha per link class, solved by
 least squares too; bw_link is the all_reduce bus bandwidth 2(n-1)/n / beta.
@@ -93,6 +94,8 @@ def steps(op: str, n: int) -> int | None:
         return 2 * (n - 1)
     if op == "sendrecv":
         return 1
+    if op == "all_to_all":
+        return n - 1
     return None
 
 
@@ -104,7 +107,8 @@ class LinkConstants:
 
 
 def link_constants(fits: Sequence[CollectiveFit], default_base_us: float) -> LinkConstants:
-    """Solve intercept = base + steps * alpha_class over every all_reduce and sendrecv fit (least squares).
+    """Solve intercept = base + steps * alpha_class over every all_reduce, all_to_all and sendrecv fit (least
+    squares).
 
     With fewer independent equations than unknowns (e.g. one all_reduce size and no sendrecv), `base`
     keeps `default_base_us` and each alpha is what is left of its intercept."""

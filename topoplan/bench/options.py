@@ -25,10 +25,10 @@ from topoplan.bench.definitions import (
     parse_redop,
     parse_sizes,
 )
-from topoplan.bench.limits import RANKS_PER_CPU, max_local_ranks
 from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import GROUP_KINDS, Layout
+from topoplan.limits import RANKS_PER_CPU, max_local_ranks
 from topoplan.runner.options import check_common
 
 

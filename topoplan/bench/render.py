@@ -104,7 +104,8 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
 
 def validate_table(result: dict[str, Any], with_layers: bool = True) -> Table:
     """Predicted vs measured per layout: times in ms (decode per token), errors relative to the measurement."""
-    table = Table(title=f"predicted vs measured: {result['model']}, batch {result['batch']}, prompt "
+    engine = f"{result['engine']} {result['engine_version']}, " if "engine" in result else ""
+    table = Table(title=f"predicted vs measured: {engine}{result['model']}, batch {result['batch']}, prompt "
                         f"{result['prompt_len']}, {result['gen_len']} new tokens",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("layout", no_wrap=True)
@@ -132,6 +133,8 @@ def _layout(row: dict[str, Any]) -> str:
 def _splits(row: dict[str, Any]) -> str:
     """Layers per stage the runner ran and the planner priced, `2/1/1 | 2/1/1` (a mismatch is flagged)."""
     ran, priced = ("/".join(str(s["layers"]) for s in row[key]) for key in ("stages_run", "stages_priced"))
+    if not row["stages_run"]:  # an engine that splits layers itself and does not report it (vLLM)
+        return f"? | {priced}"
     return f"{ran} | {priced}" if row["stages_run"] == row["stages_priced"] else f"[red]{ran} | {priced} DIFFER[/]"
 
 

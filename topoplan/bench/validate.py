@@ -2,7 +2,9 @@
 runner measured, and whether the planner ranks the layouts in the measured order.
 
 On a CPU machine the layouts are CPU-process layouts: one rank with every core as threads (TP1), and
-every tp x pp x dp over one single-threaded rank per core. Each is priced by the planner on the CPU
+every tp x pp x dp over one single-threaded rank per core; for an MoE checkpoint also the expert-parallel
+layouts the bundled runner runs (ep = tp with dp 1, where the planner's ep = tp x dp and the runner's EP
+inside a TP group coincide). Each is priced by the planner on the CPU
 topology and device of the calibration's `cpu` entry (topoplan.bench.cpu), then run by the runner with
 the same batch, prompt length and new-token count. Runs are interleaved across layouts (round-robin
 over `repeats`) so a burst of load from other processes does not land on one layout only; the median of
@@ -72,10 +74,11 @@ class Prediction:
 
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int) -> Prediction:
-    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu)."""
+            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None) -> Prediction:
+    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu).
+    `overheads` replace the runner's measured fixed costs with another engine's (topoplan.bench.vllm_cpu)."""
     cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
-                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE))
+                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads)
     return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
 
 
@@ -87,8 +90,9 @@ def prompts(batch: int, prompt_len: int) -> list[str]:
 def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: int, timeout_s: float) -> dict:
     """One runner run of the layout: its result's "timing" and "stages" (the layer split it ran)."""
     layout = cand.layout
-    opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, prompt_ids=prompts(batch, prompt_len),
-                      max_new_tokens=gen_len, backend="gloo", ignore_eos=True, json=True, timeout=timeout_s)
+    opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep,
+                      prompt_ids=prompts(batch, prompt_len), max_new_tokens=gen_len, backend="gloo", ignore_eos=True,
+                      json=True, timeout=timeout_s)
     return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
                       what=f"runner {layout}", timeout_s=timeout_s)
 
@@ -138,7 +142,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
         decode = statistics.median(t["decode_ms_per_token"] for t in timings)
         prefill = statistics.median(t["prefill_ms"] for t in timings)
         comm = statistics.median(t["comm_ms"] for t in timings)
-        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
+        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp, "ep": cand.layout.ep,
                      "threads_per_rank": cand.threads,
                      "predicted_decode_ms": cost.decode_ms_per_token, "measured_decode_ms": decode,
                      "predicted_prefill_ms": cost.prefill_ms, "measured_prefill_ms": prefill,
@@ -149,15 +153,19 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                      "stages_priced": cost.stages, "stages_run": results[0]["stages"],
                      "reasons": cost.reasons})
     load = monitor.report()
-    by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
-    by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
-    name = lambda r: f"tp={r['tp']},pp={r['pp']},dp={r['dp']}"  # noqa: E731
-    pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
-                                        "measured_decode_ms")}
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
             "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
-            "rows": rows,
-            "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
+            **summarize(rows)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows with the planner's best, the measured best and both orders (by decode ms/token)."""
+    by_pred = sorted(rows, key=lambda r: r["predicted_decode_ms"])
+    by_meas = sorted(rows, key=lambda r: r["measured_decode_ms"])
+    name = lambda r: str(Layout(r["tp"], r["pp"], r["dp"], r["ep"]))  # noqa: E731
+    pick = lambda r: {k: r[k] for k in ("tp", "pp", "dp", "ep", "threads_per_rank", "predicted_decode_ms",  # noqa: E731
+                                        "measured_decode_ms")}
+    return {"rows": rows, "best_predicted": pick(by_pred[0]), "best_measured": pick(by_meas[0]),
             "predicted_order": [name(r) for r in by_pred], "measured_order": [name(r) for r in by_meas],
             "order_matches": [name(r) for r in by_pred] == [name(r) for r in by_meas]}

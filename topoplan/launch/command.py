@@ -9,8 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topoplan.cpuset import CpuFacts
+from topoplan.engines import DEFAULT_ENGINE, EngineId
 from topoplan.errors import TopoplanError
-from topoplan.launch.spec import LaunchSpec, build_spec
+from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
+from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, EngineLaunch, ServeOptions
+from topoplan.launch.options import LauncherOptions
+from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.runner.options import parse_ids
@@ -20,16 +24,21 @@ DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default c
 
 
 def runner_command(layout: Layout, model: str | None, checkpoint: str | None = None,
-                   prompts: Sequence[str] = (), prompt_ids: Sequence[str] = ()) -> list[str]:
+                   prompts: Sequence[str] = (), prompt_ids: Sequence[str] = (), device: str = "gpu") -> list[str]:
     """The default COMMAND: the bundled runner with the layout's degrees, a model it can load and a prompt.
 
     The runner loads a built-in model (tiny, small) or an HF checkpoint folder, never a planner catalog name:
     `checkpoint` (a folder on the launch hosts) wins, else `model` must be a built-in (none: `tiny`, a smoke
     test of the launch). Without a prompt the runner refuses to start, so `--prompt-ids 1,2,3` stands in when
-    neither prompts nor ids are given.
+    neither prompts nor ids are given. A CPU launch (`device="cpu"`) asks for gloo, which the runner would
+    otherwise only choose where CUDA is missing.
     """
     from topoplan.runner.builtin import BUILTIN
 
+    if layout.tp % layout.ep:
+        raise TopoplanError(f"layout {layout}: the bundled runner splits experts inside a TP group (ep dividing tp; "
+                            "its DP replicas run independently), so vLLM's ep = tp x dp needs an engine: put its "
+                            "command after --")
     if checkpoint is not None:
         if not checkpoint.strip():
             raise TopoplanError("--checkpoint: expected a folder, got an empty path")
@@ -42,18 +51,23 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
                             "command after --")
     if not prompts and not prompt_ids:
         prompt_ids = [DEFAULT_PROMPT_IDS]
-    argv = ["python3", "-m", "topoplan.runner", "--model", runner_model,
+    # `--option=value`: a value starting with "-" (a folder named -rf, a prompt "-x") stays a value
+    argv = ["python3", "-m", "topoplan.runner", f"--model={runner_model}",
             "--tp", str(layout.tp), "--pp", str(layout.pp), "--dp", str(layout.dp)]
+    if layout.ep > 1:
+        argv += ["--ep", str(layout.ep)]
+    if device == "cpu":
+        argv.append("--backend=gloo")
     for text in prompts:
-        argv += ["--prompt", text]
+        argv.append(f"--prompt={text}")
     for ids in prompt_ids:
         parse_ids(ids)
-        argv += ["--prompt-ids", ids]
+        argv.append(f"--prompt-ids={ids}")
     return argv
 
 
 def parse_hosts(text: str | None) -> tuple[str, ...] | None:
-    """`--hosts a,b,c` -> ("a", "b", "c"); None when not given."""
+    """`--hosts a,b,c` -> ("a", "b", "c"); None when not given. Checked against --nodes by LaunchRequest."""
     if text is None:
         return None
     hosts = tuple(h.strip() for h in text.split(","))
@@ -68,7 +82,9 @@ class LaunchRequest:
 
     The layout is `layout` (placed by the planner's placement) or row `rank` of `topoplan plan` for `model`;
     `command` is what every rank runs (empty: the bundled runner with `checkpoint` or a built-in `model`,
-    and the prompts)."""
+    and the prompts). A serving `engine` (vllm, sglang, trtllm) serves `checkpoint` on `host`:`serve_port`
+    instead, and `command` holds extra options for it; `device` cpu plans ranks on this machine's CPUs (vLLM's
+    CPU build). `port` is the rendezvous port (the bundled runner's MASTER_PORT, the engines' master port)."""
 
     layout: Layout | None = None
     rank: int | None = None
@@ -85,6 +101,18 @@ class LaunchRequest:
     checkpoint: str | None = None
     prompts: tuple[str, ...] = ()
     prompt_ids: tuple[str, ...] = ()
+    device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
+    mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
+    launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
+    engine: EngineId = EngineId(DEFAULT_ENGINE)
+    host: str = DEFAULT_HOST
+    serve_port: int = DEFAULT_SERVE_PORT
+    engine_python: str = "python3"
+    kv_cache_gib: int = 1
+
+    @property
+    def serving(self) -> bool:
+        return self.engine.name != DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -95,21 +123,58 @@ class LaunchRequest:
         if self.rank is not None and self.rank < 1:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
-        if self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
+        self._check_engine_options()
+        if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
                                 "command; with your own COMMAND after --, put them in it")
         check_nodes(self.nodes)
         if self.hosts is not None and len(self.hosts) != self.nodes:
             raise TopoplanError(f"--hosts names {len(self.hosts)} host(s) but --nodes is {self.nodes}: give one "
                                 "host per node")
+        if self.hosts is not None:
+            check_hosts(self.hosts, self.nodes)
+        check_mem_policy(self.mem_policy)
+        if check_device(self.device) == "cpu":
+            self._check_cpu_launch()
         self._check_plan_options()
+
+    def _check_cpu_launch(self) -> None:
+        """A CPU launch takes a fixed layout split evenly over the nodes; GPU topology options have no meaning."""
+        given = [name for name, value in (("--topo", self.topo), ("--p2p", self.p2p), ("--gpu", self.gpu),
+                                          ("--rank", self.rank)) if value is not None]
+        if given:
+            raise TopoplanError(f"--device cpu runs ranks on this machine's CPUs; {', '.join(given)} describe(s) GPUs: "
+                                "drop it, and give --layout")
+        if self.layout is not None and self.layout.world % self.nodes:
+            raise TopoplanError(f"--device cpu: layout {self.layout} has {self.layout.world} ranks, which do not "
+                                f"split evenly over {self.nodes} node(s)")
+
+    def _check_engine_options(self) -> None:
+        check_device(self.device)
+        if not self.serving:
+            return
+        if self.checkpoint is None:
+            raise TopoplanError(f"--engine {self.engine} serves a checkpoint: pass --checkpoint DIR (a folder on the "
+                                "launch hosts, or a hub name the engine can fetch)")
+        if self.prompts or self.prompt_ids:
+            raise TopoplanError(f"--prompt and --prompt-ids are for the bundled runner; --engine {self.engine} serves "
+                                "requests over HTTP")
+        if self.device == "cpu" and (self.rank is not None or self.topo is not None):
+            raise TopoplanError("--device cpu places ranks on this machine's CPUs: give --layout, without --topo or "
+                                "--rank")
+        self.serve_options()  # its own checks (host, port, ...)
+
+    def serve_options(self) -> ServeOptions:
+        return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
+                            python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
+                            extra_args=self.command)
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,
         and a fixed layout's TP degree must split the model's heads as the planner requires."""
         from topoplan.hardware import find_gpu
         from topoplan.models import find_model
-        from topoplan.plan.layouts import check_tp
+        from topoplan.plan.layouts import check_ep, check_tp
         from topoplan.plan.rank import check_objective
 
         check_objective(self.objective)
@@ -119,6 +184,7 @@ class LaunchRequest:
             spec = find_model(self.model)
             if self.layout is not None:
                 check_tp(spec, self.layout.tp)
+                check_ep(spec, self.layout.ep)
 
 
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
@@ -156,6 +222,8 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
     from topoplan.plan.placement import place
 
     r = request
+    if r.device == "cpu":
+        return cpu_launch_spec(r)
     topology = read_launch_topology(r.topo, r.p2p)
     if r.layout is not None:
         chosen = r.layout
@@ -170,6 +238,36 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
-    command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
+    if r.serving:  # the engine's command is per node (engine_launch_for); the spec carries its per-rank facts
+        command: Sequence[str] = (str(r.engine),)
+    else:
+        command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
-                      master_port=r.port, facts=facts)
+                      master_port=r.port, facts=facts, mem_policy=r.mem_policy, launcher=r.launcher)
+
+
+def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
+    """`--device cpu`: every rank is a CPU process on this machine (the bundled runner over gloo, or vLLM's CPU
+    build); each node's ranks fill its NUMA nodes in blocks and split their CPUs (topoplan.launch.cpu_slots)."""
+    from topoplan.launch.cpu_slots import cpu_slots
+    from topoplan.plan.placement import expand
+
+    r = request
+    layout = r.layout
+    assert layout is not None  # checked by LaunchRequest
+    facts = CpuFacts.read_sysfs()
+    slots = cpu_slots(layout.world // r.nodes, facts)
+    if r.serving:
+        command: Sequence[str] = (str(r.engine),)
+    else:
+        command = r.command or runner_command(layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
+    return build_spec(slots, layout, expand(layout, r.nodes, [g.id for g in slots.gpus]), command=command,
+                      nodes=r.nodes, hosts=r.hosts, master_port=r.port, facts=facts, device="cpu",
+                      mem_policy=r.mem_policy, launcher=r.launcher)
+
+
+def engine_launch_for(request: LaunchRequest) -> EngineLaunch:
+    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node."""
+    from topoplan.launch.engines import engine_launch
+
+    return engine_launch(request.engine, launch_spec(request), request.serve_options())

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.launch.binding import MEM_POLICIES, describe_cpus
+from topoplan.launch.engines.common import EngineLaunch
 from topoplan.launch.spec import LaunchSpec
 from topoplan.terminal import emit
 
@@ -21,10 +23,29 @@ def explain(spec: LaunchSpec, console: Console) -> None:
         table.add_column("why", overflow="fold", ratio=1)
         for var in r.env:
             table.add_row(var.name, var.value, var.reason)
-        cpus = format_cpu_list(r.cpus) if r.cpus is not None else "(not bound)"
-        table.add_row("numactl --physcpubind", cpus, "CPUs from the GPU's affinity, split between the ranks sharing "
-                      "it, whole physical cores first")
-        table.add_row("numactl --membind" if r.mem_node is not None else "numactl --localalloc",
-                      str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
+        table.add_row("numactl --cpunodebind" if r.cpus is None and r.cpu_node is not None
+                      else "numactl --physcpubind", describe_cpus(r.cpus, r.cpu_node), r.cpu_reason)
+        option = MEM_POLICIES[r.mem_policy][0]
+        table.add_row(f"numactl {option or '(no memory policy)'}" if r.mem_node is not None or option is None
+                      else "numactl --localalloc", str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
         tables.append(table)
     emit(console, *tables, *(f"note: {note}" for note in spec.notes))
+
+
+def explain_engine(launch: EngineLaunch, console: Console) -> None:
+    """A serving engine's launch: per node its variables with reasons, and where each rank is placed."""
+    out: list[Table | str] = [launch.device_mapping]
+    for command in launch.nodes:
+        table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
+                      title_justify="left")
+        table.add_column("variable", overflow="fold")
+        table.add_column("value", overflow="fold")
+        table.add_column("why", overflow="fold", ratio=1)
+        for var in command.env:
+            table.add_row(var.name, var.value, var.reason)
+        out.append(table)
+    for r in launch.spec.ranks:
+        cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"
+        out.append(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
+                   f"{r.local_rank} -> {r.gpu}, CPUs {cpus}")
+    emit(console, *out, *(f"note: {note}" for note in (*launch.notes, *launch.spec.notes)))

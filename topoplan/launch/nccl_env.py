@@ -1,8 +1,11 @@
 """The NCCL variables a rank gets, each only when the topology gives a reason for it.
 
 NCCL finds most things itself; we set a variable only where the graph knows better than its defaults:
-- NCCL_IB_HCA: the RDMA NIC(s) nearest the rank's GPU. A NIC across the socket halves inter-node bandwidth.
-  Names are written with NCCL's `=` prefix (exact match): plain `mlx5_1` would also select mlx5_10..mlx5_19.
+- NCCL_IB_HCA: the node's GPU-facing NICs, the same list on every rank. NCCL already gives each GPU its
+  nearest NIC from the NICs it may use (and PXN can route through a peer GPU's NIC), so a per-rank list
+  only takes choices away; what NCCL cannot tell is which NICs carry storage or management traffic, so the
+  list leaves out every NIC that is the nearest NIC of no GPU. Names are written with NCCL's `=` prefix
+  (exact match): plain `mlx5_1` would also select mlx5_10..mlx5_19.
 - NCCL_P2P_LEVEL: only when a `nvidia-smi topo -p2p` matrix shows P2P failing between GPUs this node uses;
   P2P is then allowed only up to the level just closer than the closest failing link.
 - NCCL_MNNVL_ENABLE: on a multi-node NVLink domain (GB200/GB300 NVL72), so traffic between the job's nodes
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from topoplan.topology.links import LinkKind
-from topoplan.topology.model import Topology
+from topoplan.topology.model import Nic, Topology
 
 
 @dataclass(frozen=True)
@@ -43,16 +46,24 @@ _LEVEL_BELOW = {
 }
 
 
-def ib_hca(topology: Topology, gpu_id: str) -> EnvVar | None:
-    """NCCL_IB_HCA for a rank on this GPU; None when no NIC with a name is known."""
-    nearest = topology.nearest_nics(gpu_id)
-    named = [nic for nic in nearest if nic.name]
-    if not named:
+def gpu_facing_nics(topology: Topology) -> list[Nic]:
+    """NICs that are the nearest NIC of at least one GPU, in NIC order; only named ones (NCCL wants names)."""
+    facing = {nic.id for gpu in topology.gpus for nic in topology.nearest_nics(gpu.id)}
+    return [nic for nic in topology.nics if nic.id in facing and nic.name]
+
+
+def ib_hca(topology: Topology) -> EnvVar | None:
+    """NCCL_IB_HCA for every rank of a node of this topology; None when no named NIC is near a GPU."""
+    facing = gpu_facing_nics(topology)
+    if not facing:
         return None
-    kind = topology.link(gpu_id, named[0].id).code
-    names = ",".join(nic.name for nic in named)  # type: ignore[misc]
+    others = [nic.name or nic.id for nic in topology.nics if nic not in facing]
+    names = ",".join(nic.name for nic in facing)  # type: ignore[misc]
+    left_out = (f"; left out {', '.join(others)}, the nearest NIC of no GPU (storage or management)" if others
+                else "")
     return EnvVar("NCCL_IB_HCA", f"={names}",
-                  f"NIC(s) nearest {gpu_id} ({kind}); '=' makes NCCL match these names exactly, not as prefixes")
+                  f"the node's GPU-facing NICs: NCCL picks each GPU's nearest one itself{left_out}; '=' makes NCCL "
+                  "match these names exactly, not as prefixes")
 
 
 def p2p_level(topology: Topology, gpu_ids: Sequence[str]) -> EnvVar | None:

@@ -1,13 +1,20 @@
-"""`--format srun|sbatch`: Slurm binds each task itself, by local task id, with one map for every node.
+"""`--format srun|sbatch`: a Slurm step of whole nodes, bound by local task id with one map for every node.
 
-- `--gpu-bind=map_gpu:` gives local task i its planned GPU (Slurm then sets CUDA_VISIBLE_DEVICES, on AMD GPUs
-  ROCR_VISIBLE_DEVICES, to that one
-  GPU, so the rank's device is cuda:0); `--cpu-bind=mask_cpu:` and `--mem-bind=map_mem:` bind before the
-  program starts.
-- Slurm's GPU ids follow gres.conf; with `AutoDetect=nvml` and whole nodes (`--exclusive`, all GPUs) they
-  are the nvidia-smi (PCI bus) indices the plan uses. That is the assumption here.
-- Per-rank variables Slurm cannot map (OMP_NUM_THREADS, NCCL_IB_HCA) are set by a small wrapper keyed on
-  SLURM_LOCALID. Slurm sets the rank variables (SLURM_PROCID, ...) that topoplan.rank_env reads.
+- GPUs: a step only gets GPUs it asks for, so it asks for every GPU of each node (`--gpus-per-node`, in an
+  allocation of whole nodes). It does not use `--gpu-bind=map_gpu`: that leaves each task one visible GPU,
+  and NCCL's peer-to-peer path (NVLink, PCIe P2P) between ranks of a node needs every GPU of the node visible
+  in each process. Instead the per-rank wrapper sets CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES
+  (HIP_VISIBLE_DEVICES on AMD, launch/device_env.py) to the node's planned GPUs in local-rank order, so task i
+  uses cuda:i. (On AMD nodes Slurm sets ROCR_VISIBLE_DEVICES to the step's GPUs: all of the node's, as asked.)
+- Slurm's GPU ids follow gres.conf; with `AutoDetect=nvml` and whole nodes they are the nvidia-smi (PCI bus)
+  indices the plan uses. That is the assumption here.
+- CPUs and memory: `--cpu-bind=mask_cpu:` and `--mem-bind=[prefer,]map_mem:` bind before the program
+  starts, when every task has a CPU list; otherwise (a GPU whose CPU affinity is unknown) Slurm binds
+  nothing and the wrapper runs each task's numactl line instead.
+- Per-rank variables Slurm cannot map (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, NCCL_IB_HCA) are set by a small
+  wrapper keyed on SLURM_LOCALID. Slurm sets the rank variables (SLURM_PROCID, ...) that topoplan.rank_env
+  reads.
+- `--device cpu` asks for no GPU at all, so the lines run on CPU-only clusters.
 """
 
 from __future__ import annotations
@@ -15,16 +22,17 @@ from __future__ import annotations
 import shlex
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.device_env import VISIBLE_DEVICES
+from topoplan.launch.binding import MEM_POLICIES
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
+from topoplan.launch.options import DEFAULT_JOB_NAME
 from topoplan.launch.spec import LAUNCHER_VARS, RENDEZVOUS_VARS, LaunchSpec, RankSpec, require_node_blocks
 
 FIRST_NODE = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
-_SLURM_SETS = (*LAUNCHER_VARS, *RENDEZVOUS_VARS, *VISIBLE_DEVICES.values())  # Slurm's GPU binding sets them
+_SLURM_SETS = (*LAUNCHER_VARS, *RENDEZVOUS_VARS)
 
 
 def _local_binding(r: RankSpec) -> tuple:
-    return r.gpu_index, r.cpus, r.mem_node, tuple(r.env_dict(_SLURM_SETS).items())
+    return r.gpu_index, r.cpus, r.cpu_node, r.mem_node, tuple(r.env_dict(_SLURM_SETS).items())
 
 
 def _check_same_on_every_node(spec: LaunchSpec, per_node: int) -> list[RankSpec]:
@@ -33,9 +41,9 @@ def _check_same_on_every_node(spec: LaunchSpec, per_node: int) -> list[RankSpec]
         for a, b in zip(first, spec.node_ranks(node.index)):
             if _local_binding(a) != _local_binding(b):
                 raise TopoplanError(
-                    f"Slurm applies one --gpu-bind/--cpu-bind map to every node, but local rank {a.local_rank} is "
-                    f"bound differently on node 0 ({a.gpu}) and node {node.index} ({b.gpu}); use --format mpirun "
-                    "or shell for this placement")
+                    f"Slurm applies one binding map to every node, but local rank {a.local_rank} is bound "
+                    f"differently on node 0 ({a.gpu}) and node {node.index} ({b.gpu}); use --format mpirun or shell "
+                    "for this placement")
     return first
 
 
@@ -43,41 +51,62 @@ def _mask(cpus: tuple[int, ...]) -> str:
     return hex(sum(1 << c for c in cpus))
 
 
-def srun_lines(spec: LaunchSpec) -> list[str]:
+def _binding_args(local: list[RankSpec]) -> tuple[list[str], bool]:
+    """Slurm's --cpu-bind/--mem-bind, and whether the wrapper must run numactl itself instead."""
+    if not all(r.cpus for r in local):
+        return ["--cpu-bind=none", "--mem-bind=none"], True
+    args = [f"--cpu-bind=mask_cpu:{','.join(_mask(r.cpus) for r in local)}"]  # type: ignore[arg-type]
+    policy = local[0].mem_policy
+    if MEM_POLICIES[policy][0] is None:
+        args.append("--mem-bind=none")
+    elif all(r.mem_node is not None for r in local):
+        prefer = "prefer," if policy == "preferred" else ""
+        args.append(f"--mem-bind={prefer}map_mem:{','.join(str(r.mem_node) for r in local)}")
+    else:
+        args.append("--mem-bind=local")
+    return args, False
+
+
+def srun_lines(spec: LaunchSpec, cluster_options: bool = True, mpi: str | None = None) -> list[str]:
+    """The MASTER_ADDR/PORT exports and the srun line; `cluster_options`: also --partition/--account/--time/
+    --job-name when given (an sbatch script puts them in its header instead); `mpi`: Slurm's `--mpi` plugin, for
+    programs that are MPI jobs themselves (TensorRT-LLM: pmix)."""
     per_node = require_node_blocks(spec, "srun")
     local = _check_same_on_every_node(spec, per_node)
     master = shlex.quote(spec.master_addr) if spec.master_addr is not None else FIRST_NODE
-    args = ["srun", f"--nodes={len(spec.nodes)}", f"--ntasks={spec.world}", f"--ntasks-per-node={per_node}"]
+    args = ["srun", *(spec.launcher.slurm_args() if cluster_options else []), f"--nodes={len(spec.nodes)}",
+            f"--ntasks={spec.world}", f"--ntasks-per-node={per_node}"]
+    if mpi is not None:
+        args.append(f"--mpi={mpi}")
     hosts = [n.host for n in spec.nodes]
     if all(hosts):
         args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
-    args += ["--distribution=block", f"--gpu-bind=map_gpu:{','.join(str(r.gpu_index) for r in local)}"]
-    if all(r.cpus for r in local):
-        args.append(f"--cpu-bind=mask_cpu:{','.join(_mask(r.cpus) for r in local)}")  # type: ignore[arg-type]
-    else:
-        args.append("--cpu-bind=none")
-    if all(r.mem_node is not None for r in local):
-        args.append(f"--mem-bind=map_mem:{','.join(str(r.mem_node) for r in local)}")
-    else:
-        args.append("--mem-bind=local")
-    args.append("--export=ALL")
-    wrapper = dispatch_argv("SLURM_LOCALID", {r.local_rank: env_words(r.env_dict(_SLURM_SETS)) for r in local})
+    if spec.gpus_per_node:
+        args.append(f"--gpus-per-node={spec.gpus_per_node}")
+    binding, wrapper_binds = _binding_args(local)
+    args += ["--distribution=block", *binding, "--export=ALL"]
+    wrapper = dispatch_argv("SLURM_LOCALID", {
+        r.local_rank: [*env_words(r.env_dict(_SLURM_SETS)), *(r.binding_argv() if wrapper_binds else [])]
+        for r in local})
     return [f"export MASTER_ADDR={master}", f"export MASTER_PORT={spec.master_port}",
             shlex.join([*args, *wrapper, *spec.command])]
 
 
-def render_srun(spec: LaunchSpec) -> str:
-    return "\n".join([SHEBANG, f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); "
-                                f"run "
-                      "inside an allocation of whole nodes (salloc --exclusive)", *srun_lines(spec)]) + "\n"
+def render_srun(spec: LaunchSpec, mpi: str | None = None) -> str:
+    header = (f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); run inside an "
+              "allocation of whole nodes (salloc --exclusive)")
+    return "\n".join([SHEBANG, header, *srun_lines(spec, mpi=mpi)]) + "\n"
 
 
-def render_sbatch(spec: LaunchSpec, job_name: str = "topoplan") -> str:
+def render_sbatch(spec: LaunchSpec, mpi: str | None = None) -> str:
     per_node = len(spec.nodes[0].ranks)
-    header = [f"--job-name={job_name}", f"--nodes={len(spec.nodes)}", f"--ntasks-per-node={per_node}",
-              f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
+    header = [*spec.launcher.slurm_args(job_name=DEFAULT_JOB_NAME), f"--nodes={len(spec.nodes)}",
+              f"--ntasks-per-node={per_node}"]
+    if spec.gpus_per_node:
+        header.append(f"--gpus-per-node={spec.gpus_per_node}")
+    header.append("--exclusive")
     if all(n.host for n in spec.nodes):
         header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header),
                       f"# topoplan launch: {spec.layout}, {spec.world} rank(s)", "set -euo pipefail",
-                      *srun_lines(spec)]) + "\n"
+                      *srun_lines(spec, cluster_options=False, mpi=mpi)]) + "\n"

@@ -8,6 +8,9 @@ rank gets CUDA_DEVICE_ORDER=PCI_BUS_ID, and CUDA_VISIBLE_DEVICES lists the node'
 local-rank order, so local rank i's `cuda:i` is exactly the GPU the planner chose (torchrun-style code
 that calls `set_device(LOCAL_RANK)` lands on the right GPU, and each TP group on its planned GPUs). On AMD
 GPUs HIP_VISIBLE_DEVICES does the same (launch/device_env.py).
+
+A `device="cpu"` spec runs every rank on CPUs alone (the runner over gloo): its "GPUs" are CPU slots
+(topoplan.launch.cpu_slots), and no CUDA or NCCL variable and no GPU request is emitted.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 
 from topoplan.cpuset import CpuFacts, format_cpu_list, split_cpus
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import memory_node
+from topoplan.launch.binding import DEFAULT_MEM_POLICY, MEM_POLICIES, check_mem_policy, cpu_source, memory_node
 from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar, ib_hca, mnnvl, p2p_level
+from topoplan.launch.options import LauncherOptions
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.topology.model import Topology
@@ -28,6 +32,13 @@ from topoplan.topology.model import Topology
 # those launchers leave them out so the launcher stays the one source of truth.
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+DEVICES = ("gpu", "cpu")  # where ranks compute: their GPUs, or CPUs alone (--device cpu)
+
+
+def check_device(device: str) -> str:
+    if device not in DEVICES:
+        raise TopoplanError(f"--device {device!r}: expected one of {', '.join(DEVICES)}")
+    return device
 
 
 @dataclass(frozen=True)
@@ -45,11 +56,14 @@ class RankSpec:
     pci_bus_id: str | None
     uuid: str | None
     cuda_index: int  # the rank's device inside its node's CUDA_VISIBLE_DEVICES (= local_rank)
-    cpus: tuple[int, ...] | None  # None: the topology gives no CPU affinity, so no CPU binding
+    cpus: tuple[int, ...] | None  # None: no CPU list known (see cpu_node)
     physical_cores: int | None
     mem_node: int | None  # None: allocate local to the bound CPUs
     mem_reason: str
     env: tuple[EnvVar, ...]
+    cpu_node: int | None = None  # with cpus None: bind to this NUMA node's CPUs; both None: not CPU-bound
+    cpu_reason: str = ""
+    mem_policy: str = DEFAULT_MEM_POLICY  # a key of topoplan.launch.binding.MEM_POLICIES
 
     def env_dict(self, skip: Sequence[str] = ()) -> dict[str, str]:
         return {v.name: v.value for v in self.env if v.name not in skip}
@@ -59,13 +73,17 @@ class RankSpec:
 
     def binding_argv(self) -> list[str]:
         """`numactl ... --` to put in front of the command; [] when there is nothing to bind."""
-        if self.cpus is None and self.mem_node is None:
-            return []
-        argv = ["numactl"]
+        argv = []
         if self.cpus is not None:
             argv.append(f"--physcpubind={format_cpu_list(self.cpus)}")
-        argv.append(f"--membind={self.mem_node}" if self.mem_node is not None else "--localalloc")
-        return [*argv, "--"]
+        elif self.cpu_node is not None:
+            argv.append(f"--cpunodebind={self.cpu_node}")
+        option = MEM_POLICIES[self.mem_policy][0]
+        if option is not None and self.mem_node is not None:
+            argv.append(f"{option}={self.mem_node}")
+        elif option is not None and argv:
+            argv.append("--localalloc")
+        return ["numactl", *argv, "--"] if argv else []
 
 
 @dataclass(frozen=True)
@@ -86,8 +104,10 @@ class LaunchSpec:
     command: tuple[str, ...]
     master_addr: str | None  # None: decided at run time (Slurm: the allocation's first node)
     master_port: int
-    gpus_per_node: int  # GPUs of the machine (a Slurm job asks for all of them)
+    gpus_per_node: int  # GPUs of the machine (a Slurm job asks for all of them); 0 for a CPU launch
     notes: tuple[str, ...]
+    device: str = "gpu"  # "gpu", or "cpu": ranks on CPUs alone, no CUDA/NCCL variables, no GPU requests
+    launcher: LauncherOptions = LauncherOptions()
 
     @property
     def world(self) -> int:
@@ -129,11 +149,9 @@ def _check_placements(topology: Topology, layout: Layout, placements: Sequence[R
     return by_rank
 
 
-def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> tuple[tuple[str | None, ...],
-                                                                                       str | None]:
-    """Host per node, and the rendezvous address: the host of rank 0, which serves the store."""
-    if hosts is None:
-        return (None,) * nodes, ("127.0.0.1" if nodes == 1 else None)
+def check_hosts(hosts: Sequence[str], nodes: int) -> tuple[str, ...]:
+    """One distinct, printable host name per node: a host named twice would run two nodes' ranks on one
+    machine, on the same GPUs."""
     hosts = tuple(hosts)
     for host in hosts:
         if not host or any(ord(ch) < 32 or ord(ch) == 127 for ch in host):
@@ -141,6 +159,19 @@ def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> 
     if len(hosts) != nodes:
         raise TopoplanError(f"host list {','.join(hosts)!r} names {len(hosts)} host(s), but the plan uses {nodes} "
                             "node(s): give one host name per node")
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        raise TopoplanError(f"host list {','.join(hosts)!r} names {', '.join(twice)} more than once: each node is "
+                            "a different machine (two loopback nodes: 127.0.0.1,127.0.0.2)")
+    return hosts
+
+
+def _resolve_hosts(hosts: Sequence[str] | None, nodes: int, rank0_node: int) -> tuple[tuple[str | None, ...],
+                                                                                       str | None]:
+    """Host per node, and the rendezvous address: the host of rank 0, which serves the store."""
+    if hosts is None:
+        return (None,) * nodes, ("127.0.0.1" if nodes == 1 else None)
+    hosts = check_hosts(hosts, nodes)
     return hosts, hosts[rank0_node]
 
 
@@ -154,13 +185,21 @@ def build_spec(
     hosts: Sequence[str] | None = None,
     master_port: int = DEFAULT_MASTER_PORT,
     facts: CpuFacts | None = None,
+    device: str = "gpu",
+    mem_policy: str = DEFAULT_MEM_POLICY,
+    launcher: LauncherOptions | None = None,
 ) -> LaunchSpec:
     """The launch spec for these placements on `nodes` identical machines described by `topology`.
 
     `facts` are the live machine's CPU facts (SMT siblings, NUMA nodes); without them the CPU lists of the
     topology are read under topoplan.cpuset's numbering assumption. `hosts` (one per node) give the rendezvous
-    address; for a single node without hosts, 127.0.0.1 is used.
+    address; for a single node without hosts, 127.0.0.1 is used. `device="cpu"`: the topology's devices are CPU
+    slots (topoplan.launch.cpu_slots) and no CUDA or NCCL variable is set. `mem_policy` is a key of
+    topoplan.launch.binding.MEM_POLICIES; `launcher` holds the launchers' own options (Slurm, Open MPI).
     """
+    check_device(device)
+    check_mem_policy(mem_policy)
+    on_gpu = device == "gpu"
     nodes = nodes if nodes is not None else 1 + max((p.node for p in placements), default=0)
     check_nodes(nodes)
     if not 1 <= master_port <= 65535:
@@ -178,20 +217,24 @@ def build_spec(
 
     node_specs: list[NodeSpec] = []
     ranks: dict[int, RankSpec] = {}
+    hca = ib_hca(topology)  # the same node-wide list for every rank
     for node in range(nodes):
         mine = [p for p in by_rank if p.node == node]
         if not mine:
             raise TopoplanError(f"node {node} runs no rank of {layout}: use --nodes {nodes - 1} or a bigger layout")
         gpus = [topology.gpu(p.gpu) for p in mine]
-        cvd = ",".join(str(g.index) for g in gpus)
+        cvd = ",".join(str(g.index) for g in gpus) if on_gpu else ""
         node_specs.append(NodeSpec(node, host_names[node], tuple(p.rank for p in mine), cvd))
-        bindable = {p.rank: g.cpus for p, g in zip(mine, gpus) if g.cpus}
+        sources = {p.rank: cpu_source(g, topology, facts) for p, g in zip(mine, gpus)}
+        bindable = {rank: src.cpus for rank, src in sources.items() if src.cpus}
         shares = split_cpus(bindable, facts, where=f"node {node}", source=source)
         p2p = p2p_level(topology, [g.id for g in gpus])
         fabric = mnnvl(topology, nodes)
         for local_rank, (p, gpu) in enumerate(zip(mine, gpus)):
             share = shares.get(p.rank)
             mem_node, mem_reason = memory_node(share.cpus if share else None, gpu.numa_node, memory_only, facts)
+            if MEM_POLICIES[mem_policy][0] is None:
+                mem_node, mem_reason = None, "--mem-policy none"
             env = [
                 EnvVar("RANK", str(p.rank), f"global rank: tp={p.tp_rank}, pp={p.pp_rank}, dp={p.dp_rank} "
                        "in TP-fastest order"),
@@ -204,35 +247,37 @@ def build_spec(
                                   "rank 0 "
                                   "and serves the store"))
             env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
-            env += device_env(topology.vendor, cvd, node, local_rank, gpu.id)
+            if on_gpu:
+                env += device_env(topology.vendor, cvd, node, local_rank, gpu.id)
             if share:
                 env.append(EnvVar("OMP_NUM_THREADS", str(share.physical_cores),
                                   f"one thread per physical core bound to this rank ({share.physical_cores}); "
                                   "torchrun would otherwise set 1"))
-            hca = ib_hca(topology, gpu.id)
-            if hca:
+            if hca and on_gpu:
                 env.append(hca)
-            if p2p:
+            if p2p and on_gpu:
                 env.append(p2p)
-            if fabric:
+            if fabric and on_gpu:
                 env.append(fabric)
+            src = sources[p.rank]
             ranks[p.rank] = RankSpec(
                 p.rank, node, local_rank, p.tp_rank, p.pp_rank, p.dp_rank, gpu.id, gpu.index, gpu.pci_bus_id,
                 gpu.uuid, local_rank, share.cpus if share else None, share.physical_cores if share else None,
-                mem_node, mem_reason, tuple(env))
-        if len(bindable) < len(mine):
-            notes.append(f"node {node}: no CPU affinity known for "
-                         f"{', '.join(g.id for p, g in zip(mine, gpus) if p.rank not in bindable)}: not CPU-bound")
-    if not any(v.name == "NCCL_IB_HCA" for r in ranks.values() for v in r.env):
+                mem_node, f"{MEM_POLICIES[mem_policy][1]}; node: {mem_reason}", tuple(env), src.node,
+                src.reason + (", split between the ranks sharing it, whole physical cores first" if share else ""),
+                mem_policy)
+        notes += [f"node {node}: {sources[p.rank].reason}" for p, g in zip(mine, gpus) if not g.cpus]
+    if on_gpu and hca is None:
         notes.append("NCCL_IB_HCA not set: the topology names no NICs near the GPUs")
     if nodes > 1 and mnnvl(topology, nodes):
         notes.append(f"the {nodes} nodes are taken to be trays of one NVLink domain (the same rack and NVLink "
                      "partition as this topology's GPUs): TP/EP groups spanning them run over NVLink")
-    if topology.vendor == "amd":
+    if on_gpu and topology.vendor == "amd":
         notes.append("AMD GPUs: HIP_VISIBLE_DEVICES selects them (ROCR_VISIBLE_DEVICES must be unset or list every "
                      "GPU); RCCL reads the NCCL_* variables")
     return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
-                      master_addr, master_port, len(topology.gpus), tuple(notes))
+                      master_addr, master_port, len(topology.gpus) if on_gpu else 0, tuple(notes), device,
+                      launcher or LauncherOptions())
 
 
 def require_node_blocks(spec: LaunchSpec, launcher: str) -> int:

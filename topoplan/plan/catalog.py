@@ -37,10 +37,11 @@ def model_rows() -> list[dict[str, Any]]:
 
 
 def _table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("name", "aliases") else "right", no_wrap=True)
-    table.add_column("src", justify="right", no_wrap=True)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in columns:  # aliases fold onto more lines at a narrow width; names, figures and sources never do
+        table.add_column(name, justify="left" if name in ("name", "aliases") else "right",
+                         no_wrap=name != "aliases", overflow="fold")
+    table.add_column("src", justify="right", no_wrap=True, min_width=4)
     return table
 
 

@@ -6,6 +6,15 @@ at once, so the slowest hop sets the bandwidth and the step latency grows with t
 All-gather (ring): n-1 steps, each moving S/n bytes (S = the gathered buffer):
     t = base + (n-1) * alpha_step + (n-1)/n * S / bw_bottleneck
 Point-to-point (a pipeline hand-off): t = base + alpha + S / bw.
+All-to-all (MoE dispatch and combine, S bytes sent per rank, an even share to every member): each rank
+exchanges with n-1 peers, so t = base + (n-1) * alpha + max over the links of the bytes each must carry /
+its bandwidth: (n-1)/n * S over the slowest GPU pair inside a node (nccl-tests' alltoall busbw
+= algbw * (n-1)/n), and on a group spanning nodes each node's m ranks push m * S * (n-m)/n through its rails
+(nodes of one multi-node NVLink domain count as one: their pairs are NVLink hops).
+Engines with their own all-reduce kernels (topoplan.engines AllReducePath: vLLM, SGLang, TensorRT-LLM) use
+them on a full NVLink mesh below a message size; there each rank reads its peers' buffers directly:
+    one-shot: t = one_shot_us + (n-1) * S / bw       (every peer's whole buffer, through this GPU's NVLink)
+    two-shot: t = two_shot_us + 2(n-1)/n * S / bw    (reduce-scatter then all-gather, as a ring moves)
 A hop between nodes goes through the GPUs' nearest NICs; NCCL spreads a ring's channels over all the
 rails (NICs) the group's GPUs sit next to, so a crossing gets nic_gbps x rails. Nodes in one multi-node
 NVLink domain (GB200/GB300 NVL72 trays: every GPU's NVML fabric info names the same cluster and clique) reach
@@ -20,6 +29,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from topoplan.engines.profile import AllReducePath
 from topoplan.plan.calibration import NET, Calibration
 from topoplan.topology.model import Topology
 
@@ -63,7 +73,9 @@ class Ring:
 class LinkPricer:
     """Prices hops and collectives on one topology (all nodes identical) under one calibration."""
 
-    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float, domain_gpus: int = 0):
+    def __init__(self, topology: Topology, calibration: Calibration, nic_gbps: float, domain_gpus: int = 0,
+                 allreduce: AllReducePath | None = None):
+        self.allreduce_path = allreduce or AllReducePath(custom=False)  # NCCL only (the bundled runner)
         self.topology = topology
         self.calibration = calibration
         self.nic_gbps = nic_gbps
@@ -172,12 +184,64 @@ class LinkPricer:
         alpha = max(h.alpha_us for h in hops)
         return self.calibration.collective_base_us + steps * alpha + steps / n * nbytes / (bottleneck * 1e3)
 
+    def allreduce_kernel(self, ring: Ring, nbytes: float) -> str:
+        """"one-shot", "two-shot" (the engine's own kernels) or "nccl" for this all-reduce."""
+        if len(ring) < 2:
+            return "nccl"
+        return self.allreduce_path.kernel(len(ring), nbytes, self.is_nvlink_mesh(ring))
+
     def allreduce_us(self, ring: Ring, nbytes: float) -> float:
-        return self._ring_us(ring, nbytes, 2 * (len(ring) - 1))
+        kernel, n = self.allreduce_kernel(ring, nbytes), len(ring)
+        if kernel == "nccl":
+            return self._ring_us(ring, nbytes, 2 * (n - 1))
+        bw = min(h.bandwidth_gbps for h in self.ring_hops(ring)) * 1e3  # bytes per us
+        if kernel == "one-shot":
+            return self.allreduce_path.one_shot_us + (n - 1) * nbytes / bw
+        return self.allreduce_path.two_shot_us + 2 * (n - 1) / n * nbytes / bw
 
     def allgather_us(self, ring: Ring, nbytes: float) -> float:
         """All-gather into an nbytes buffer (each rank contributes nbytes/n)."""
         return self._ring_us(ring, nbytes, len(ring) - 1)
+
+    def _by_domain(self, group: Ring) -> dict[int, list[Slot]]:
+        """The group's slots per NVLink domain (a node, unless nodes share a multi-node NVLink domain)."""
+        domains: dict[int, list[Slot]] = {}
+        for slot in group.slots:
+            domains.setdefault(self._domain(group.base + slot[0]), []).append(slot)
+        return domains
+
+    def _leaving(self, group: Ring) -> tuple[Hop, int]:
+        """The network hop a group spanning NVLink domains crosses (its nodes' common rails) and the most ranks
+        one node pushes through it."""
+        per_node: dict[int, list[str]] = {}
+        for node, gpu in group.slots:
+            per_node.setdefault(node, []).append(gpu)
+        return self.net(min(self.rails(gpus) for gpus in per_node.values())), max(map(len, per_node.values()))
+
+    def alltoall_us(self, group: Ring, nbytes: float) -> float:
+        """All-to-all over `group` (any member order) with `nbytes` sent by each rank, an even share per peer."""
+        n = len(group)
+        if n < 2:
+            return 0.0
+        domains = self._by_domain(group)
+        hops = [self.hop(a, b, 1, group.base) for members in domains.values()
+                for i, a in enumerate(members) for b in members[i + 1:]]
+        local = max(map(len, domains.values()))
+        seconds = [(local - 1) / n * nbytes / (min(h.bandwidth_gbps for h in hops) * 1e3)] if hops else []
+        if len(domains) > 1:
+            net, per_node = self._leaving(group)
+            hops.append(net)
+            seconds.append(per_node * nbytes * (n - local) / n / (net.bandwidth_gbps * 1e3))
+        return self.calibration.collective_base_us + (n - 1) * max(h.alpha_us for h in hops) + max(seconds)
+
+    def group_bottleneck(self, group: Ring) -> Hop | None:
+        """The slowest link an all-to-all over `group` crosses (the network when it spans NVLink domains)."""
+        domains = self._by_domain(group)
+        if len(domains) > 1:
+            return self._leaving(group)[0]
+        slots = group.slots
+        hops = [self.hop(a, b, 1, group.base) for i, a in enumerate(slots) for b in slots[i + 1:]]
+        return min(hops, key=lambda h: (h.bandwidth_gbps, h.code)) if hops else None
 
     def handoff_us(self, src: Ring, dst: Ring, nbytes: float) -> float:
         """Stage-to-stage hand-off: each TP rank sends nbytes/tp to its partner (same tp_rank), all at once;

@@ -6,24 +6,33 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
               + 2 all-reduces per layer of batch x prompt x hidden x bytes
     decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
               + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
+    (overhead per layer: layer_overhead_us, or decode_layer_overhead_us in decode under CUDA graphs)
     with TP, the first stage's vocab-parallel embedding adds one all-reduce of its output and the last
     stage's vocab-parallel LM head one all-gather of batch x vocab logits (vLLM, Megatron-LM).
 A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
 the last stage to the first (which embeds them next step); each step also pays `step_overhead_us` outside
-the layers. With p stages, p micro-batches keep every stage busy, and DP replicas multiply throughput.
+the layers, plus `step_overhead_per_rank_us` per rank beyond the first (an engine whose driver feeds its
+workers). Memory follows the engine's policy (topoplan.engines MemoryPolicy): the share of GPU memory weights
+and KV may use, and the KV block size a sequence's cache is rounded up to. With p stages, p micro-batches
+keep every stage busy, and DP replicas multiply throughput.
+With expert parallelism (ep > 1, topoplan.plan.moe) a rank holds 1/ep of the routed experts, reads those its
+EP group's tokens touch, and each MoE layer pays a dispatch and a combine all-to-all on the EP group's links
+plus a TP all-gather in place of the MLP's all-reduce.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
+from topoplan.engines.profile import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import ModelSpec
+from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
@@ -79,6 +88,7 @@ class LayoutCost:
     slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
     notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
+    all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -118,36 +128,62 @@ class Work:
 
 
 class StageModel:
-    """Bytes and FLOPs of one stage on one TP rank.
+    """Bytes and FLOPs of one stage on one rank: TP-sharded weights, and with expert parallelism (ep > 1) the
+    routed experts whole on `ep` ranks, which also see the tokens of the `replicas` DP replicas of their group
+    (topoplan.plan.moe). `imbalance(tokens)`: the busiest EP rank's routed work over the mean (1 without EP).
 
     `weight_bytes`: bytes per decoder-layer weight (quantised formats: scales included); the embedding and the
     LM head are kept in the activation dtype, `act_bytes`; `kv_bytes`: one KV-cache element."""
 
-    def __init__(self, model: ModelSpec, stage: Stage, tp: int, weight_bytes: float, act_bytes: int, kv_bytes: int):
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, weight_bytes: float, act_bytes: int, kv_bytes: int,
+                 ep: int = 1, replicas: int = 1, imbalance: Callable[[float], float] = lambda tokens: 1.0):
         self.m, self.s, self.tp = model, stage, tp
         self.wb, self.ab, self.kvb = weight_bytes, act_bytes, kv_bytes
-        dense_end = model.dense_layers if model.is_moe else model.layers
-        self.dense = max(0, min(stage.end, dense_end) - stage.start)
-        self.moe = stage.layers - self.dense
+        self.ep, self.replicas, self.imbalance = ep, replicas, imbalance
+        self.experts_over = ep if ep > 1 else tp  # ranks one MoE layer's routed experts are split over
+        self.moe = model.moe_layers_in(range(stage.start, stage.end))
+        self.dense = stage.layers - self.moe
         self.holds_head = stage.last and (not model.tied_embeddings or not stage.first)
-        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp)
+        self.signature = (stage.layers, stage.first, stage.last, self.dense, self.moe, tp, ep, replicas)
+
+    def _routed(self, experts: float) -> float:
+        """Routed-expert weights of the stage's MoE layers with `experts` experts per layer."""
+        return self.moe * experts * self.m.expert_params
+
+    def _per_rank(self, params: float, routed: float) -> float:
+        """One rank's share of `params` weights of which `routed` are routed experts (split over EP ranks)."""
+        return (params - routed) / self.tp + routed / self.experts_over
 
     def weight_bytes(self) -> float:
-        """Weights stored on one TP rank of this stage."""
+        """Weights stored on one rank of this stage."""
         m = self.m
         layers = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
         plain = (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
-        return (layers * self.wb + plain * self.ab) / self.tp
+        return self._per_rank(layers, self._routed(m.experts)) * self.wb + plain * self.ab / self.tp
 
-    def _matmul_bytes(self, tokens: float) -> float:
-        """Weight bytes the stage's GEMMs read when `tokens` tokens pass (MoE: the experts they touch)."""
+    def expert_bytes(self) -> float:
+        """Routed-expert weights stored on one rank of this stage."""
+        return self._routed(self.m.experts) / self.experts_over * self.wb
+
+    def _read_bytes(self, tokens: float) -> float:
+        """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts touched by the
+        tokens of its EP group); the LM head in the activation dtype."""
         m = self.m
-        layers = m.matmul_params(self.dense, self.moe, m.experts_touched(tokens))
-        return layers * self.wb + (m.head_params * self.ab if self.s.last else 0)
+        touched = m.experts_touched(tokens * self.replicas)
+        layers = m.matmul_params(self.dense, self.moe, touched)
+        head = m.head_params * self.ab / self.tp if self.s.last else 0.0
+        return self._per_rank(layers, self._routed(touched)) * self.wb + head
 
-    def _active_params(self) -> float:
-        """Weights one token multiplies by (MoE: its k experts)."""
-        return self.m.matmul_params(self.dense, self.moe, self.m.experts_per_token)
+    def _gemm_flops(self, tokens: float, head_rows: float) -> float:
+        """One rank's GEMM FLOPs for `tokens` tokens per replica (the LM head for `head_rows` of them): 2 per
+        active weight, routed experts scaled by the busiest EP rank's share."""
+        m = self.m
+        active, routed = m.matmul_params(self.dense, self.moe, m.experts_per_token), self._routed(m.experts_per_token)
+        head = 2.0 * m.head_params * head_rows / self.tp if self.s.last else 0.0
+        routed_flops = 2.0 * routed * tokens * self.replicas / self.experts_over
+        if self.ep > 1:
+            routed_flops *= self.imbalance(tokens * self.replicas * m.experts_per_token)
+        return 2.0 * (active - routed) * tokens / self.tp + routed_flops + head
 
     def kv_bytes_per_token(self) -> float:
         return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.kvb
@@ -157,17 +193,15 @@ class StageModel:
         return self.m.attention_flops(self.s.layers, queries, context)
 
     def prefill(self, batch: int, prompt: int) -> list[Work]:
-        """GEMMs and attention on one TP rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
+        """GEMMs and attention on one rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
         tokens = batch * prompt
-        gemm = 2.0 * self._active_params() * tokens + (2.0 * self.m.head_params * batch if self.s.last else 0)
         kv_write = tokens * self.kv_bytes_per_token()
-        return [Work(gemm / self.tp, self._matmul_bytes(tokens) / self.tp),
+        return [Work(self._gemm_flops(tokens, batch), self._read_bytes(tokens)),
                 Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
-        """GEMMs and attention on one TP rank for one decode step of `batch` sequences at `context` tokens."""
-        gemm = 2.0 * (self._active_params() + (self.m.head_params if self.s.last else 0)) * batch
-        return [Work(gemm / self.tp, self._matmul_bytes(batch) / self.tp),
+        """GEMMs and attention on one rank for one decode step of `batch` sequences at `context` tokens."""
+        return [Work(self._gemm_flops(batch, batch), self._read_bytes(batch)),
                 Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
@@ -175,11 +209,13 @@ class CostModel:
     """Prices layouts of one model on one device type under one calibration."""
 
     def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
-                 pricer: LinkPricer):
+                 pricer: LinkPricer, memory: MemoryPolicy | None = None):
         self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
         self.compute = device.compute_dtype(workload.weights)  # refuses a dtype the GPU cannot run
         device.check_kv(workload.kv)
         self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
+        # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
+        self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
         self.peak_flops = device.tflops[self.compute] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
@@ -188,19 +224,23 @@ class CostModel:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
         return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float) -> float:
-        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences.
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences; `group` is
+        its EP group when the layout has expert parallelism.
 
         Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
         w = self.work
-        key = (sm.signature, ring.shape, phase, batch)
+        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch)
         if key not in self._stage_cache:
             if phase == "prefill":
                 work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
             else:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
-            t = self._roofline_ms(work) + sm.s.layers * self.cal.layer_overhead_us / 1e3
+            overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
+            t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
             t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
+            if group is not None:
+                t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
             self._stage_cache[key] = t
         return self._stage_cache[key]
 
@@ -209,11 +249,27 @@ class CostModel:
         vocab-parallel embedding's all-reduce on the first stage, the logits all-gather on the last (one
         row of logits per sequence)."""
         activations = tokens * self.model.hidden * self.act_bytes
-        count = 2 * sm.s.layers + (1 if sm.s.first else 0)
+        count = 2 * sm.s.layers + (1 if sm.s.first else 0) - (sm.moe if sm.ep > 1 else 0)
         t = count * self.pricer.allreduce_us(ring, activations)
         if sm.s.last:
             t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.act_bytes)
         return t
+
+    def _alltoall_us(self, sm: StageModel, group: Ring, tokens: float) -> float:
+        """Dispatch + combine of one MoE layer: each rank sends its dispatched tokens' hidden states to their
+        k experts and gets k results back, the busiest rank's share scaled by the routing imbalance."""
+        sent = tokens * sm.replicas / sm.ep  # each rank's slice of its EP group's tokens
+        nbytes = sent * self.model.experts_per_token * self.model.hidden * self.act_bytes
+        skew = sm.imbalance(tokens * sm.replicas * self.model.experts_per_token)
+        return 2 * self.pricer.alltoall_us(group, nbytes * skew)
+
+    def _ep_comm_us(self, sm: StageModel, ring: Ring, group: Ring, tokens: float) -> float:
+        """Per MoE layer: the all-to-alls, then the TP all-gather that rebuilds every token on each TP rank
+        (replacing the MLP's all-reduce, which _tp_comm_us leaves out)."""
+        if not sm.moe:
+            return 0.0
+        gather = self.pricer.allgather_us(ring, tokens * self.model.hidden * self.act_bytes) if sm.tp > 1 else 0.0
+        return sm.moe * (self._alltoall_us(sm, group, tokens) + gather)
 
     def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
@@ -221,61 +277,90 @@ class CostModel:
 
     def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
         """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
-        from the last stage to the first when there are several, and the per-step fixed overhead."""
+        from the last stage to the first when there are several, and the per-step fixed overhead (plus its
+        per-rank share for every rank of the replica beyond the first)."""
         back = self.pricer.handoff_us(rings[-1], rings[0], batch * TOKEN_ID_BYTES) / 1e3 if len(rings) > 1 else 0.0
-        return back + self.cal.step_overhead_us / 1e3
+        ranks = len(rings) * len(rings[0])
+        return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
 
-    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel],
-                     batch: float) -> tuple[float, list[float]]:
+    def _pipeline_ms(self, rings: list[Ring], models: list[StageModel], batch: float,
+                     groups: Sequence[Ring | None]) -> tuple[float, list[float]]:
         """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, "decode", batch) for sm, ring in zip(models, rings)]
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g) for sm, ring, g in zip(models, rings, groups)]
         handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
     def stage_models(self, layout: Layout) -> list[StageModel]:
-        """The layout's pipeline stages as they sit on one TP rank, in this workload's dtypes."""
-        w = self.work
-        return [StageModel(self.model, s, layout.tp, w.weights.weight_bytes, self.act_bytes, w.kv.bytes)
-                for s in stages_of(self.model, layout.pp)]
+        """The layout's stages as one rank sees them, in this workload's dtypes (with EP: its experts, its
+        group's tokens)."""
+        m, w, ep = self.model, self.work, layout.ep if self.model.is_moe else 1
+        replicas = moe.group_replicas(layout) if ep > 1 else 1
+        return [StageModel(m, s, layout.tp, w.weights.weight_bytes, self.act_bytes, w.kv.bytes, ep, replicas,
+                           lambda n: moe.imbalance(n, ep))
+                for s in stages_of(m, layout.pp)]
 
-    def max_batch(self, models: list[StageModel]) -> int:
-        """Sequences per replica whose KV cache fits beside the weights on every stage:
-        floor((memory x (1 - runtime_reserve) - weights per GPU) / ((prompt + generated) x KV bytes/token))."""
-        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
-        seq = self.work.prompt_len + self.work.gen_len
-        return min(math.floor(max(usable - sm.weight_bytes(), 0) / (seq * sm.kv_bytes_per_token())) for sm in models)
+    def _memory(self, layout: Layout, models: list[StageModel], batch: int) -> tuple[float, float, int]:
+        """(need, room) of the stage furthest over the engine's room at `batch` sequences per replica, and the
+        largest batch whose KV cache (whole KV blocks) fits beside the weights on every stage."""
+        w, total, policy = self.work, self.device.memory_bytes, self.memory
+        seq = policy.kv_tokens(w.prompt_len + w.gen_len)  # whole KV blocks
+        fullest, max_batch = (0.0, math.inf), math.inf
+        for i, sm in enumerate(models):
+            weights, kv = sm.weight_bytes(), seq * sm.kv_bytes_per_token()
+            need, room = weights + batch * kv, policy.usable_bytes(total, weights, layout.tp)
+            if i == 0 or need - room > fullest[0] - fullest[1]:
+                fullest = (need, room)
+            max_batch = min(max_batch, math.floor(max(room - weights, 0) / kv))
+        return fullest[0], fullest[1], int(max_batch)
 
-    def price(self, layout: Layout, replicas: list[list[Ring]], batch: int | None = None) -> LayoutCost:
+    def max_batch(self, layout: Layout) -> int:
+        """Sequences per replica whose KV cache fits beside the weights on every stage, under the engine's
+        memory policy: floor((usable - weights per GPU) / (KV tokens per sequence x KV bytes/token))."""
+        return self._memory(layout, self.stage_models(layout), 1)[2]
+
+    def price(self, layout: Layout, replicas: list[list[Ring]], ep_groups: list[list[Ring]] | None = None,
+              batch: int | None = None) -> LayoutCost:
         """Price `layout` at `batch` sequences per replica (None: the workload's); `replicas` lists, per
-        distinct replica, its TP group rings stage by stage."""
-        w = self.work
+        distinct replica, its TP group rings stage by stage, and `ep_groups` (needed when layout.ep > 1:
+        topoplan.plan.moe.ep_rings) the EP group of each of them."""
+        w, m = self.work, self.model
         batch = batch or w.batch
+        stages = stages_of(m, layout.pp)
         models = self.stage_models(layout)
-        usable = self.device.memory_bytes * (1 - self.cal.runtime_reserve)
-        seq = w.prompt_len + w.gen_len
-        memory = max(sm.weight_bytes() + batch * seq * sm.kv_bytes_per_token() for sm in models)
+        expert_parallel = layout.ep > 1 and m.is_moe
+        if expert_parallel and ep_groups is None:
+            raise TopoplanError(f"{layout}: pricing expert parallelism needs the EP groups' placement")
+        groups_of = ep_groups if expert_parallel else [[None] * layout.pp for _ in replicas]
+        memory, usable, max_batch = self._memory(layout, models, batch)
         context = w.prompt_len + w.gen_len / 2
         worst = None
-        for rings in replicas:
-            prefill = sum(self._stage_ms(sm, ring, "prefill", batch) for sm, ring in zip(models, rings))
+        for rings, groups in zip(replicas, groups_of):
+            prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
             prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
             prefill += self._step_extra_ms(rings, batch)
-            decode, _ = self._pipeline_ms(rings, models, batch)
+            decode, _ = self._pipeline_ms(rings, models, batch, groups)
             micro = min(layout.pp, batch)
-            through, stage_ms = self._pipeline_ms(rings, models, batch / micro)
+            through, stage_ms = self._pipeline_ms(rings, models, batch / micro, groups)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:
-                worst = (prefill, decode, step, rings)
-        prefill, decode, step, rings = worst
-        return LayoutCost(layout, batch, memory <= usable, memory, usable, self.max_batch(models), prefill, decode,
+                worst = (prefill, decode, step, rings, groups)
+        prefill, decode, step, rings, groups = worst
+        return LayoutCost(layout, batch, memory <= usable, memory, usable, max_batch, prefill, decode,
                           layout.dp * batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
-                          tuple(range(s.start, s.end) for s in stages_of(self.model, layout.pp)),
-                          explain=lambda cost: self.reasons(layout, cost, rings, models, context))
+                          tuple(range(s.start, s.end) for s in stages),
+                          explain=lambda cost: self.reasons(layout, cost, rings, models, context, groups),
+                          all_to_all_ms=self.alltoall_ms(models, groups, batch))
 
-    def _tp_reason(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel]) -> str:
-        """Where the TP groups run and what their all-reduces cost. A group crossing the network says so
-        whatever its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck), naming that
-        hop; one crossing nodes inside a multi-node NVLink domain (NVL72) says that instead."""
+    def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None], batch: int) -> float:
+        """The MoE all-to-alls (dispatch + combine, every MoE layer) of one decode step; 0 without EP."""
+        return sum(self._alltoall_us(sm, g, batch) * sm.moe for sm, g in zip(models, groups) if g) / 1e3
+
+    def _tp_reason(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
+                   expert_parallel: bool) -> tuple[str, str | None]:
+        """Where the TP groups run and what their all-reduces cost (with EP the MoE layers' MLP all-reduces
+        are all-gathers, counted with the all-to-alls), and the fabric's name. A group crossing the network
+        says so whatever its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck),
+        naming that hop; one crossing nodes inside a multi-node NVLink domain (NVL72) says that instead."""
         hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
         hops = [h for r in rings for h in self.pricer.ring_hops(r)]
         net = next((h for h in hops if h.link_class == "net"), None)
@@ -292,11 +377,12 @@ class CostModel:
                 ", the default: --cpu names the family)" if self.pricer.topology.cpu is None else ")")
         slowest = "" if net is None or hop is net else f" on {hop.code} (network hop {net.bandwidth_gbps:.0f} GB/s)"
         comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3 for sm, r in zip(models, rings))
+        reduces = 2 * self.model.layers + 1 - (sum(sm.moe for sm in models) if expert_parallel else 0)
         return (f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s{slowest}; "
-                f"{2 * self.model.layers + 1} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms")
+                f"{reduces} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms"), fabric
 
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
-                context: float) -> list[str]:
+                context: float, groups: Sequence[Ring | None] = ()) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
         gib = 2**30
         out = []
@@ -305,16 +391,22 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if cost.slo_miss:
             out.append(cost.slo_miss)
+        if any(groups):  # for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
+            out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
-            out.append(self._tp_reason(layout, cost, rings, models))
+            reason, fabric = self._tp_reason(layout, cost, rings, models, any(groups))
+            out.append(reason)
+            decode_bytes = cost.batch * self.model.hidden * self.act_bytes
+            kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
             mesh = all(self.pricer.is_nvlink_mesh(r) for r in rings)
-            if mesh and min((self.pricer.bottleneck(r) for r in rings),
-                            key=lambda h: h.bandwidth_gbps).link_class == "xgmi":
+            if kernel != "nccl":
+                out.append(f"{fabric or 'NVLink'} full mesh: decode all-reduces use the engine's {kernel} kernel")
+            elif mesh and fabric == "XGMI":
                 out.append("XGMI full mesh: vLLM's custom all-reduce on ROCm would cut the all-reduce latency "
                            "priced here as an RCCL ring")
             elif mesh:
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
-                           "cut the all-reduce latency priced here as an NCCL ring")
+                           "cut the all-reduce latency priced here as an NCCL ring (plan --engine vllm prices it)")
         if layout.pp > 1:
             boundary = min((self.pricer.boundary(a, b) for a, b in zip(rings, rings[1:])),
                            key=lambda h: h.bandwidth_gbps)
@@ -331,6 +423,27 @@ class CostModel:
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
         return out + cost.notes
+
+    def _ep_reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
+                    groups: Sequence[Ring | None]) -> list[str]:
+        """Where the EP group sits, what its all-to-alls cost, and whether EP beat TP-sharded experts here."""
+        gb, w, m = 1e9, self.work, self.model
+        hop = min((self.pricer.group_bottleneck(g) for g in groups if g), key=lambda h: h.bandwidth_gbps)
+        where = "spans nodes" if hop.link_class == "net" else (
+            "inside an NVLink domain" if hop.link_class == "nvlink" else f"crosses a {hop.code} hop")
+        skew = models[0].imbalance(cost.batch * models[0].replicas * m.experts_per_token)
+        twin = self.stage_models(replace(layout, ep=1))
+        tp_decode, _ = self._pipeline_ms(rings, twin, cost.batch, [None] * layout.pp)
+        tp_memory = max(sm.weight_bytes() for sm in twin) + cost.batch * (w.prompt_len + w.gen_len) * max(
+            sm.kv_bytes_per_token() for sm in twin)
+        verdict = "beats" if cost.decode_ms_per_token < tp_decode else "loses to"
+        return [f"EP{layout.ep} {where} ({hop.describe()}): {2 * m.moe_layers} all-to-alls/token (dispatch + combine, "
+                f"top-{m.experts_per_token}, busiest rank x{skew:.2f}) cost {cost.all_to_all_ms:.2f} ms",
+                f"EP{layout.ep} {verdict} TP{layout.tp}-sharded experts for the MoE layers: decode "
+                f"{cost.decode_ms_per_token:.2f} vs {tp_decode:.2f} ms/token; experts "
+                f"{max(sm.expert_bytes() for sm in models) / gb:.1f} vs "
+                f"{max(sm.expert_bytes() for sm in twin) / gb:.1f} GB/GPU, total {cost.memory_per_gpu / gb:.1f} vs "
+                f"{tp_memory / gb:.1f} GB/GPU"]
 
 
 def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
@@ -16,6 +17,7 @@ from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
+from topoplan.plan.engine import engine_calibration
 from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology
@@ -37,8 +39,10 @@ class PlanRequest:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
     nic_gbps: float | None = None  # None: by GPU generation
-    calibration: str | None = None  # a calibration file; None: the defaults
+    calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
+    engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
     limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
 
@@ -46,9 +50,10 @@ class PlanRequest:
         if self.cpu is not None:
             cpu_links(self.cpu)  # an unknown family is refused before any file is read
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
-                     dp=self.dp)
+                     dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
+        resolve(self.engine)  # an unknown engine or version fails here, before any file is read
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
@@ -71,8 +76,9 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
 def plan_for(request: PlanRequest) -> Plan:
     """Read what the request names (model, calibration, topology and its GPU) and plan."""
     r = request
+    engine = resolve(r.engine)
     spec = find_model(r.model)
-    cal = load_calibration(r.calibration)
+    cal = load_calibration(r.calibration, engine_calibration(engine), engine.name)
     try:
         topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine
     except TopoplanError as error:
@@ -82,7 +88,8 @@ def plan_for(request: PlanRequest) -> Plan:
                             "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
-                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, limits=r.limits, search_batch=r.search_batch)
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,
+                  search_batch=r.search_batch)
     return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device)))
 
 

@@ -9,6 +9,10 @@ partitioning on the link graph:
   3. cut each block into TP groups the same way, order the groups as a pipeline along the strongest
      boundaries, order each group as the ring with the best bottleneck link, and turn each ring so
      that stage-to-stage partners (same tp_rank) sit on good links.
+Expert parallelism over pipelined replicas (ep > tp, pp > 1, several replicas on a node) inverts steps 1-3:
+an EP group (one stage of every replica) carries two all-to-alls per MoE layer, far more than a pipeline
+hand-off, so the node is cut into one best-connected block per stage, each holding that stage's TP group
+of every local replica.
 The order found is the node's CUDA_VISIBLE_DEVICES; local rank i then lands on its i-th GPU.
 """
 
@@ -110,11 +114,19 @@ class NodePlacer:
 
     # --- grouping -------------------------------------------------------------------------------
     def _grow(self, seed: int, free: set[int], size: int) -> list[int]:
+        """Greedy group from `seed`: add the GPU whose weakest (then total) link to the group is strongest.
+        Each candidate's weakest and total are kept up to date, so a group costs O(size x GPUs), not O(size^2 x
+        GPUs): 64 GPUs plan in seconds, not minutes."""
         group = [seed]
+        weakest = {c: self.bw[c][seed] for c in free if c != seed}
+        total = dict(weakest)
         while len(group) < size:
-            best = max(free.difference(group), key=lambda c: (min(self.bw[c][m] for m in group),
-                                                              sum(self.bw[c][m] for m in group), -c))
+            best = max(weakest, key=lambda c: (weakest[c], total[c], -c))
             group.append(best)
+            del weakest[best], total[best]
+            for c in weakest:
+                weakest[c] = min(weakest[c], self.bw[c][best])
+                total[c] += self.bw[c][best]
         return group
 
     def quality(self, ring: Sequence[int]) -> tuple[float, float, float]:
@@ -198,7 +210,16 @@ class NodePlacer:
             raise TopoplanError(f"{layout} over {nodes} node(s) needs {k} GPUs per node; the topology has "
                                 f"{len(self.ids)}", source=self.topology.source or None)
         tp_chunk, rep_chunk = node_blocks(layout, k)
+        if layout.ep > layout.tp and layout.pp > 1 and rep_chunk == layout.tp * layout.pp and k > rep_chunk:
+            return self.ep_order(layout.tp, layout.pp, k)
         return self.order(tp_chunk, rep_chunk, k)
+
+    def ep_order(self, tp: int, pp: int, k: int) -> tuple[str, ...]:
+        """The node's order when EP groups come first: block s holds stage s of every local replica."""
+        blocks = self._spread(self.partition(range(len(self.ids)), k // pp), pp)
+        stages = [self.partition(block, tp) for block in blocks]
+        order = [gpu for replica in range(k // (tp * pp)) for groups in stages for gpu in groups[replica]]
+        return tuple(self.ids[i] for i in order)
 
 
 def expand(layout: Layout, nodes: int, order: Sequence[str], ranks: int | None = None) -> list[RankPlacement]:

@@ -12,14 +12,18 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from topoplan.engines import DEFAULT_ENGINE, resolve
+from topoplan.engines.profile import EngineProfile
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, check_nodes, layer_split_json
+from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
+from topoplan.plan.engine import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
+from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
 
@@ -47,25 +51,27 @@ class Limits:
         return f"misses the latency limits at batch {cost.batch}: {'; '.join(missed)}" if missed else ""
 
 
-def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits) -> LayoutCost:
+def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits,
+               ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
     """The layout priced at the largest batch per replica that fits and meets `limits` (binary search: TTFT
     and TPOT only grow with the batch, and so do decode tokens/s, so the largest such batch is the best).
-    A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why."""
-    first = costs.price(layout, replicas, 1)
+    A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why.
+    `ep_groups`: the EP groups' rings, for an expert-parallel layout (CostModel.price)."""
+    first = costs.price(layout, replicas, ep_groups, 1)
     first.slo_miss = limits.miss(first)
     top = first.max_batch
     if not first.fits or first.slo_miss or top <= 1:
         return first
-    best = costs.price(layout, replicas, top)  # the answer without limits, or when it meets them
+    best = costs.price(layout, replicas, ep_groups, top)  # the answer without limits, or when it meets them
     if limits.miss(best):  # batch 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
         low, high = 1, top - 1
         while low < high:
             mid = (low + high + 1) // 2
-            if limits.miss(costs.price(layout, replicas, mid)):
+            if limits.miss(costs.price(layout, replicas, ep_groups, mid)):
                 high = mid - 1
             else:
                 low = mid
-        best = costs.price(layout, replicas, low)
+        best = costs.price(layout, replicas, ep_groups, low)
     bound = "the largest that fits" if best.batch == top else "the largest within the latency limits"
     best.notes.append(f"batch {best.batch} per replica: {bound} (memory allows {top})")
     return best
@@ -92,6 +98,7 @@ class Plan:
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
+    engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
     limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
     batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
 
@@ -122,7 +129,8 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
     for entry in ranked:
         own = entry.cost.layout
         entry.dominated_by = next((other.cost.layout for other in ranked
-                                   if (other.cost.layout.tp, other.cost.layout.pp) == (own.tp, own.pp)
+                                   if (other.cost.layout.tp, other.cost.layout.pp, other.cost.layout.ep > 1)
+                                   == (own.tp, own.pp, own.ep > 1)
                                    and other.cost.layout.dp > own.dp and _no_worse(other, entry)), None)
 
 
@@ -133,11 +141,11 @@ def check_objective(objective: str) -> None:
 
 
 def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | None, pp: int | None,
-                 dp: int | None) -> None:
+                 dp: int | None, ep: int | None = None) -> None:
     """The checks of what the planner searches: nodes, objective, and each given degree (None: free) >= 1."""
     check_nodes(nodes)
     check_objective(objective)
-    for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp)):
+    for name, value in (("max-tp", max_tp), ("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep)):
         if value is not None and value < 1:
             raise TopoplanError(f"--{name} must be >= 1, got {value}")
 
@@ -145,27 +153,35 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-         limits: Limits | None = None, search_batch: bool | None = None) -> Plan:
-    """Every candidate layout placed on the topology and priced, ranked best first.
+         ep: int | None = None, engine: EngineProfile | None = None, limits: Limits | None = None,
+         search_batch: bool | None = None) -> Plan:
+    """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
+    best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
+    all), while the engine still sets the memory policy, the all-reduce path and the layout rules.
 
     `search_batch` (default: on for the throughput objective) prices each layout at its best batch
     (best_batch) instead of `workload.batch`."""
-    check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
-    calibration = calibration or Calibration()
+    engine = engine or resolve(DEFAULT_ENGINE)
+    calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
-    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus)
-    costs = CostModel(model, device, workload, calibration, pricer)
+    pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
+    policy = memory_policy(engine, calibration)
+    costs = CostModel(model, device, workload, calibration, pricer, policy)
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
     k = len(topology.gpus)
-    node_memory = k * device.memory_bytes * (1 - calibration.runtime_reserve)
+    total = device.memory_bytes  # the most weights one GPU may hold under the engine's policy, at any TP degree
+    node_memory = k * max(policy.usable_bytes(total, total, t) for t in range(1, k + 1))
     min_nodes = -(-model.weight_bytes(workload.dtype) // node_memory)
-    fewer = fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+    fewer = fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
+                               rules=engine.parallelism)
     try:
-        every = enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp)
+        every = enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
+                                  rules=engine.parallelism, engine=str(engine))
     except TopoplanError:
         if not fewer:  # e.g. --tp 8 --pp 2 on 3 nodes: none over all 3, but one on 2 of them
             raise
@@ -175,10 +191,11 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     for layout, used in candidates:
         order = placer.local_order(layout, used)
         replicas = replica_rings(layout, order)
+        groups = ep_rings(layout, order) if layout.ep > 1 else None
         if search:
-            cost = best_batch(costs, layout, replicas, limits)
+            cost = best_batch(costs, layout, replicas, limits, groups)
         else:
-            cost = costs.price(layout, replicas)
+            cost = costs.price(layout, replicas, groups)
             cost.slo_miss = limits.miss(cost)
         if used < nodes:
             cost.notes.append(f"runs on {used} of the {nodes} nodes ({nodes - used} left free)")
@@ -188,7 +205,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
-                limits=limits, batch_searched=search)
+                engine=engine, limits=limits, batch_searched=search)
 
 
 def nothing_fits(result: Plan) -> TopoplanError | None:
@@ -212,18 +229,19 @@ def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
     k = len(entry.order)
     placements = expand(layout, entry.nodes, entry.order, None if per_rank else k)
     return {
-        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "gpus": c.gpus, "nodes": entry.nodes,
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "gpus": c.gpus, "nodes": entry.nodes,
         "ranks_per_node": k, "fits": c.fits, "batch": c.batch,
         "memory_per_gpu_gib": round(c.memory_per_gpu / 2**30, 3), "max_batch": c.max_batch,
         **({"slo_miss": c.slo_miss} if c.slo_miss else {}),
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
-        "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2),
+        "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2), "all_to_all_ms": round(c.all_to_all_ms, 4),
         "stages": layer_split_json(c.stage_layers),
         "placement_scope": "every rank" if per_rank or entry.nodes == 1 else "node 0 (every node the same shape)",
         "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
+        **({"ep_groups": RankGrid(layout).ep_groups} if layout.ep > 1 else {}),
         "reasons": c.reasons,
         **({"dominated_by": str(entry.dominated_by)} if entry.dominated_by else {}),
     }
@@ -246,6 +264,7 @@ def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> d
         "workload": asdict(result.workload),
         "objective": result.objective,
         "limits": {"max_ttft_ms": result.limits.ttft_ms, "max_tpot_ms": result.limits.tpot_ms},
+        "engine": str(result.engine),
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
         "layouts": [layout_json(entry, per_rank) for entry in layouts],

@@ -7,7 +7,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from topoplan.layout import RankGrid
+from topoplan.layout import Layout, RankGrid
 from topoplan.plan.rank import Plan, RankedLayout
 
 
@@ -21,6 +21,10 @@ def gpu_groups(entry: RankedLayout) -> str:
         if here:
             replicas.setdefault(grid.coords(group[0]).dp_rank, []).append(f"[{','.join(here)}]")
     return " | ".join(">".join(stages) for stages in replicas.values())
+
+
+def layout_label(layout: Layout) -> str:
+    return f"tp{layout.tp} pp{layout.pp} dp{layout.dp}" + (f" ep{layout.ep}" if layout.ep > 1 else "")
 
 
 def headline(entry: RankedLayout) -> str:
@@ -48,7 +52,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
     title = (f"{result.model.name} ({w.dtype}{kv}) on {result.nodes} x {len(result.topology.gpus)} "
              f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
-             f"{result.objective}")
+             f"{result.objective} for {result.engine}")
     hidden = len(result.hidden)
     caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                "(--json lists them under \"hidden\")" if hidden else None)
@@ -63,7 +67,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     shown = result.layouts[:top] if top else result.layouts
     for i, entry in enumerate(shown, 1):
         c = entry.cost
-        table.add_row(str(i), f"tp{c.layout.tp} pp{c.layout.pp} dp{c.layout.dp}", "yes" if c.fits else "[red]no",
+        table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
                       str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
                       f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}", f"{c.tokens_per_s_per_gpu:.1f}",
                       *(() if narrow else (gpu_groups(entry), phrases(headline(entry)))))

@@ -1,6 +1,7 @@
 """HF `config.json` -> `ModelConfig`, the runner's one description of a Llama-family model.
 
-Covers what Llama 2/3/3.1, Mistral and Qwen2 checkpoints write, in both spellings transformers has used:
+Covers what Llama 2/3/3.1, Mistral, Qwen2, Mixtral and Qwen2-MoE checkpoints write, in both spellings
+transformers has used:
 `rope_theta` + `rope_scaling` (v4 and most published checkpoints) and `rope_parameters` (v5).
 Anything the runner cannot compute exactly is refused with a TopoplanError naming the file and key,
 rather than run with silently different numerics.
@@ -13,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
-from topoplan.models import spec_from_config
+from topoplan.models import QKV_BIAS_TYPES, spec_from_config
 from topoplan.plan.layouts import tp_problems
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
+SLIDING_WINDOW_TYPES = ("mistral", "mixtral")  # their `sliding_window` key masks keys older than it
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     byte_tokenizer: bool = False  # the built-in models: token id == byte value, no tokenizer.json
     max_context: int = 0  # max_position_embeddings (0: not given, not checked)
+    # MoE (Mixtral, Qwen2-MoE): routed experts of width moe_intermediate_size in the layers moe_layers
+    model_type: str = "llama"
+    n_experts: int = 0
+    experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0  # Qwen2-MoE: one sigmoid-gated shared expert (0: none)
+    norm_topk_prob: bool = True  # renormalise the top-k routing weights (Mixtral always; Qwen2-MoE by key)
+    moe_layers: frozenset[int] = frozenset()
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any]:
@@ -70,18 +81,21 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
                             source=source)
     if raw.get("mlp_bias"):
         raise TopoplanError("mlp_bias=true is not supported", source=source)
-    if model_type == "qwen2" and raw.get("use_sliding_window"):
-        raise TopoplanError("qwen2 use_sliding_window=true is not supported", source=source)
+    if model_type in ("qwen2", "qwen2_moe") and raw.get("use_sliding_window"):
+        raise TopoplanError(f"{model_type} use_sliding_window=true is not supported", source=source)
 
     spec = spec_from_config(raw, name=str(source), source=source)  # the sizes: one reader, shared with the planner
     rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
-    theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+    theta = positive_number(rope.pop("rope_theta", None) or raw.get("rope_theta") or 10000.0, "rope_theta", source)
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if key in rope:
+            positive_number(rope[key], f"rope_scaling.{key}", source)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", "linear", "llama3"):
         raise TopoplanError(f"rope type {rope_type!r} is not supported; expected default, linear or llama3",
                             source=source)
     rope = {} if rope_type == "default" else {**rope, "rope_type": rope_type}
-    window = raw.get("sliding_window") if model_type == "mistral" else None
+    window = raw.get("sliding_window") if model_type in SLIDING_WINDOW_TYPES else None
     return ModelConfig(
         vocab_size=spec.vocab,
         dim=spec.hidden,
@@ -90,35 +104,57 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         n_kv_heads=spec.kv_heads,
         head_dim=spec.head_dim,
         intermediate_size=spec.intermediate,
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        rms_norm_eps=float(raw.get("rms_norm_eps") or 1e-5),
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
         qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
-        o_bias=model_type != "qwen2" and bool(raw.get("attention_bias", False)),
+        o_bias=model_type not in QKV_BIAS_TYPES and bool(raw.get("attention_bias", False)),
         tie_word_embeddings=spec.tied_embeddings,
         sliding_window=int(window) if window else None,
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=_ids(raw.get("eos_token_id")),
         byte_tokenizer=bool(raw.get("topoplan_byte_tokenizer", False)),
         max_context=spec.max_context,
+        model_type=model_type,
+        n_experts=spec.experts,
+        experts_per_tok=spec.experts_per_token,
+        moe_intermediate_size=spec.expert_intermediate,
+        shared_expert_intermediate_size=spec.shared_intermediate,
+        norm_topk_prob=model_type == "mixtral" or bool(raw.get("norm_topk_prob", False)),
+        moe_layers=spec.moe_layer_ids,
     )
 
 
 def load_hf_config(folder: str | Path) -> ModelConfig:
     """Parse `folder/config.json`; EOS ids from generation_config.json win when it has them, as in HF generate."""
     path = Path(folder) / "config.json"
-    raw = read_json(path, "an HF checkpoint folder with config.json")
+    raw = check_config(read_json(path, "an HF checkpoint folder with config.json"), path)
     generation = Path(folder) / "generation_config.json"
-    eos = read_json(generation, "an HF generation_config.json").get("eos_token_id") if generation.exists() else None
+    eos = None
+    if generation.exists():
+        eos = check_config(read_json(generation, "an HF generation_config.json"), generation).get("eos_token_id")
     if eos is not None:
         raw = {**raw, "eos_token_id": eos}
     return parse_hf_config(raw, source=path)
 
 
-def check_tp(config: ModelConfig, tp: int, source: str = "layout") -> None:
+def check_tp(config: ModelConfig, tp: int, source: str = "layout", ep: int = 1) -> None:
     """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.plan.layouts.tp_problems),
-    plus the vocabulary, which this runner shards evenly without padding (vLLM pads it instead)."""
-    problems = tp_problems(tp, config.n_heads, config.n_kv_heads,
-                           {"intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size})
+    plus the vocabulary, which this runner shards evenly without padding (vLLM pads it instead). MoE: experts
+    TP-sharded (ep 1) need their widths divisible by tp; expert parallelism needs ep to divide the experts,
+    and ep to divide tp (this runner's DP replicas run independently, so an EP group stays in one TP group)."""
+    widths = {"intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size}
+    if config.n_experts and ep == 1:
+        widths["moe_intermediate_size"] = config.moe_intermediate_size
+    if config.shared_expert_intermediate_size:
+        widths["shared_expert_intermediate_size"] = config.shared_expert_intermediate_size
+    problems = tp_problems(tp, config.n_heads, config.n_kv_heads, widths)
+    if ep > 1 and not config.n_experts:
+        problems.append(f"ep={ep}: the model has no experts (expert parallelism needs an MoE checkpoint)")
+    elif ep > 1 and config.n_experts % ep:
+        problems.append(f"ep={ep} does not divide the {config.n_experts} experts")
+    if ep > 1 and tp % ep:
+        problems.append(f"ep={ep} must divide tp={tp} in the bundled runner (its DP replicas run independently, "
+                        "so an EP group stays inside one TP group; vLLM's ep = tp x dp needs replicas in lockstep)")
     if problems:
         raise TopoplanError("; ".join(problems), source=source)

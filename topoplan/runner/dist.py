@@ -6,6 +6,8 @@ planner places and prices: there is no second grid here.
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -71,6 +73,8 @@ class Dist:
     pp_group: dist.ProcessGroup | None
     pp_ranks: list[int]
     timer: CommTimer = field(default_factory=CommTimer)
+    ep_group: dist.ProcessGroup | None = None  # MoE expert parallelism (layout.ep > 1): this rank's EP group
+    ep_rank: int = 0
 
     @property
     def is_first_stage(self) -> bool:
@@ -96,6 +100,21 @@ class Dist:
             dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
         return torch.cat(parts, dim=-1)
 
+    def all_to_all(self, tensor: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor:
+        """Over the EP group: rows send[i] of `tensor` (in order) go to member i; returns the rows received,
+        receive[i] from member i (MoE dispatch and combine). gloo and NCCL both run uneven splits."""
+        out = tensor.new_empty((sum(receive), *tensor.shape[1:]))
+        with self.timer.timed():
+            dist.all_to_all_single(out, tensor.contiguous(), receive, send, group=self.ep_group)
+        return out
+
+    def ep_all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate the EP group's equal-sized slices along dim 0 (every token's MoE output on every rank)."""
+        parts = [torch.empty_like(tensor) for _ in range(self.layout.ep)]
+        with self.timer.timed():
+            dist.all_gather(parts, tensor.contiguous(), group=self.ep_group)
+        return torch.cat(parts)
+
     def broadcast_from_last_stage(self, tensor: torch.Tensor) -> torch.Tensor:
         """Give every stage of this pipeline the last stage's tensor (the next tokens), in place."""
         if self.pp_group is not None:
@@ -112,9 +131,26 @@ def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str
               if backend == "nccl" else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}", rank=env.rank,
-                            world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    store = rendezvous_store(env, timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=timeout_s))
     return backend, device
+
+
+def rendezvous_store(env: RankEnv, timeout: timedelta) -> dist.TCPStore:
+    """The rendezvous store, listening on MASTER_ADDR only (127.0.0.1 for one machine), not on every interface
+    as TCPStore's own listener does: rank 0 binds the socket itself and hands it over (master_listen_fd).
+    Under torchrun the agent already serves the store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): join it."""
+    if env.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, timeout=timeout)
+    family = socket.AF_INET6 if ":" in env.master_addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((env.master_addr, env.master_port))  # EADDRINUSE here makes spawn_ranks retry another port
+    listener.listen(128)
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, True, timeout=timeout,
+                          master_listen_fd=listener.detach())
+    return store
 
 
 def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], dist.ProcessGroup]:
@@ -141,7 +177,9 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     # Groups of one rank are never created: every group of a kind has the same size, so all ranks skip alike.
     tp_group = new_groups(grid.tp_groups, timeout_s)[1] if layout.tp > 1 else None
     pp_group = new_groups(grid.pp_groups, timeout_s)[1] if layout.pp > 1 else None
-    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank))
+    ep_ranks, ep_group = new_groups(grid.ep_groups, timeout_s) if layout.ep > 1 else ([rank], None)
+    return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
+                ep_group=ep_group, ep_rank=ep_ranks.index(rank))
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:

@@ -17,7 +17,7 @@ from topoplan.models import check_context
 from topoplan.runner.builtin import BUILTIN, checkpoint_folder, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.options import RunOptions
-from topoplan.runner.spawn import spawn_ranks
+from topoplan.runner.spawn import signal_note, spawn_ranks
 
 
 def check_save(folder: str, opts: RunOptions) -> Path:
@@ -52,7 +52,7 @@ def check_run_context(opts: RunOptions, config: ModelConfig, source: str) -> Non
 
 def check_run(opts: RunOptions) -> Layout:
     """Refuse a run that cannot work, before any process starts."""
-    layout = Layout(opts.tp, opts.pp, opts.dp)
+    layout = opts.layout
     opts.validate()
     folder = checkpoint_folder(opts.model)
     if folder is None:
@@ -63,7 +63,7 @@ def check_run(opts: RunOptions) -> Layout:
         if opts.prompt and not config.byte_tokenizer and not (folder / "tokenizer.json").exists():
             raise TopoplanError(f"{folder} has no tokenizer.json: pass token ids with --prompt-ids 1,2,3")
     check_run_context(opts, config, source)
-    check_tp(config, layout.tp, source=str(layout))
+    check_tp(config, layout.tp, source=str(layout), ep=layout.ep)
     split_layers(config.n_layers, layout.pp)
     too_big = [i for ids in opts.prompt_token_ids for i in ids if i >= config.vocab_size]
     if too_big:
@@ -103,7 +103,15 @@ def run_local(opts: RunOptions, timeout_s: float | None = None) -> int:
     ranks = local_ranks(layout.world, progress=sys.stderr.isatty() and not opts.json)
     argv = [sys.executable, "-m", "topoplan.runner", *opts.to_argv()]
     result = spawn_ranks(layout.world, argv, env_per_rank=lambda r: ranks[r].env, cpus_per_rank=lambda r: ranks[r].cpus,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, grace_s=failure_grace_s(opts.timeout))
     if result.returncode == 124:
         print(f"topoplan: error: the ranks did not finish within {timeout_s:.0f} s", file=sys.stderr)
+    elif note := signal_note(result):
+        print(f"topoplan: error: {note}; the other ranks were ended", file=sys.stderr)
     return result.returncode
+
+
+def failure_grace_s(timeout_s: float) -> float:
+    """After one rank fails, how long the others get to end on their own (their collectives time out after
+    `timeout_s` and say why) before they are terminated: a fifth of the timeout, 1 to 10 s (docs/limits.md)."""
+    return min(10.0, max(1.0, timeout_s / 5))

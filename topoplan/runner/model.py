@@ -1,4 +1,5 @@
-"""A Llama-family decoder (Llama 2/3/3.1, Mistral, Qwen2) that reads as a single-device model.
+"""A Llama-family decoder (Llama 2/3/3.1, Mistral, Qwen2; Mixtral and Qwen2-MoE with runner/moe.py) that reads
+as a single-device model.
 
 Parallelism enters only through `Shard`: which layers this pipeline stage holds and which heads, MLP
 columns and vocabulary rows this TP rank holds. With `Shard()` (TP 1, all layers) this is the plain
@@ -28,6 +29,8 @@ from topoplan.runner.layers import (
     block,
     scaled,
 )
+from topoplan.runner.moe import NAMES as MOE_NAMES
+from topoplan.runner.moe import MoE
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,9 @@ class Shard:
     layers: range | None = None  # None: all layers (a single stage)
     first: bool = True  # embeds tokens
     last: bool = True  # runs the final norm and LM head
-    comm: TpComm = field(default_factory=NoComm)
+    comm: TpComm = field(default_factory=NoComm)  # with ep_size > 1 also the EP group's (runner.moe.EpComm)
+    ep_rank: int = 0  # position in the EP group (MoE: which block of experts this rank holds)
+    ep_size: int = 1
 
 
 def kv_heads_of(config: ModelConfig, tp_rank: int, tp_size: int) -> range:
@@ -157,17 +162,26 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, shard: Shard):
+    """Attention then the MLP: dense, or in an MoE layer the experts (named as HF names them: Mixtral's
+    `block_sparse_moe`, Qwen2-MoE's `mlp`)."""
+
+    def __init__(self, config: ModelConfig, shard: Shard, layer_id: int):
         super().__init__()
         self.input_layernorm = RMSNorm(config.dim, config.rms_norm_eps)
         self.self_attn = Attention(config, shard)
         self.post_attention_layernorm = RMSNorm(config.dim, config.rms_norm_eps)
-        self.mlp = MLP(config, shard)
+        if layer_id in config.moe_layers:
+            self.mlp_name = MOE_NAMES[config.model_type][0]
+            self.add_module(self.mlp_name, MoE(config, shard.tp_rank, shard.tp_size, shard.ep_rank, shard.ep_size,
+                                               shard.comm))
+        else:
+            self.mlp_name = "mlp"
+            self.mlp = MLP(config, shard)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                 slot: int) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slot)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + getattr(self, self.mlp_name)(self.post_attention_layernorm(x))
 
 
 class Transformer(nn.Module):
@@ -180,7 +194,7 @@ class Transformer(nn.Module):
         if shard.first:
             self.embed_tokens = VocabParallelEmbedding(config.vocab_size, vocab_rows, config.dim, shard.comm)
         layer_ids = shard.layers if shard.layers is not None else range(config.n_layers)
-        self.layers = nn.ModuleDict({str(i): DecoderLayer(config, shard) for i in layer_ids})
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(config, shard, i) for i in layer_ids})
         if shard.last:
             self.norm = RMSNorm(config.dim, config.rms_norm_eps)
             vocab_part = Part("", config.vocab_size, vocab_rows)  # vocab-parallel head

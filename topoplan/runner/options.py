@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 
 from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
 
 
 def parse_ids(text: str) -> list[int]:
@@ -23,6 +24,7 @@ def parse_ids(text: str) -> list[int]:
 
 BACKENDS = ("nccl", "gloo")
 SEED_MAX = 2**64 - 1  # torch.manual_seed's range
+MAX_TIMEOUT_S = 86_400.0  # one day: longer than any rendezvous or collective should wait; inf overflows C timeouts
 
 
 def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], timeout: float) -> None:
@@ -30,8 +32,9 @@ def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], ti
     if backend is not None and backend not in BACKENDS:
         raise TopoplanError(f"--backend {backend!r}: expected {' or '.join(BACKENDS)}")
     checked_dtype(dtype, dtypes)
-    if not timeout > 0:
-        raise TopoplanError(f"--timeout {timeout:g}: expected a positive number of seconds")
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise TopoplanError(f"--timeout {timeout:g}: expected a positive number of seconds, at most {MAX_TIMEOUT_S:g} "
+                            f"(one day)")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class RunOptions:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    ep: int = 1  # MoE: experts split over ep ranks of each TP group (topoplan.layout.Layout.ep)
     prompt: list[str] = field(default_factory=list)  # text prompts (need tokenizer.json or a byte model)
     prompt_ids: list[str] = field(default_factory=list)  # "1,2,3" per prompt
     max_new_tokens: int = 32
@@ -64,12 +68,15 @@ class RunOptions:
             value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
             if isinstance(value, bool):
                 argv += [flag] if value else []
-            elif isinstance(value, list):
-                for item in value:
-                    argv += [flag, str(item)]
+            elif isinstance(value, list):  # `--flag=value`: a value starting with "-" is not read as an option
+                argv += [f"{flag}={item}" for item in value]
             elif value is not None:
-                argv += [flag, str(value)]
+                argv.append(f"{flag}={value}")
         return argv
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.pp, self.dp, self.ep)
 
     @property
     def prompt_token_ids(self) -> list[list[int]]:

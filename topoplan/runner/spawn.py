@@ -16,14 +16,46 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import max_local_ranks
 
 PORT_TAKEN = ("address already in use", "eaddrinuse")
 POLL_S = 0.05
+STOP_GRACE_S = 2.0  # after SIGTERM, the seconds a rank gets to exit before SIGKILL
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class Stopped(TopoplanError):
+    """The parent was interrupted (SIGINT) or terminated (SIGTERM): the ranks were ended, exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; every rank was ended")
+        self.exit_code = 128 + signum
+
+
+def exit_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: killed by signal N (Popen's -N) is 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _die_with_parent(parent: int, cpus: tuple[int, ...] | None) -> None:
+    """In the child before exec: ask the kernel to SIGKILL it when the parent dies (however it dies, even by
+    SIGKILL, so no rank is left orphaned), then pin it to its CPUs as taskset would."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's own signal handling still ends the ranks
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def free_port() -> int:
@@ -35,7 +67,8 @@ def free_port() -> int:
 
 @dataclass
 class SpawnResult:
-    returncode: int  # 0 when every rank succeeded, else the first failing rank's code (124: timed out)
+    returncode: int  # 0 when every rank succeeded, else the first failing rank's code (124: timed out;
+    # 128 + N: killed by signal N, as a shell reports it)
     failed_rank: int | None = None
     stdout: str = ""  # rank 0's standard output when captured
     stderr: list[str] = field(default_factory=list)  # every rank's standard error lines, "[rank N] ..."
@@ -65,6 +98,17 @@ def _pump(stream: IO[bytes], rank: int, sink: IO[str] | None, lines: list[str], 
             sink.write(f"[rank {rank}] {pending}\n")
 
 
+def signal_note(result: SpawnResult) -> str | None:
+    """'rank 1 was killed by SIGKILL' when the failing rank died of a signal, else None."""
+    if result.failed_rank is None or not 128 < result.returncode < 128 + 65 or result.returncode == 124:
+        return None
+    try:
+        name = signal.Signals(result.returncode - 128).name
+    except ValueError:
+        return None
+    return f"rank {result.failed_rank} was killed by {name}"
+
+
 def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
     """SIGTERM whoever is still running, then SIGKILL after `grace_s`."""
     for proc in procs:
@@ -79,11 +123,55 @@ def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
             proc.wait()
 
 
+def _wait(procs: list[subprocess.Popen], timeout_s: float | None, grace_s: float) -> tuple[int | None, int]:
+    """Wait for every rank; (first failing rank or None, its exit code as a shell reports it, or 124)."""
+    start, failed, code, failed_at = time.monotonic(), None, 0, 0.0
+    while None in (codes := [proc.poll() for proc in procs]):  # poll every rank, not just the first running
+        if failed is None:
+            for rank, returncode in enumerate(codes):
+                if returncode not in (None, 0):
+                    failed, code, failed_at = rank, exit_code(returncode), time.monotonic()
+                    break
+        if failed is not None and time.monotonic() - failed_at > grace_s:
+            _stop(procs, grace_s=STOP_GRACE_S)  # the others did not end on their own: end them
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            _stop(procs, grace_s=STOP_GRACE_S)
+            code = 124
+        time.sleep(POLL_S)
+    if failed is None and code == 0:
+        for rank, proc in enumerate(procs):
+            if proc.returncode != 0:
+                return rank, exit_code(proc.returncode)
+    return failed, code
+
+
+@contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While ranks run, SIGTERM to us raises Stopped (as Ctrl-C raises KeyboardInterrupt), so the ranks are
+    ended before we exit. Only the main thread can set handlers; elsewhere the ranks' PDEATHSIG still works."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_stopped(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_stopped)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Stopped(signal.SIGINT) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int], Mapping[str, str]] | None,
               cpus_per_rank: Callable[[int], Sequence[int] | None] | None, timeout_s: float | None, grace_s: float,
               capture_stdout: bool, echo: bool, port: int,
               cwd: str | None) -> SpawnResult:
-    procs, threads = [], []
+    procs: list[subprocess.Popen] = []
+    threads = []
+    parent = os.getpid()
     out_lines: list[str] = []
     err_lines: list[list[str]] = [[] for _ in range(world_size)]
     for rank in range(world_size):
@@ -93,10 +181,9 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size),  # all ranks are on this node
                **(env_per_rank(rank) if env_per_rank else {})}
         cpus = cpus_per_rank(rank) if cpus_per_rank else None
-        # Pin before exec, as taskset would: the rank's threads and first allocations start on its own CPUs.
-        pin = (lambda cpus=tuple(cpus): os.sched_setaffinity(0, cpus)) if cpus else None
+        # Before exec: die with us, and pin as taskset would (threads and first allocations on its own CPUs).
         proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, preexec_fn=pin)
+                                stderr=subprocess.PIPE, preexec_fn=partial(_die_with_parent, parent, tuple(cpus or ())))
         procs.append(proc)
         out_sink = None if capture_stdout else (sys.stdout if rank == 0 else sys.stderr)
         threads.append(threading.Thread(target=_pump, args=(proc.stdout, rank, out_sink if echo else None,
@@ -106,24 +193,11 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
                                                              err_lines[rank], rank == 0), daemon=True))
     for thread in threads:
         thread.start()
-    start, failed, code = time.monotonic(), None, 0
-    while None in (codes := [proc.poll() for proc in procs]):  # poll every rank, not just the first running
-        if failed is None:
-            for rank, returncode in enumerate(codes):
-                if returncode not in (None, 0):
-                    failed, code, failed_at = rank, returncode, time.monotonic()
-                    break
-        if failed is not None and time.monotonic() - failed_at > grace_s:
-            _stop(procs, grace_s=3.0)  # the others did not end on their own: end them
-        if timeout_s is not None and time.monotonic() - start > timeout_s:
-            _stop(procs, grace_s=3.0)
-            code = 124
-        time.sleep(POLL_S)
-    if failed is None and code == 0:
-        for rank, proc in enumerate(procs):
-            if proc.returncode != 0:
-                failed, code = rank, proc.returncode
-                break
+    try:
+        failed, code = _wait(procs, timeout_s, grace_s)
+    except BaseException:  # Ctrl-C, SIGTERM (see _terminate_raises), or a bug: never leave ranks behind
+        _stop(procs, grace_s=STOP_GRACE_S)
+        raise
     for thread in threads:
         thread.join()
     stdout = "\n".join(line.split("] ", 1)[1] for line in out_lines)
@@ -140,11 +214,13 @@ def spawn_ranks(world_size: int, argv: Sequence[str], *, env_per_rank: Callable[
     others' prefixed "[rank N]"). When a rank fails, the others get `grace_s` to end on their own (the
     runner's timeouts make them), then are terminated. After `timeout_s` everything is stopped and the
     result's code is 124. `cpus_per_rank` pins each rank to its CPUs from the moment it starts."""
-    if world_size < 1:
-        raise TopoplanError(f"world size must be at least 1, got {world_size}")
+    if not 1 <= world_size <= max_local_ranks():
+        raise TopoplanError(f"{world_size} ranks: expected 1 to {max_local_ranks()} on this machine "
+                            f"(8 per CPU; more only time-slice and exhaust memory)")
     for _ in range(port_retries):
-        result = _run_once(world_size, argv, env_per_rank, cpus_per_rank, timeout_s, grace_s, capture_stdout, echo,
-                           free_port(), cwd)
+        with _terminate_raises():
+            result = _run_once(world_size, argv, env_per_rank, cpus_per_rank, timeout_s, grace_s, capture_stdout,
+                               echo, free_port(), cwd)
         taken = any(marker in line.lower() for line in result.stderr for marker in PORT_TAKEN)
         if result.returncode == 0 or not taken:
             return result

@@ -75,7 +75,8 @@ def shard_of(config: ModelConfig, d: Dist) -> Shard:
     """This rank's part of the model: its TP slice of the layers topoplan.layout.split_layers gives its stage
     (the split the planner priced)."""
     layers = split_layers(config.n_layers, d.layout.pp)[d.coords.pp_rank]
-    return Shard(d.coords.tp_rank, d.layout.tp, layers, d.is_first_stage, d.is_last_stage, comm=d)
+    return Shard(d.coords.tp_rank, d.layout.tp, layers, d.is_first_stage, d.is_last_stage, comm=d,
+                 ep_rank=d.ep_rank, ep_size=d.layout.ep)
 
 
 def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
@@ -84,7 +85,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     layout, coords = d.layout, d.coords
     folder = model_folder(opts.model)
     config = load_hf_config(folder)
-    check_tp(config, layout.tp, source=str(layout))
+    check_tp(config, layout.tp, source=str(layout), ep=layout.ep)
     dtype = usable_dtype(opts.dtype, d.device)
     codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
     prompts = prompts_of(opts, folder, codec, config.vocab_size)
@@ -142,7 +143,7 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
     decode = [rec["decode_s"] / rec["decode_steps"] for rec in records if rec["decode_steps"]]
     generated = sum(len(seq) for seq in tokens if seq)
     result = {
-        "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
         "stages": stages_run(layout, records),
         "dtype": dtype,  # what ran: float32 when the backend could not reduce the requested dtype
         "tokens": tokens,
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     opts = parse_argv(argv)
 
     def body(env: RankEnv) -> str | None:
-        d = init_dist(env, Layout(opts.tp, opts.pp, opts.dp), opts.backend, opts.timeout)
+        d = init_dist(env, opts.layout, opts.backend, opts.timeout)
         with Progress.on_rank(d.rank, quiet=opts.json) as progress:
             result = run(opts, d, progress)
         if result is None:

@@ -37,8 +37,8 @@ class LinkKind(str, Enum):
         return self in (LinkKind.NVLINK, LinkKind.XGMI)
 
 
-_NV_CODE = re.compile(r"^NV(\d+)$")
-_XGMI_CODE = re.compile(r"^XGMI(\d*)$")
+_NV_CODE = re.compile(r"^NV(\d{1,3})$")  # at most 18 links join two GPUs (B200)
+_XGMI_CODE = re.compile(r"^XGMI(\d{0,3})$")
 _PLAIN_CODES = {
     "PIX": LinkKind.PIX,
     "PXB": LinkKind.PXB,

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 import networkx as nx
 
 from topoplan.errors import TopoplanError
 from topoplan.topology.links import LATENCY_US, LinkKind, cpu_links, estimate_bandwidth_gbps, parse_link_code
+
+MAX_CLIQUES = 64  # NVLink cliques listed per machine: a DGX-1 has 2 quads (plus pairs), an NVSwitch box 1
 
 
 @dataclass(frozen=True)
@@ -175,10 +178,13 @@ class Topology:
         comps = [sorted(c, key=index.__getitem__) for c in nx.connected_components(nv) if len(c) > 1]
         return sorted(comps, key=lambda c: (-len(c), index[c[0]]))
 
-    def nvlink_cliques(self) -> list[list[str]]:
-        """Maximal sets of GPUs with a direct NVLink between every pair (e.g. the DGX-1's quads)."""
+    def nvlink_cliques(self, limit: int = MAX_CLIQUES) -> list[list[str]]:
+        """Maximal sets of GPUs with a direct NVLink between every pair (e.g. the DGX-1's quads): the first
+        `limit` found. A real machine has a handful; a crafted one can have exponentially many (48 GPUs
+        missing only triangles: 3^16), so the search stops instead of running for minutes."""
         index = {g.id: g.index for g in self.gpus}
-        cliques = [sorted(c, key=index.__getitem__) for c in nx.find_cliques(self.nvlink_graph()) if len(c) > 1]
+        found = islice(nx.find_cliques(self.nvlink_graph()), limit)
+        cliques = [sorted(c, key=index.__getitem__) for c in found if len(c) > 1]
         return sorted(cliques, key=lambda c: (-len(c), [index[g] for g in c]))
 
     def is_full_mesh(self, gpu_ids: Sequence[str]) -> bool:

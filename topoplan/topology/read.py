@@ -8,10 +8,11 @@ message instead of a confusing parse error. Format detection lives in `detect_fo
 
 from __future__ import annotations
 
-import json
 import sys
 
 from topoplan.errors import TopoplanError
+from topoplan.jsonfile import parse_json
+from topoplan.limits import read_capped
 from topoplan.topology.amd_text import ROCM_SMI, detect_amd_text, parse_amd_smi_topology, parse_rocm_smi_topo
 from topoplan.topology.model import Topology, build_topology
 from topoplan.topology.nccl_xml import looks_like_nccl_xml, parse_nccl_xml
@@ -63,8 +64,8 @@ def detect_format(text: str) -> str:
     start = text.lstrip()[:1]
     if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
         try:
-            data = json.loads(text)
-        except ValueError:
+            data = parse_json(text, "<input>", "JSON")
+        except TopoplanError:  # bad, too deep or too large JSON: the reader chosen here words the error
             return "recording" if start == "{" else "smi-text"
         return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "other JSON"
     return "smi-text"
@@ -87,7 +88,7 @@ def read_text(path: str, expected: str = _EXPECTED) -> str:
     `expected` ends each message: what the file should have held."""
     source = _display(path)
     try:
-        data = sys.stdin.buffer.read() if path == STDIN else open(path, "rb").read()
+        data = read_capped(source, sys.stdin.buffer) if path == STDIN else read_capped(path)
     except OSError as error:
         raise TopoplanError(f"cannot read it: {error.strerror or error}", source=source) from None
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16, as PowerShell's `>` writes it

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.atomic import write_atomic
+from topoplan.cpuset import MAX_CPU
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import parse_json
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
 from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH, cpu_family_of
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
@@ -134,6 +136,43 @@ def check_shape(recording: dict[str, Any]) -> None:
         _check_fields(place, PCI_FIELDS, f"sysfs.pci[{address!r}]", required=tuple(PCI_FIELDS))
     if "cpu" in recording:
         _check_fields(recording["cpu"], {"model_name": (str, type(None))}, "cpu", required=("model_name",))
+    check_ranges(recording)
+
+
+def _in_range(value: Any, low: int, high: int, where: str) -> None:
+    if isinstance(value, int) and not is_error(value) and not low <= value <= high:
+        raise ValueError(f"{where}: expected {low}..{high}, found {value}")
+
+
+def check_ranges(recording: dict[str, Any]) -> None:
+    """Counts and numbers a real machine can report (topoplan.limits): no negative GPU index or NUMA node
+    (it would reach CUDA_VISIBLE_DEVICES and numactl), no 2,000-NIC node (it would cost minutes)."""
+    nvml, sysfs = recording["nvml"], recording["sysfs"]
+    if len(nvml["gpus"]) > MAX_GPUS_PER_NODE or len(sysfs["nics"]) > MAX_NICS_PER_NODE:
+        raise ValueError(f"{len(nvml['gpus'])} GPUs and {len(sysfs['nics'])} NICs; one node has at most "
+                         f"{MAX_GPUS_PER_NODE} GPUs and {MAX_NICS_PER_NODE} NICs")
+    if len(nvml["pairs"]) > len(nvml["gpus"]) ** 2 or len(sysfs["pci"]) > 16 * MAX_NICS_PER_NODE:
+        raise ValueError(f"{len(nvml['pairs'])} GPU pairs and {len(sysfs['pci'])} PCI entries: more than "
+                         f"{len(nvml['gpus'])} GPUs and {MAX_NICS_PER_NODE} NICs can have")
+    for k, gpu in enumerate(nvml["gpus"]):
+        _in_range(gpu["index"], 0, MAX_GPUS_PER_NODE - 1, f"nvml.gpus[{k}].index")
+        _in_range(gpu.get("numa_node_id"), -1, MAX_CPU, f"nvml.gpus[{k}].numa_node_id")
+        _in_range(gpu.get("memory_total"), 0, 2**50, f"nvml.gpus[{k}].memory_total")
+        for field in ("cpu_affinity", "cpu_affinity_any_scope", "memory_affinity"):
+            words = gpu.get(field)
+            if isinstance(words, list):
+                if len(words) > (MAX_CPU + 1) // 64:
+                    raise ValueError(f"nvml.gpus[{k}].{field}: {len(words)} mask words; expected at most "
+                                     f"{(MAX_CPU + 1) // 64}")
+                for j, word in enumerate(words):
+                    _in_range(word, 0, 2**64 - 1, f"nvml.gpus[{k}].{field}[{j}]")
+        if len(gpu.get("nvlinks", [])) > 64:
+            raise ValueError(f"nvml.gpus[{k}].nvlinks: {len(gpu['nvlinks'])} links; a GPU has at most 18")
+    for k, pair in enumerate(nvml["pairs"]):
+        for end in ("a", "b"):
+            _in_range(pair[end], 0, MAX_GPUS_PER_NODE - 1, f"nvml.pairs[{k}].{end}")
+    for address, place in sysfs["pci"].items():
+        _in_range(place["numa_node"], -1, MAX_CPU, f"sysfs.pci[{address!r}].numa_node")
 
 
 # --- interpretation -------------------------------------------------------------------------------------
@@ -149,6 +188,11 @@ def _bits(words: Any) -> list[int] | None:
     if not isinstance(words, list):
         return None
     return [64 * k + bit for k, word in enumerate(words) for bit in range(64) if word >> bit & 1]
+
+
+def _node(number: int | None) -> int | None:
+    """sysfs writes -1 for "no NUMA node" (one-node machines): that is None, never a node to bind to."""
+    return number if number is not None and number >= 0 else None
 
 
 def _gpu_error(raw: dict[str, Any]) -> str | None:
@@ -229,11 +273,11 @@ class _Interpreter:
         if nodes:
             self.notes.append(f"{self.ids[i]}: NVML gives memory affinity to NUMA nodes {nodes}; no single node shown")
             return None
-        return (self.gpu_pci(i) or {}).get("numa_node")  # sysfs: the PCI device's own numa_node
+        return _node((self.gpu_pci(i) or {}).get("numa_node"))  # sysfs: the PCI device's own numa_node
 
     def nics(self) -> list[Nic]:
         return [Nic(f"NIC{k}", k, nic["name"], nic["pci_address"],
-                    self.sysfs["pci"].get(nic["pci_address"], {}).get("numa_node"))
+                    _node(self.sysfs["pci"].get(nic["pci_address"], {}).get("numa_node")))
                 for k, nic in enumerate(self.sysfs["nics"])]
 
     # --- links ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from topoplan.cpuset import MAX_CPU, parse_cpu_list
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
@@ -33,10 +34,10 @@ _TRAILING_WORDS = [(CPU, ("CPU", "Affinity")), (NUMA, ("NUMA", "Affinity")), (GP
 _GPU_LABEL = re.compile(r"^GPU\d+$")
 _NIC_LABEL = re.compile(r"^NIC\d+$")
 _DEVICE_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-_NUMBER = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[0-9]{1,9}")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
-_LEGEND_NIC = re.compile(r"^\s*NIC(\d+)\s*:\s*(\S+)\s*$")
+_LEGEND_NIC = re.compile(r"^\s*NIC(\d{1,6})\s*:\s*(\S+)\s*$")
 _MAX_NUMBER = MAX_CPU  # NUMA node numbers too: a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 
@@ -172,6 +173,10 @@ def _parse_header(line: Line, source: str) -> _Header:
                                 source=source, line=line.number)
     if len(set(devices)) != len(devices):
         raise TopoplanError("header: a device column is named twice", source=source, line=line.number)
+    if n_gpus > MAX_GPUS_PER_NODE or len(devices) - n_gpus > MAX_NICS_PER_NODE:
+        raise TopoplanError(f"{n_gpus} GPUs and {len(devices) - n_gpus} NICs in one matrix; one node has at most "
+                            f"{MAX_GPUS_PER_NODE} GPUs and {MAX_NICS_PER_NODE} NICs (docs/limits.md)",
+                            source=source, line=line.number)
     return _Header(line, devices, trailing, n_gpus)
 
 

@@ -14,7 +14,8 @@ from topoplan.topology.model import Topology
 
 LIVE_COMMAND = ("nvidia-smi", "topo", "-m")
 LIVE_TIMEOUT_S = 60
-NO_LIVE_HINT = "read a saved paste instead: nvidia-smi topo -m > topo.txt, then --file topo.txt"
+# Every command that reads a topology takes the file as --topo (documented) or --file (the same option).
+NO_LIVE_HINT = "read a saved paste instead: nvidia-smi topo -m > topo.txt, then --topo topo.txt"
 SOURCES = ("auto", "nvml", "smi", "file")
 
 

@@ -109,8 +109,9 @@ def _size(lines: tuple[str, ...]) -> tuple[float, float]:
 
 
 def _style(link: Link) -> tuple[float, bool]:
-    """(stroke width, dashed): NVLink solid and thicker with more links, PCIe paths thin and dashed."""
-    if link.kind is LinkKind.NVLINK:
+    """(stroke width, dashed): fabric links (NVLink, XGMI) solid and thicker with more links, PCIe paths thin and
+    dashed."""
+    if link.kind.is_fabric:
         return min(1 + link.nvlinks / 2, 8.0), False
     return 1.0, True
 
@@ -224,7 +225,8 @@ def _hubs(pic: Picture, by_id: dict[str, Box]) -> list[Box]:
     """Each all-to-all hub, centred over its GPUs (y 0: placed later)."""
     hubs = []
     for hub in pic.hubs:
-        lines = ("NVLink all-to-all", f"{link_label(hub.link)} per pair")
+        fabric = "NVLink" if hub.link.kind is LinkKind.NVLINK else "XGMI"
+        lines = (f"{fabric} all-to-all", f"{link_label(hub.link)} per pair")
         w, h = _size(lines)
         centre = sum(by_id[g].cx for g in hub.gpus) / len(hub.gpus)
         hubs.append(Box(hub.id, "hub", max(MARGIN, centre - w / 2), 0, w, h, lines))

@@ -1,0 +1,79 @@
+"""Fit the fitted constants of each engine profile on its published fitting rows
+(tests/data/engine_measurements.json, role "fit"): the search behind the values in topoplan/engines.
+
+    python benchmarks/engine_fit.py [vllm|sglang|trtllm ...]
+
+Free: memory_bandwidth_efficiency (a grid of round values), graph_layer_overhead_us g and step_overhead_us s.
+The predicted TPOT is linear in g and s (each decode step pays L x g + s, each prefill s once, shared by
+(B-1)/gen of the steps), so for each efficiency they come from least squares on the relative error, then
+are rounded (g to 1 us, s to 50 us). Rows of one model cannot tell L x g from s (L is the same in every
+row): then it all goes per layer, s = 0, and docs/engines.md says so. Prints the best set, its error on the
+fitting rows and on the checking rows, which the fit never saw. Everything else stays as the profile has it (sourced).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.engine_cases import PUBLISHED, engine_rows, in_scope, with_overheads  # noqa: E402
+from topoplan.engines import resolve  # noqa: E402
+
+EFFICIENCIES = [0.70, 0.75, 0.80, 0.85, 0.90]
+
+
+def rms(errors: list[float]) -> float:
+    return math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors)) if errors else 0.0
+
+
+def least_squares(rows, layers: dict[str, int]) -> tuple[float, float]:
+    """(g, s) >= 0 minimising sum ((base + a g + b s) / measured - 1)^2, base priced with g = s = 0."""
+    sums = [0.0] * 5  # aa, ab, bb, ar, br with a, b, r scaled by 1/measured
+    for r in rows:
+        a = layers[r.model] / 1e3 / r.measured  # ms per us of g
+        b = (1 + (r.batch - 1) / r.gen) / 1e3 / r.measured  # ms per us of s
+        res = 1 - r.predicted / r.measured
+        for i, v in enumerate((a * a, a * b, b * b, a * res, b * res)):
+            sums[i] += v
+    aa, ab, bb, ar, br = sums
+    det = aa * bb - ab * ab
+    if det < 1e-3 * aa * bb:  # one model's rows: L x g and s move together; put it all per layer
+        return round(max(ar / aa, 0.0)), 0
+    g, s = (bb * ar - ab * br) / det, (aa * br - ab * ar) / det
+    if g < 0 or s < 0:  # one of them at zero: fit the other alone
+        g, s = (max(ar / aa, 0.0), 0.0) if (ar / aa) * ar >= (br / bb) * br else (0.0, max(br / bb, 0.0))
+    return round(g), round(s / 50) * 50
+
+
+def fit(name: str) -> None:
+    base = resolve(name)
+    if name not in {resolve(r["engine"]).name for r in PUBLISHED["rows"]}:
+        print(f"{name}: no published rows to fit")
+        return
+    layers = {r.model: r.layers for r in engine_rows({name: base}, role="fit") if r.profile == str(base)}
+    best = None
+    for eff in EFFICIENCIES:
+        zero = with_overheads(base, memory_bandwidth_efficiency=eff, graph_layer_overhead_us=0.0, step_overhead_us=0.0)
+        rows = [r for r in engine_rows({name: zero}, role="fit") if r.profile == str(base) and in_scope(r)]
+        g, s = least_squares(rows, layers)
+        profile = with_overheads(base, memory_bandwidth_efficiency=eff, graph_layer_overhead_us=float(g),
+                                 step_overhead_us=float(s))
+        fitted = [r for r in engine_rows({name: profile}, role="fit") if r.profile == str(base) and in_scope(r)]
+        score = rms([r.error for r in fitted])
+        if best is None or score < best[0]:
+            best = (score, eff, g, s, profile)
+    score, eff, g, s, profile = best
+    check = [r for r in engine_rows({name: profile}, role="check") if r.profile == str(base) and in_scope(r)]
+    worst = max(check, key=lambda r: abs(r.error))
+    print(f"{base}: memory_bandwidth_efficiency={eff} graph_layer_overhead_us={g} step_overhead_us={s}; "
+          f"fit RMS(log) {score:.3f}; check RMS(log) "
+          f"{rms([r.error for r in check]):.3f} over {len(check)} rows, worst {100 * worst.error:+.0f}% "
+          f"({worst.model} TP{worst.layout.tp} B{worst.batch} {worst.prompt}/{worst.gen})")
+
+
+if __name__ == "__main__":
+    for engine in sys.argv[1:] or ["vllm", "sglang", "trtllm"]:
+        fit(engine)

@@ -1,0 +1,97 @@
+"""Fuzz sweep: N hostile inputs through the CLI in-process; count tracebacks, time per input, peak memory.
+
+    python3 benchmarks/fuzz_sweep.py [--count 10000] [--start 0]
+
+The inputs are tests/fuzz_cases.py's (damaged real pastes and NVML recordings, wrong-typed HF configs and
+calibrations, option sets at and beyond their ranges), the same the CI fuzz test draws from. Reference: the
+contract of docs/limits.md: exit 0, or exit 2 with one `topoplan: error:` line; never a traceback; each
+input within 10 s and 256 MiB. Spawning ranks is replaced by a stand-in (an input that reaches it passed every
+parent-side check). Prints the counts per kind, the time p50/p99/max and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from fuzz_cases import WouldSpawn, make_case, materialise, no_ranks  # noqa: E402
+
+import topoplan.bench.launch  # noqa: E402
+import topoplan.runner.local  # noqa: E402
+from topoplan import cli  # noqa: E402
+
+
+def one(seed: int, folder: Path) -> tuple[str, str | None, float]:
+    """(kind, what went wrong or None, seconds) for one seed."""
+    case = make_case(seed)
+    argv = materialise(case, folder)
+    sys.argv = ["topoplan", *argv]
+    err = io.StringIO()
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            cli.main()
+        code: object = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    except WouldSpawn:
+        code = 0
+    except BaseException as error:  # noqa: BLE001 - a traceback is what this sweep counts
+        return case.kind, "traceback: " + "".join(traceback.format_exception_only(error)).strip(), 0.0
+    seconds = time.perf_counter() - start
+    lines = [line for line in err.getvalue().splitlines() if not line.startswith("topoplan: warning:")]
+    if code not in (0, 2):
+        return case.kind, f"exit {code}", seconds
+    if code == 2 and (len(lines) != 1 or not lines[0].startswith("topoplan: error: ")):
+        return case.kind, f"exit 2 with {len(lines)} lines", seconds
+    return case.kind, None, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--start", type=int, default=0)
+    args = parser.parse_args()
+    topoplan.runner.local.spawn_ranks = no_ranks
+    topoplan.bench.launch.spawn_ranks = no_ranks
+    kinds: Counter = Counter()
+    problems: list[tuple[int, str, str]] = []
+    times: list[float] = []
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as home:
+        os.environ.update(HOME=home, XDG_CACHE_HOME=f"{home}/cache")
+        for seed in range(args.start, args.start + args.count):
+            folder = Path(home) / str(seed)
+            folder.mkdir()
+            kind, problem, seconds = one(seed, folder)
+            kinds[kind] += 1
+            times.append(seconds)
+            if problem:
+                problems.append((seed, kind, problem))
+    times.sort()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{args.count} inputs (seeds {args.start}..{args.start + args.count - 1}); load average "
+          f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print("per kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    print(f"tracebacks or broken contract: {len(problems)}")
+    for seed, kind, problem in problems[:20]:
+        print(f"  seed {seed} ({kind}): {problem[:200]}")
+    print(f"seconds per input: p50 {statistics.median(times):.3f}, p99 {times[int(0.99 * (len(times) - 1))]:.3f}, "
+          f"max {times[-1]:.3f}; peak RSS {peak_mib:.0f} MiB (limit: 10 s and 256 MiB per input)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""calibrate/validate --engine vllm: the fit of vLLM's fixed costs, the file entry it writes and reads, the
+layouts it serves, and the one-line errors. (Serving vLLM itself: tests/test_vllm_serve.py; the measured table:
+docs/launch-engines.md.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.launch_support import ROOT
+from topoplan.bench.vllm_cpu import engine_overheads, fit_overheads, vllm_candidates
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+
+
+def test_fit_takes_layer_cost_from_prefill_and_step_costs_from_decode() -> None:
+    # 8 layers. Prefill: 4 ms over the roofline in every row -> 500 us a layer (8 x 500 = 4000 us of decode too).
+    # Decode: TP1 is 5 ms over -> step 1000 us; TP2 and PP2 are 7 ms over -> 2000 us more for their one extra rank.
+    rows = [{"layout": Layout(), "prefill_ms": 10.0, "decode_ms_per_token": 7.0},
+            {"layout": Layout(tp=2), "prefill_ms": 12.0, "decode_ms_per_token": 10.0},
+            {"layout": Layout(pp=2), "prefill_ms": 14.0, "decode_ms_per_token": 11.0}]
+    base = [SimpleNamespace(prefill_ms=6.0, decode_ms_per_token=2.0),
+            SimpleNamespace(prefill_ms=8.0, decode_ms_per_token=3.0),
+            SimpleNamespace(prefill_ms=10.0, decode_ms_per_token=4.0)]
+    assert fit_overheads(8, rows, base) == pytest.approx({"layer_overhead_us": 500.0, "decode_layer_overhead_us": 500.0,
+                                                          "step_overhead_us": 1000.0,
+                                                          "step_overhead_per_rank_us": 2000.0})
+
+
+def test_fit_never_goes_negative() -> None:
+    rows = [{"layout": Layout(), "prefill_ms": 1.0, "decode_ms_per_token": 1.0}]
+    base = [SimpleNamespace(prefill_ms=2.0, decode_ms_per_token=2.0)]
+    assert fit_overheads(8, rows, base) == {"layer_overhead_us": 0.0, "decode_layer_overhead_us": 0.0,
+                                            "step_overhead_us": 0.0, "step_overhead_per_rank_us": 0.0}
+
+
+def test_engine_overheads_are_read_back_and_missing_ones_refused(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    fitted = {"layer_overhead_us": 12.5, "decode_layer_overhead_us": 12.5, "step_overhead_us": 900,
+              "step_overhead_per_rank_us": 300}
+    path.write_text(json.dumps({"engines": {"vllm": fitted}}))
+    assert engine_overheads(str(path)) == pytest.approx(fitted)
+    path.write_text(json.dumps({"cpu": {}}))
+    with pytest.raises(TopoplanError, match="calibrate --engine vllm"):
+        engine_overheads(str(path))
+
+
+def test_the_planner_accepts_a_file_with_an_engines_entry(tmp_path: Path) -> None:
+    from topoplan.plan.calibration import load_calibration
+
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"layer_overhead_us": 40.0, "engines": {"vllm": {"layer_overhead_us": 1.0}}}))
+    assert load_calibration(path).layer_overhead_us == 40.0
+
+
+def test_vllm_layouts_are_tp1_on_every_core_and_one_rank_per_core(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOPOPLAN_CACHE", str(tmp_path))
+    monkeypatch.setattr("topoplan.bench.vllm_cpu.cpu_cores", lambda: [0, 1])
+    found = {(c.layout, c.threads) for c in vllm_candidates("small", 2)}
+    assert found == {(Layout(), 2), (Layout(tp=2), 1), (Layout(pp=2), 1)}  # dp=2 is not served here
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path), TOPOPLAN_CACHE=str(tmp_path / "cache"))
+    cal = tmp_path / "cal.json"
+    cal.write_text("{}")
+    for args, expected in ((["calibrate", "--engine", "vllm", "--out", str(tmp_path / "o.json")], "--calibration"),
+                           (["calibrate", "--engine", "sglang", "--out", str(tmp_path / "o.json")], "measures the"),
+                           (["validate", "--engine", "vllm", "--calibration", str(cal), "--engine-python",
+                             str(tmp_path / "nope")], "not found"),
+                           (["validate", "--engine", "vllm", "--calibration", str(cal), "--layouts", "tp=2"],
+                            "drop --layouts")):
+        done = subprocess.run([sys.executable, "-m", "topoplan", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 2 and expected in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

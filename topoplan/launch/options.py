@@ -1,0 +1,45 @@
+"""Options of the launchers themselves (the cluster, not the ranks): Slurm's partition, account, time limit and
+job name, and Open MPI's permission to start as root. Checked once here, written by the renderers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from topoplan.errors import TopoplanError
+
+# sbatch(1) --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "UNLIMITED"/"INFINITE").
+_SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)")
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # an account or partition name: one word, no shell syntax
+_SLURM_NAMES = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")  # --partition a,b: the first that can start
+DEFAULT_JOB_NAME = "topoplan"
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    partition: str | None = None  # Slurm --partition
+    account: str | None = None  # Slurm --account
+    time: str | None = None  # Slurm --time, e.g. 30, 1:00:00, 1-12:00:00
+    job_name: str | None = None  # Slurm --job-name (sbatch: topoplan when not given)
+    allow_run_as_root: bool = False  # mpirun: export OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and not _SLURM_NAMES.fullmatch(self.partition):
+            raise TopoplanError(f"--partition {self.partition!r}: expected Slurm partition names (letters, digits, "
+                                "_ . + -), separated by commas")
+        if self.account is not None and not _SLURM_NAME.fullmatch(self.account):
+            raise TopoplanError(f"--account {self.account!r}: expected one Slurm account name (letters, digits, "
+                                "_ . + -)")
+        if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
+            raise TopoplanError(f"--time {self.time!r}: expected a Slurm time limit: minutes, MM:SS, HH:MM:SS, "
+                                "D-HH, D-HH:MM or D-HH:MM:SS")
+        name = self.job_name
+        if name is not None and (not name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)):
+            raise TopoplanError(f"--job-name {self.job_name!r}: expected a non-empty name without control characters")
+
+    def slurm_args(self, job_name: str | None = None) -> list[str]:
+        """The Slurm options given, as `--name=value` words (sbatch header lines, or srun options); `job_name`
+        stands in when none was given."""
+        pairs = (("job-name", self.job_name or job_name), ("partition", self.partition), ("account", self.account),
+                 ("time", self.time))
+        return [f"--{name}={value}" for name, value in pairs if value is not None]

@@ -1,0 +1,54 @@
+"""Sizes no real machine or file reaches, so input beyond them is refused in one line instead of costing
+minutes or gigabytes. docs/limits.md lists each with the largest real case it leaves room for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+from topoplan.cpuset import cpu_cores
+from topoplan.errors import TopoplanError
+
+# Input files: the largest real input is an NVML recording of a 72-GPU rack (~1 MB); 32 MiB is 30x that.
+MAX_INPUT_BYTES = 32 * 2**20
+# JSON nesting: recordings and calibrations nest 4-6 deep; HF configs 3-4 (rope_scaling, quantization_config).
+MAX_JSON_DEPTH = 64
+# Digits in any integer read from text: 20 hold every count, size, id and 64-bit mask a machine reports (uint64).
+MAX_DIGITS = 20
+# One node: the largest single-OS-image GPU machines hold 16 GPUs (HGX-2, DGX-2) or 20 single-slot PCIe cards;
+# NICs a few dozen. Placement search grows with the cube of GPUs per node: 32 plans in seconds.
+MAX_GPUS_PER_NODE = 32
+MAX_NICS_PER_NODE = 128
+# Clusters: one inference deployment spans at most a few hundred nodes; 4,096 nodes x 8 GPUs (32k GPUs) is
+# beyond any published one and still plans in seconds.
+MAX_NODES = 4_096
+# Processes one `run`/`bench` may start on this machine: each local rank is a whole Python process with torch
+# loaded (~0.3 GB, seconds to start); beyond a few per CPU they only time-slice, and thousands would exhaust
+# memory before measuring anything.
+RANKS_PER_CPU = 8
+
+
+def max_local_ranks() -> int:
+    """The most ranks started on this machine (see RANKS_PER_CPU)."""
+    return RANKS_PER_CPU * len(cpu_cores())
+
+
+def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX_INPUT_BYTES) -> bytes:
+    """At most `cap` bytes of `path` (or of `stream`, e.g. stdin): a larger input (or an endless one such as
+    /dev/zero) is refused after reading cap+1 bytes, never loaded whole."""
+    if stream is not None:
+        data = stream.read(cap + 1)
+    else:
+        with open(path, "rb") as handle:
+            data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise TopoplanError(f"larger than {cap // 2**20} MiB, the most topoplan reads from one input file; "
+                            f"expected a topology, recording, config or calibration file", source=str(path))
+    return data
+
+
+def check_digits(text: str, source: str | Path | None = None, line: int | None = None) -> int:
+    """`text` (digits only) as an int, refusing more than MAX_DIGITS digits before Python converts it."""
+    if len(text) > MAX_DIGITS:
+        raise TopoplanError(f"number with {len(text)} digits; expected at most {MAX_DIGITS}", source=source, line=line)
+    return int(text)
