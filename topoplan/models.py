@@ -261,6 +261,8 @@ MODEL_SOURCES: dict[str, str] = {
     "Llama-3.1-405B": _HF.format("meta-llama/Llama-3.1-405B"),
     "Mixtral-8x7B": _HF.format("mistralai/Mixtral-8x7B-v0.1"), "Qwen2.5-72B": _HF.format("Qwen/Qwen2.5-72B"),
     "DeepSeek-V3": _HF.format("deepseek-ai/DeepSeek-V3"),
+    "Mixtral-8x22B": _HF.format("mistralai/Mixtral-8x22B-Instruct-v0.1"),
+    "Qwen3-235B-A22B": _HF.format("Qwen/Qwen3-235B-A22B"),
     "tiny": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model tiny`)",
     "small": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model small`)",
 }
