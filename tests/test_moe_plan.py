@@ -19,7 +19,7 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.moe import imbalance
 from topoplan.plan.placement import NodePlacer
-from topoplan.plan.rank import plan
+from topoplan.plan.rank import Limits, plan
 from topoplan.topology.read import read_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -209,3 +209,21 @@ def test_launch_refuses_a_vllm_style_ep_layout_for_the_bundled_runner():
         runner_command(Layout(1, 1, 8, 8), None, checkpoint="/ckpt")
     with pytest.raises(TopoplanError, match="ep=2: Llama-3.1-70B has no experts"):
         LaunchRequest(layout=Layout(2, 1, 1, 2), model="70b")
+
+
+def test_throughput_search_prices_ep_layouts_at_their_own_batch_all_to_alls_included():
+    """The throughput objective's batch search (expert-plan) on an EP layout (moe): no limit, so the largest batch
+    that fits, and the all-to-alls priced at that batch; a TPOT limit stops the search below it."""
+    work = Workload(1, 512, 128, "fp8")
+    ep8 = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput", tp=1, pp=1, dp=8)[Layout(1, 1, 8, 8)].cost
+    assert ep8.fits and ep8.batch == ep8.max_batch > 32
+    topo, device = topology(HGX_NV18, "h200")
+    pricer = LinkPricer(topo, Calibration(), device.nic_gbps)
+    group = Ring.of([(0, g.id) for g in topo.gpus])
+    b = ep8.batch  # each rank dispatches its replica's b tokens x top-8 x 7168 x 2 bytes (bf16 activations)
+    sent = b * 8 * 7168 * 2 * imbalance(b * 64, 8)  # the busiest rank's share: b x 8 replicas x top-8 pairs
+    assert ep8.all_to_all_ms == pytest.approx(58 * 2 * pricer.alltoall_us(group, sent) / 1e3)
+    limited = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput", tp=1, pp=1, dp=8,
+                     limits=Limits(tpot_ms=ep8.decode_ms_per_token / 2))[Layout(1, 1, 8, 8)].cost
+    assert 1 <= limited.batch < ep8.batch and not limited.slo_miss
+    assert limited.decode_ms_per_token <= ep8.decode_ms_per_token / 2
