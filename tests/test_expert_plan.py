@@ -196,6 +196,21 @@ def test_a_layout_on_fewer_nodes_wins_when_the_node_count_does_not_tile():
     assert run.exit_code == 2 and "runs on 2 of the 3 nodes; launch it with --nodes 2" in run.stderr
 
 
+
+def test_fewer_node_layouts_follow_the_engine_rules_and_get_expert_parallel_twins():
+    """On 3 nodes of 8 GPUs, 2 full nodes (16 GPUs) are offered: tp x pp = 16. An engine without pipeline
+    parallelism keeps only pp 1; an MoE model gets ep = tp twins where tp divides its experts (Mixtral: 8)."""
+    from topoplan.engines.profile import Parallelism
+    from topoplan.models import find_model
+    from topoplan.plan.layouts import fewer_node_layouts
+
+    dense = {layout for layout, n in fewer_node_layouts(find_model("405b"), 8, 3, 2)}
+    assert dense == {Layout(1, 16, 1), Layout(2, 8, 1), Layout(4, 4, 1), Layout(8, 2, 1), Layout(16, 1, 1)}
+    assert fewer_node_layouts(find_model("405b"), 8, 3, 2, rules=Parallelism(pp=False)) == [(Layout(16, 1, 1), 2)]
+    moe = {layout for layout, n in fewer_node_layouts(find_model("mixtral"), 8, 3, 1)}
+    assert moe == dense | {Layout(2, 8, 1, 2), Layout(4, 4, 1, 4), Layout(8, 2, 1, 8)}  # 16 does not divide 8
+    assert fewer_node_layouts(find_model("mixtral"), 8, 3, 1, ep=8) == [(Layout(8, 2, 1, 8), 2)]
+
 # --- hidden NVLink ------------------------------------------------------------------------------------------
 def test_a_topo_mp_paste_warns_that_nvlink_is_not_shown():
     assert NVLINK_HIDDEN in read_topology(str(B300_MP)).notes and read_topology(str(B300)).notes == ()
