@@ -1,15 +1,19 @@
 """How long `plan` takes: one 8-GPU node, and Llama-3.1-405B over 1024 such nodes.
 
-Prints each timing against the issue's budget (the named reference): 50 ms for one node, 1 s for 1024
-nodes. Timed: the library call that enumerates, places and prices every layout, then the `--json` document
-of the top 10 with every rank's placement and reasons (82k placements at 1024 nodes), both split out.
-Best of a few runs; no CLI start-up.
+Prints each timing as a ratio to the issue's budget (the named reference): 50 ms for one node, 1 s for 1024
+nodes (issue 11). Timed: the library call that enumerates, places and prices every layout, then the `--json`
+document of the top 10 (one node's placement per layout, as `plan --json` prints it without --per-rank), both
+split out, and the document's size. Wall time is what the budget is about; on a shared machine the CPU time
+of this process is the steadier figure, so both are printed with the load average. Best of a few runs; no
+CLI start-up.
 
     python benchmarks/plan_scale.py
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,10 +59,11 @@ def main() -> None:
             return middle - start, result, plan_json(result, top=10)
 
         seconds, cpu, (plan_s, result, document) = best_of(5, run)
-        ranks = len(document["layouts"][0]["placement"])
+        size = len(json.dumps(document, indent=1))
         print(f"{label}: {seconds * 1e3:.1f} ms wall = {seconds / budget:.2f} x the {budget * 1e3:.0f} ms budget, "
-              f"{cpu * 1e3:.1f} ms CPU (plan {len(result.layouts)} layouts {plan_s * 1e3:.1f} ms, then JSON of the "
-              f"top 10 with {ranks} ranks each)")
+              f"{cpu * 1e3:.1f} ms CPU = {cpu / budget:.2f} x (plan {len(result.layouts)} layouts "
+              f"{plan_s * 1e3:.1f} ms, then JSON of the top 10: {size / 1e3:.0f} kB)")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 import types
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pynvml as real
@@ -135,5 +136,7 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
 
 
 def install(monkeypatch: Any, module: types.ModuleType | None) -> None:
-    """Put `module` where `import pynvml` finds it (None: make the import fail, as without nvidia-ml-py)."""
+    """Put `module` where `import pynvml` finds it (None: make the import fail, as without nvidia-ml-py), and
+    hide this host's /proc/cpuinfo from the recorder: the fake machine's CPU is the recording's, not ours."""
     monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setattr("topoplan.topology.nvml_reader.CPUINFO", Path("/nonexistent/cpuinfo"))

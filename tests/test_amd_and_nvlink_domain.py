@@ -54,7 +54,7 @@ def test_plan_on_an_amd_box():
     # bottleneck: 64 GB/s x the default bus efficiency 0.8 = 51.2 GB/s
     assert any(r.startswith("TP8 on XGMI: ring bottleneck 51 GB/s") for r in best.cost.reasons)
     assert any(r.startswith("XGMI full mesh: vLLM's custom all-reduce on ROCm") for r in best.cost.reasons)
-    assert lookup_gpu("mi300x").memory_gb == 192
+    assert lookup_gpu("mi300x").memory_mib == 192 * 1024  # the data sheet's 192 GB read as GiB (no amd-smi log)
 
 
 def _rank_env(script: str, out: Path) -> list[dict]:

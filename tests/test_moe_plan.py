@@ -19,7 +19,7 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.moe import imbalance
 from topoplan.plan.placement import NodePlacer
-from topoplan.plan.rank import plan
+from topoplan.plan.rank import Limits, plan
 from topoplan.topology.read import read_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_ep_memory_per_rank_by_hand():
     """Routed experts split over ep ranks; attention, shared expert, router, embedding and head over tp."""
     m = find_model("dsv3")
     (stage,) = stages_of(m, 1)
-    ep8, tp8 = StageModel(m, stage, 2, 1, ep=8, replicas=4), StageModel(m, stage, 2, 1)
+    ep8, tp8 = StageModel(m, stage, 2, 1, 1, 1, ep=8, replicas=4), StageModel(m, stage, 2, 1, 1, 1)
     routed = 58 * 256 * 3 * 7168 * 2048  # 58 MoE layers x 256 experts x SwiGLU(7168, 2048)
     assert ep8.weight_bytes() == pytest.approx((m.params - routed) / 2 + routed / 8)
     assert tp8.weight_bytes() == pytest.approx(m.params / 2)
@@ -62,7 +62,7 @@ def test_ep_memory_per_rank_by_hand():
 def test_decode_reads_the_experts_the_ep_groups_tokens_touch():
     m = find_model("dsv3")
     (stage,) = stages_of(m, 1)
-    one = StageModel(m, stage, 1, 1, ep=8, replicas=8)  # tp1 dp8 ep8: 8 replicas' tokens meet in each layer
+    one = StageModel(m, stage, 1, 1, 1, 1, ep=8, replicas=8)  # tp1 dp8 ep8: 8 replicas' tokens meet in each layer
     routed_read = one.decode(1, 100)[0].nbytes
     touched = m.experts_touched(8)  # 8 tokens (one per replica), 8 experts each, over 256
     assert touched == pytest.approx(256 * (1 - (1 - 8 / 256) ** 8))
@@ -99,18 +99,21 @@ def test_alltoall_by_hand_on_nvlink_and_across_nodes():
 
 def test_deepseek_v3_on_eight_h200_lists_ep_layouts_with_all_to_all_and_placement():
     work = Workload(32, 512, 128, "fp8")
-    entries = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput")
+    # at batch 32 per replica, not the largest each layout fits (the throughput objective's default search)
+    entries = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput", search_batch=False)
     ep8 = entries[Layout(1, 1, 8, 8)].cost
     assert ep8.fits and ep8.all_to_all_ms > 0
     assert ep8.reasons[0].startswith("EP8 inside an NVLink domain (NV18")
     assert "EP8 beats TP1-sharded experts for the MoE layers" in ep8.reasons[1]
     assert entries[Layout(8)].cost.all_to_all_ms == 0.0
-    # the all-to-alls: 58 MoE layers x (dispatch + combine) of 32 tokens x top-8 x 7168 x 1 byte per rank
+    # the all-to-alls: 58 MoE layers x (dispatch + combine) of 32 tokens x top-8 x 7168 x 2 bytes per rank: fp8
+    # weights keep bf16 activations (topoplan.dtypes: hidden states travel in the activation dtype), so the
+    # tokens cross the all-to-all at 2 bytes per element, not the weights' 1
     topo, device = topology(HGX_NV18, "h200")
     pricer = LinkPricer(topo, Calibration(), device.nic_gbps)
     group = Ring.of([(0, g.id) for g in topo.gpus])
     skew = imbalance(32 * 8 * 8, 8)
-    assert ep8.all_to_all_ms == pytest.approx(58 * 2 * pricer.alltoall_us(group, 32 * 8 * 7168 * skew) / 1e3)
+    assert ep8.all_to_all_ms == pytest.approx(58 * 2 * pricer.alltoall_us(group, 32 * 8 * 7168 * 2 * skew) / 1e3)
 
 
 def test_ep_wins_or_loses_for_the_reasons_given():
@@ -206,3 +209,21 @@ def test_launch_refuses_a_vllm_style_ep_layout_for_the_bundled_runner():
         runner_command(Layout(1, 1, 8, 8), None, checkpoint="/ckpt")
     with pytest.raises(TopoplanError, match="ep=2: Llama-3.1-70B has no experts"):
         LaunchRequest(layout=Layout(2, 1, 1, 2), model="70b")
+
+
+def test_throughput_search_prices_ep_layouts_at_their_own_batch_all_to_alls_included():
+    """The throughput objective's batch search (expert-plan) on an EP layout (moe): no limit, so the largest batch
+    that fits, and the all-to-alls priced at that batch; a TPOT limit stops the search below it."""
+    work = Workload(1, 512, 128, "fp8")
+    ep8 = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput", tp=1, pp=1, dp=8)[Layout(1, 1, 8, 8)].cost
+    assert ep8.fits and ep8.batch == ep8.max_batch > 32
+    topo, device = topology(HGX_NV18, "h200")
+    pricer = LinkPricer(topo, Calibration(), device.nic_gbps)
+    group = Ring.of([(0, g.id) for g in topo.gpus])
+    b = ep8.batch  # each rank dispatches its replica's b tokens x top-8 x 7168 x 2 bytes (bf16 activations)
+    sent = b * 8 * 7168 * 2 * imbalance(b * 64, 8)  # the busiest rank's share: b x 8 replicas x top-8 pairs
+    assert ep8.all_to_all_ms == pytest.approx(58 * 2 * pricer.alltoall_us(group, sent) / 1e3)
+    limited = priced(HGX_NV18, "h200", "dsv3", work, objective="throughput", tp=1, pp=1, dp=8,
+                     limits=Limits(tpot_ms=ep8.decode_ms_per_token / 2))[Layout(1, 1, 8, 8)].cost
+    assert 1 <= limited.batch < ep8.batch and not limited.slo_miss
+    assert limited.decode_ms_per_token <= ep8.decode_ms_per_token / 2

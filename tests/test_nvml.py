@@ -45,7 +45,10 @@ def live(name: str, tmp_path: Path, monkeypatch, save: Path | None = None):
         else:
             monkeypatch.setenv(key, value)
     sysfs = build_sysfs(tmp_path / "sys", recording["sysfs"])
-    return catalog_gpu(read_nvml_topology(save=save, sysfs_root=sysfs)), module
+    cpuinfo = tmp_path / "cpuinfo"  # the recording's CPU model, or none (not this host's)
+    if recording.get("cpu", {}).get("model_name"):
+        cpuinfo.write_text(f"model name\t: {recording['cpu']['model_name']}\n")
+    return catalog_gpu(read_nvml_topology(save=save, sysfs_root=sysfs, cpuinfo=cpuinfo)), module
 
 
 def codes(topo) -> dict[tuple[str, str], str]:
@@ -93,6 +96,7 @@ def test_replay_equals_live(name, tmp_path, monkeypatch):
     original = load(name)
     assert (written["nvml"], written["sysfs"], written["environment"]) == \
         (original["nvml"], original["sysfs"], original["environment"])
+    assert written["cpu"] == original.get("cpu", {"model_name": None})
     assert written["nvml"]["driver_version"] == original["nvml"]["driver_version"]
     assert set(written["timings"]) == {"nvml_s", "sysfs_s"}
 
@@ -229,7 +233,8 @@ def test_warnings_from_nvml_answers():
 
 def test_nvlink_version_prices_a_generation_the_table_lacks():
     """A newer part (compute capability 10.3, not in links.ARCH_LINKS) reporting NVLink 5.0 (enum value 7)
-    gets the sm100 figures, with a note; the compute capability wins whenever the table knows it."""
+    gets the sm100 figures, with a note; the compute capability wins whenever the table knows it. A name the
+    catalog lacks is dropped with a note (the B300 itself is catalogued: sm100 figures, its own memory)."""
     recording = load("hgx-h100-8gpu-nvswitch")
     for gpu in recording["nvml"]["gpus"]:
         gpu["cuda_compute_capability"] = [10, 3]
@@ -239,10 +244,14 @@ def test_nvlink_version_prices_a_generation_the_table_lacks():
     raw = topology_from_recording(recording, "b300")
     assert raw.gpu_name == "NVIDIA B300 SXM6 AC"  # the topology layer keeps NVML's name; the catalog maps it
     topo = catalog_gpu(raw)
-    assert topo.arch == "sm100" and topo.gpu_name is None
+    assert topo.arch == "sm100" and topo.gpu_name == "b300"
     assert topo.link("GPU0", "GPU7").bandwidth_gbps == pytest.approx(18 * 40.1)
     assert any("sm103 has no link figures; NVLink version [7] -> sm100" in n for n in topo.notes)
-    assert any("'NVIDIA B300 SXM6 AC' is not in topoplan's GPU catalog" in n for n in topo.notes)
+    for gpu in recording["nvml"]["gpus"]:
+        gpu["name"] = "NVIDIA B400 SXM7"  # a part no catalog has yet
+    unknown = catalog_gpu(topology_from_recording(recording, "b400"))
+    assert unknown.arch == "sm100" and unknown.gpu_name is None
+    assert any("'NVIDIA B400 SXM7' is not in topoplan's GPU catalog" in n for n in unknown.notes)
 
 
 def test_not_supported_marks_a_gpu_only_where_every_gpu_answers():

@@ -43,13 +43,14 @@ def test_one_dtype_table_sizes_and_torch_dtypes():
     """Each row's size is its torch dtype's, both spellings find the row, each command takes its set."""
     import torch
 
-    from topoplan.dtypes import BENCH_DTYPES, DTYPES, PLAN_DTYPES, PROBE_DTYPES, RUN_DTYPES, dtype_of
+    from topoplan.dtypes import BENCH_DTYPES, DTYPES, KV_DTYPES, PLAN_DTYPES, PROBE_DTYPES, RUN_DTYPES, dtype_of
 
     for d in DTYPES:
         assert torch.empty((), dtype=d.torch()).element_size() == d.bytes
         assert dtype_of(d.short) is dtype_of(d.name) is d
     assert dtype_of("bf16").torch() is torch.bfloat16 and dtype_of("fp8").torch() is torch.float8_e4m3fn
-    assert PLAN_DTYPES == ("fp32", "bf16", "fp16", "fp8") and PROBE_DTYPES == ("fp32", "bf16", "fp16")
+    assert PLAN_DTYPES == ("fp32", "bf16", "fp16", "fp8", "int4") and PROBE_DTYPES == ("fp32", "bf16", "fp16")
+    assert KV_DTYPES == ("fp32", "bf16", "fp16", "fp8")  # int4 is a weight format (packed, with group scales)
     assert RUN_DTYPES == ("float32", "bfloat16", "float16")
     assert BENCH_DTYPES == ("float32", "bfloat16", "float16", "float8_e4m3fn")
 

@@ -33,7 +33,7 @@ def test_json_contract_and_ranking():
     layouts = out["layouts"]
     for entry in layouts:
         assert entry["tp"] * entry["pp"] * entry["dp"] == len(entry["placement"])
-        for key in ("fits", "memory_per_gpu_gb", "prefill_ms", "decode_ms_per_token", "tokens_per_s",
+        for key in ("fits", "batch", "memory_per_gpu_gib", "prefill_ms", "decode_ms_per_token", "tokens_per_s",
                     "cuda_visible_devices", "reasons"):
             assert key in entry
         assert entry["placement"][0].keys() == {"rank", "node", "gpu", "tp_rank", "pp_rank", "dp_rank"}
@@ -148,7 +148,7 @@ def test_context_beyond_the_model_is_refused(tmp_path):
 
 def test_nothing_fits_prints_the_rows_then_fails():
     message = ("no layout of Llama-3.1-405B fits in GPU memory on 1 node(s) x 8 GPUs; closest: tp=8,pp=1,dp=1 does "
-               "not fit: needs 101.5 GB/GPU, 72.0 usable")
+               "not fit: needs 94.5 GiB/GPU, 72.0 usable")
     table = topoplan("plan", "-m", "405b", "--topo", DGX_A100, "--gpu", "a100-80gb")
     assert table.returncode == 2 and message in table.stderr and table.stderr.count("\n") == 1
     assert "tp8 pp1 dp1" in table.stdout  # the rows show how far off each layout is
@@ -189,7 +189,8 @@ def test_table_is_readable_at_80_columns():
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert any(line.split()[:7] == ["1", "tp8", "pp1", "dp1", "yes", "17.7", "65.9"] for line in lines if line.strip())
+    row = ["1", "tp8", "pp1", "dp1", "yes", "1", "16.5", "65.9"]  # #, layout, fits, batch, GiB/GPU, TTFT
+    assert any(line.split()[:8] == row for line in lines if line.strip())
     # each row's GPU groups unbroken and its reason under the table, numbered as the rows, one phrase a line
     assert "#1 [0,1,2,3,4,5,6,7]\n   TP8 on NVLink: ring bottleneck 192 GB/s\n" in result.stdout
     assert "#4 [0,1] | [2,3] | [4,5] | [6,7]\n   TP2 on NVLink" in result.stdout

@@ -36,8 +36,8 @@ def plan_json(*extra):
 def test_json_keeps_every_field_and_adds_engine():
     default, vllm = plan_json(), plan_json("--engine", "vllm")
     assert default["engine"] == "topoplan@0.1" and vllm["engine"] == "vllm@0.32"
-    assert set(vllm) == set(default) and set(default) - {"engine"} == {
-        "model", "topology", "workload", "objective", "calibration", "warnings", "layouts", "hidden"}
+    assert set(vllm) == set(default) and set(default) - {"engine"} == {  # "limits": --max-ttft-ms/--max-tpot-ms
+        "model", "topology", "workload", "objective", "limits", "calibration", "warnings", "layouts", "hidden"}
     assert set(vllm["layouts"][0]) == set(default["layouts"][0])
     assert plan_json("--engine", "topoplan") == default  # the default engine is the bundled runner's profile
 
@@ -96,18 +96,21 @@ def _cost(engine: str, tp: int = 4, batch: int = 1, calibration: Calibration | N
 
 
 def test_memory_policy_by_hand():
-    """Llama-2-70B fp16 at TP4 on 80 GB: 68.98e9 x 2 / 4 bytes of weights per GPU (vocab-parallel head included)."""
+    """Llama-2-70B fp16 at TP4 on an A100 80GB: 68.98e9 x 2 / 4 bytes of weights per GPU (vocab-parallel head
+    included). The catalog gives the GPU's memory in MiB (81920 MiB = 80 x 2**30 bytes, what NVML reports), so
+    the policies' fractions apply to 85.9e9 bytes, not total."""
+    total = 80 * 2**30
     weights = find_model("llama-2-70b").params * 2 / 4
     kv_token = 2 * 2 * 128 * 80 * 2  # K and V, 2 of 8 KV heads per rank, head 128, 80 layers, 2 bytes
     vllm, trt, runner = _cost("vllm"), _cost("trtllm"), _cost("topoplan")
-    assert vllm.usable_memory == pytest.approx(0.9 * 80e9 - 3.76e9)
-    assert trt.usable_memory == pytest.approx(weights + 0.9 * (80e9 - weights - 3.76e9), rel=1e-6)
-    assert runner.usable_memory == pytest.approx(0.9 * 80e9)
+    assert vllm.usable_memory == pytest.approx(0.9 * total - 3.76e9)
+    assert trt.usable_memory == pytest.approx(weights + 0.9 * (total - weights - 3.76e9), rel=1e-6)
+    assert runner.usable_memory == pytest.approx(0.9 * total)
     # vLLM rounds a 2176-token sequence to 136 blocks of 16; the runner keeps exactly 2176 tokens
     assert vllm.memory_per_gpu - runner.memory_per_gpu == pytest.approx(0, abs=1)  # 2176 = 136 x 16
-    assert vllm.max_batch == int((0.9 * 80e9 - 3.76e9 - weights) // (2176 * kv_token))
+    assert vllm.max_batch == int((0.9 * total - 3.76e9 - weights) // (2176 * kv_token))
     sglang = _cost("sglang", tp=8)  # mem_fraction_static 0.81 at tp 8
-    assert sglang.usable_memory == pytest.approx(0.81 * 80e9)
+    assert sglang.usable_memory == pytest.approx(0.81 * total)
 
 
 def test_a_calibration_reserve_overrides_the_engine_fraction():

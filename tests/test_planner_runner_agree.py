@@ -78,5 +78,6 @@ def test_planner_expert_share_equals_the_experts_each_runner_rank_builds():
                 built = Transformer(config, shard_of(config, d))
             ran = sum(p.numel() for name, p in built.named_parameters() if ".experts." in name)
             stage = stages_of(spec, layout.pp)[d.coords.pp_rank]
-            priced = StageModel(spec, stage, layout.tp, 1, layout.ep, group_replicas(layout)).expert_bytes()
+            priced = StageModel(spec, stage, layout.tp, 1, 1, 1, ep=layout.ep,
+                                replicas=group_replicas(layout)).expert_bytes()
             assert ran == priced, (layout, rank)

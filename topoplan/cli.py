@@ -161,15 +161,27 @@ def plan_command(
                              "(--file is the same option); default: read this machine through NVML."),
     gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
                             "which names no GPU."),
+    cpu: str = typer.Option(None, "--cpu", help="CPU family, for SYS (socket-crossing) hops: intel-broadwell, "
+                            "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
+                            "arm."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
-    batch: int = typer.Option(1, "--batch", help="Sequences per DP replica."),
+    batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
+                              "throughput the default is the largest batch each layout fits, within the limits)."),
     prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
     gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16, fp8 or fp32 (weights and KV cache)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weights: bf16, fp16, fp32, fp8 (weight-only on Ampere) or "
+                              "int4 (AWQ/GPTQ, bf16 activations); refused where the GPU lacks it."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the "
+                                 "activation dtype, bf16 for fp8/int4 weights)."),
+    max_ttft_ms: float = typer.Option(None, "--max-ttft-ms", help="Latency limit on time to first token (the "
+                                      "batch's prefill) that the priced batch must meet."),
+    max_tpot_ms: float = typer.Option(None, "--max-tpot-ms", help="Latency limit on time per output token."),
     objective: str = typer.Option("latency", "--objective", help="latency (request time) or throughput "
                                   "(tokens/s per GPU)."),
     top: int = typer.Option(10, "--top", help="Show the best N layouts (0: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    per_rank: bool = typer.Option(False, "--per-rank", help="With --json: every rank's placement, not one "
+                                  "node's (every node runs the same shape)."),
     max_tp: int = typer.Option(None, "--max-tp", help="Largest TP degree to consider."),
     tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
     pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
@@ -194,17 +206,19 @@ def plan_command(
 
     from topoplan.plan.cost import Workload
     from topoplan.plan.frontend import PlanRequest, plan_for
-    from topoplan.plan.rank import nothing_fits, plan_json
+    from topoplan.plan.rank import Limits, nothing_fits, plan_json
     from topoplan.plan.render import plan_table
     from topoplan.terminal import emit
 
     try:
         if top < 0:
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
-        request = PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, max_tp=max_tp,
+        request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
                               engine=engine,
-                              workload=Workload(batch, prompt_len, gen_len, dtype))
+                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
+                              limits=Limits(max_ttft_ms, max_tpot_ms),
+                              search_batch=objective == "throughput" and batch is None)
         if device is PlanDevice.cpu:
             from topoplan.bench.cpu_plan import plan_cpu
 
@@ -215,7 +229,7 @@ def plan_command(
         raise fail(error) from None
     warn(result.warnings)
     if as_json:
-        print(json.dumps(plan_json(result, top or None), indent=1))
+        print(json.dumps(plan_json(result, top or None, per_rank), indent=1))
     else:
         console = Console()
         emit(console, plan_table(result, top or None, console.width))

@@ -179,8 +179,13 @@ class ModelSpec:
         matmul = self.matmul_params(self.layers - self.moe_layers, self.moe_layers, self.experts_per_token)
         return 2.0 * (matmul + self.head_params) + self.attention_flops(self.layers, 1, context)
 
-    def weight_bytes(self, dtype: str) -> int:
-        return self.params * dtype_of(dtype).bytes
+    def weight_bytes(self, dtype: str) -> float:
+        """Bytes of all weights stored in `dtype`: a quantised format (fp8, int4) covers the decoder's linear
+        layers; the embedding, LM head and norms stay in its activation dtype (topoplan.dtypes)."""
+        d = dtype_of(dtype)
+        head = 0 if self.tied_embeddings else self.head_params
+        plain = self.embedding_params + head + self.hidden
+        return (self.params - plain) * d.weight_bytes + plain * d.activations.bytes
 
 
 # Exact figures from each model's config.json on the Hugging Face hub (only the keys the planner reads).
@@ -256,6 +261,8 @@ MODEL_SOURCES: dict[str, str] = {
     "Llama-3.1-405B": _HF.format("meta-llama/Llama-3.1-405B"),
     "Mixtral-8x7B": _HF.format("mistralai/Mixtral-8x7B-v0.1"), "Qwen2.5-72B": _HF.format("Qwen/Qwen2.5-72B"),
     "DeepSeek-V3": _HF.format("deepseek-ai/DeepSeek-V3"),
+    "Mixtral-8x22B": _HF.format("mistralai/Mixtral-8x22B-Instruct-v0.1"),
+    "Qwen3-235B-A22B": _HF.format("Qwen/Qwen3-235B-A22B"),
     "tiny": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model tiny`)",
     "small": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model small`)",
 }

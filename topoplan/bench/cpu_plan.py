@@ -85,9 +85,9 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
 
 
 def _refuse_gpu_options(r: PlanRequest) -> None:
-    given = [name for name, value in (("--topo", r.topo), ("--gpu", r.gpu), ("--nic-gbps", r.nic_gbps))
-             if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
-             [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
+    options = (("--topo", r.topo), ("--gpu", r.gpu), ("--cpu", r.cpu), ("--nic-gbps", r.nic_gbps))
+    given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
+        [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
     if given:
         raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
                             "machines: drop them, or plan GPUs with --device gpu")
@@ -115,7 +115,7 @@ def plan_cpu(request: PlanRequest) -> Plan:
     workload = replace(r.workload, dtype=CPU_DTYPE)
     ranked = [RankedLayout(price_cpu(spec, c, entry, calibration, workload),
                            tuple(f"CPU{i}" for i in range(c.layout.world))) for c in candidates]
-    ranked.sort(key=lambda e: rank_key(r.objective, e.cost))
+    ranked.sort(key=lambda e: rank_key(r.objective, e))
     mark_dominated(ranked)
     warnings = () if entry["cores"] == cores else (
         f"{r.calibration} was measured on {entry['cores']} cores; this machine has {cores}",)

@@ -210,6 +210,9 @@ def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, n
     if not entry.cost.fits:
         raise TopoplanError(f"--rank {rank}: layout {entry.cost.layout} does not fit {model} in GPU memory "
                             "(see `topoplan plan`)")
+    if entry.nodes != nodes:
+        raise TopoplanError(f"--rank {rank}: layout {entry.cost.layout} runs on {entry.nodes} of the {nodes} nodes; "
+                            f"launch it with --nodes {entry.nodes} (and that many --hosts)")
     return entry.cost.layout, expand(entry.cost.layout, nodes, entry.order)
 
 

@@ -56,10 +56,10 @@ def _with_sources(table: Table, rows: list[dict[str, Any]], cells: Callable[[dic
 
 def gpu_table(rows: list[dict[str, Any]]) -> Group:
     table = _table(f"{len(rows)} GPUs (plan --gpu takes the name, an alias or the NVML name)",
-                   ["name", "aliases", "arch", "GB", "GB/s", "BF16 TF"])
+                   ["name", "aliases", "arch", "GiB", "GB/s", "BF16 TF"])
     return _with_sources(table, rows, lambda r: [
-        r["key"], "\n".join(r["aliases"]) or "-", r["arch"], f"{r['memory_gb']:g}", f"{r['memory_bandwidth_gbps']:g}",
-        f"{r['bf16_tflops']:g}"])
+        r["key"], "\n".join(r["aliases"]) or "-", r["arch"], f"{r['memory_mib'] / 1024:.0f}",
+        f"{r['memory_bandwidth_gbps']:g}", f"{r['bf16_tflops']:g}"])
 
 
 def _params(count: int) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from topoplan.dtypes import PLAN_DTYPES, checked_dtype, dtype_of
+from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.engines.profile import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
@@ -36,29 +36,37 @@ from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
+from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What is asked of the deployment: per-replica batch and sequence lengths."""
+    """What is asked of the deployment: per-replica batch, sequence lengths, weight and KV-cache dtypes."""
 
     batch: int = 1
     prompt_len: int = 512
     gen_len: int = 128
-    dtype: str = "bf16"
+    dtype: str = "bf16"  # the weights (fp8, int4: quantised linear layers, topoplan.dtypes)
+    kv_dtype: str | None = None  # the KV cache; None: the activation dtype (vLLM's --kv-cache-dtype auto)
 
     def __post_init__(self) -> None:
-        """The workload's checks, in one place: counts of at least 1, a dtype the planner prices."""
+        """The workload's checks, in one place: counts of at least 1, dtypes the planner prices."""
         for option, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
             if value < 1:
                 raise TopoplanError(f"{option} must be >= 1, got {value}")
         checked_dtype(self.dtype, PLAN_DTYPES)
+        if self.kv_dtype is not None:
+            checked_dtype(self.kv_dtype, KV_DTYPES, "--kv-dtype")
 
     @property
-    def bytes(self) -> int:
-        return dtype_of(self.dtype).bytes
+    def weights(self) -> DType:
+        return dtype_of(self.dtype)
+
+    @property
+    def kv(self) -> DType:
+        return dtype_of(self.kv_dtype) if self.kv_dtype else self.weights.activations
 
 
 @dataclass
@@ -66,6 +74,7 @@ class LayoutCost:
     """The priced layout; times in ms, memory in bytes."""
 
     layout: Layout
+    batch: int  # sequences per replica priced (the throughput objective searches it)
     fits: bool
     memory_per_gpu: float
     usable_memory: float
@@ -76,6 +85,8 @@ class LayoutCost:
     gpus: int
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
+    slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
+    notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
     all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
 
@@ -119,11 +130,15 @@ class Work:
 class StageModel:
     """Bytes and FLOPs of one stage on one rank: TP-sharded weights, and with expert parallelism (ep > 1) the
     routed experts whole on `ep` ranks, which also see the tokens of the `replicas` DP replicas of their group
-    (topoplan.plan.moe). `imbalance(tokens)`: the busiest EP rank's routed work over the mean (1 without EP)."""
+    (topoplan.plan.moe). `imbalance(tokens)`: the busiest EP rank's routed work over the mean (1 without EP).
 
-    def __init__(self, model: ModelSpec, stage: Stage, tp: int, dtype_bytes: int, ep: int = 1, replicas: int = 1,
-                 imbalance: Callable[[float], float] = lambda tokens: 1.0):
-        self.m, self.s, self.tp, self.b = model, stage, tp, dtype_bytes
+    `weight_bytes`: bytes per decoder-layer weight (quantised formats: scales included); the embedding and the
+    LM head are kept in the activation dtype, `act_bytes`; `kv_bytes`: one KV-cache element."""
+
+    def __init__(self, model: ModelSpec, stage: Stage, tp: int, weight_bytes: float, act_bytes: int, kv_bytes: int,
+                 ep: int = 1, replicas: int = 1, imbalance: Callable[[float], float] = lambda tokens: 1.0):
+        self.m, self.s, self.tp = model, stage, tp
+        self.wb, self.ab, self.kvb = weight_bytes, act_bytes, kv_bytes
         self.ep, self.replicas, self.imbalance = ep, replicas, imbalance
         self.experts_over = ep if ep > 1 else tp  # ranks one MoE layer's routed experts are split over
         self.moe = model.moe_layers_in(range(stage.start, stage.end))
@@ -142,21 +157,22 @@ class StageModel:
     def weight_bytes(self) -> float:
         """Weights stored on one rank of this stage."""
         m = self.m
-        params = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
-        params += (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
-        return self._per_rank(params, self._routed(m.experts)) * self.b
+        layers = self.dense * m.dense_layer_params + self.moe * m.moe_layer_params
+        plain = (m.embedding_params if self.s.first else 0) + (m.head_params if self.holds_head else 0)
+        return self._per_rank(layers, self._routed(m.experts)) * self.wb + plain * self.ab / self.tp
 
     def expert_bytes(self) -> float:
         """Routed-expert weights stored on one rank of this stage."""
-        return self._routed(self.m.experts) / self.experts_over * self.b
+        return self._routed(self.m.experts) / self.experts_over * self.wb
 
     def _read_bytes(self, tokens: float) -> float:
         """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts touched by the
-        tokens of its EP group)."""
+        tokens of its EP group); the LM head in the activation dtype."""
         m = self.m
         touched = m.experts_touched(tokens * self.replicas)
-        params = m.matmul_params(self.dense, self.moe, touched) + (m.head_params if self.s.last else 0)
-        return self._per_rank(params, self._routed(touched)) * self.b
+        layers = m.matmul_params(self.dense, self.moe, touched)
+        head = m.head_params * self.ab / self.tp if self.s.last else 0.0
+        return self._per_rank(layers, self._routed(touched)) * self.wb + head
 
     def _gemm_flops(self, tokens: float, head_rows: float) -> float:
         """One rank's GEMM FLOPs for `tokens` tokens per replica (the LM head for `head_rows` of them): 2 per
@@ -170,7 +186,7 @@ class StageModel:
         return 2.0 * (active - routed) * tokens / self.tp + routed_flops + head
 
     def kv_bytes_per_token(self) -> float:
-        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.b
+        return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.kvb
 
     def attention_flops(self, queries: float, context: float) -> float:
         """QK^T and AV for `queries` tokens each attending to `context` keys (all heads, this stage)."""
@@ -195,9 +211,12 @@ class CostModel:
     def __init__(self, model: ModelSpec, device: DeviceSpec, workload: Workload, calibration: Calibration,
                  pricer: LinkPricer, memory: MemoryPolicy | None = None):
         self.model, self.device, self.work, self.cal, self.pricer = model, device, workload, calibration, pricer
+        self.compute = device.compute_dtype(workload.weights)  # refuses a dtype the GPU cannot run
+        device.check_kv(workload.kv)
+        self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
         # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
         self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
-        self.peak_flops = device.tflops[workload.dtype] * 1e12 * calibration.flop_efficiency
+        self.peak_flops = device.tflops[self.compute] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
 
@@ -229,18 +248,18 @@ class CostModel:
         """One stage's TP collectives for one step: 2 all-reduces per layer of the tokens' activations, the
         vocab-parallel embedding's all-reduce on the first stage, the logits all-gather on the last (one
         row of logits per sequence)."""
-        activations = tokens * self.model.hidden * self.work.bytes
+        activations = tokens * self.model.hidden * self.act_bytes
         count = 2 * sm.s.layers + (1 if sm.s.first else 0) - (sm.moe if sm.ep > 1 else 0)
         t = count * self.pricer.allreduce_us(ring, activations)
         if sm.s.last:
-            t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.work.bytes)
+            t += self.pricer.allgather_us(ring, batch * self.model.vocab * self.act_bytes)
         return t
 
     def _alltoall_us(self, sm: StageModel, group: Ring, tokens: float) -> float:
         """Dispatch + combine of one MoE layer: each rank sends its dispatched tokens' hidden states to their
         k experts and gets k results back, the busiest rank's share scaled by the routing imbalance."""
         sent = tokens * sm.replicas / sm.ep  # each rank's slice of its EP group's tokens
-        nbytes = sent * self.model.experts_per_token * self.model.hidden * self.work.bytes
+        nbytes = sent * self.model.experts_per_token * self.model.hidden * self.act_bytes
         skew = sm.imbalance(tokens * sm.replicas * self.model.experts_per_token)
         return 2 * self.pricer.alltoall_us(group, nbytes * skew)
 
@@ -249,12 +268,12 @@ class CostModel:
         (replacing the MLP's all-reduce, which _tp_comm_us leaves out)."""
         if not sm.moe:
             return 0.0
-        gather = self.pricer.allgather_us(ring, tokens * self.model.hidden * self.work.bytes) if sm.tp > 1 else 0.0
+        gather = self.pricer.allgather_us(ring, tokens * self.model.hidden * self.act_bytes) if sm.tp > 1 else 0.0
         return sm.moe * (self._alltoall_us(sm, group, tokens) + gather)
 
     def _handoff_ms(self, a: Ring, b: Ring, tokens: float) -> float:
         """Activations of `tokens` tokens from one stage to the next."""
-        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.work.bytes) / 1e3
+        return self.pricer.handoff_us(a, b, tokens * self.model.hidden * self.act_bytes) / 1e3
 
     def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
         """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
@@ -272,86 +291,120 @@ class CostModel:
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
 
     def stage_models(self, layout: Layout) -> list[StageModel]:
-        """The layout's stages as one rank sees them (with EP: its experts, its group's tokens)."""
-        m, ep = self.model, layout.ep if self.model.is_moe else 1
+        """The layout's stages as one rank sees them, in this workload's dtypes (with EP: its experts, its
+        group's tokens)."""
+        m, w, ep = self.model, self.work, layout.ep if self.model.is_moe else 1
         replicas = moe.group_replicas(layout) if ep > 1 else 1
-        return [StageModel(m, s, layout.tp, self.work.bytes, ep, replicas, lambda n: moe.imbalance(n, ep))
+        return [StageModel(m, s, layout.tp, w.weights.weight_bytes, self.act_bytes, w.kv.bytes, ep, replicas,
+                           lambda n: moe.imbalance(n, ep))
                 for s in stages_of(m, layout.pp)]
 
-    def price(self, layout: Layout, replicas: list[list[Ring]],
-              ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
-        """Price `layout`; `replicas` lists, per distinct replica, its TP group rings stage by stage, and
-        `ep_groups` (needed when layout.ep > 1: topoplan.plan.moe.ep_rings) the EP group of each of them."""
+    def _memory(self, layout: Layout, models: list[StageModel], batch: int) -> tuple[float, float, int]:
+        """(need, room) of the stage furthest over the engine's room at `batch` sequences per replica, and the
+        largest batch whose KV cache (whole KV blocks) fits beside the weights on every stage."""
+        w, total, policy = self.work, self.device.memory_bytes, self.memory
+        seq = policy.kv_tokens(w.prompt_len + w.gen_len)  # whole KV blocks
+        fullest, max_batch = (0.0, math.inf), math.inf
+        for i, sm in enumerate(models):
+            weights, kv = sm.weight_bytes(), seq * sm.kv_bytes_per_token()
+            need, room = weights + batch * kv, policy.usable_bytes(total, weights, layout.tp)
+            if i == 0 or need - room > fullest[0] - fullest[1]:
+                fullest = (need, room)
+            max_batch = min(max_batch, math.floor(max(room - weights, 0) / kv))
+        return fullest[0], fullest[1], int(max_batch)
+
+    def max_batch(self, layout: Layout) -> int:
+        """Sequences per replica whose KV cache fits beside the weights on every stage, under the engine's
+        memory policy: floor((usable - weights per GPU) / (KV tokens per sequence x KV bytes/token))."""
+        return self._memory(layout, self.stage_models(layout), 1)[2]
+
+    def price(self, layout: Layout, replicas: list[list[Ring]], ep_groups: list[list[Ring]] | None = None,
+              batch: int | None = None) -> LayoutCost:
+        """Price `layout` at `batch` sequences per replica (None: the workload's); `replicas` lists, per
+        distinct replica, its TP group rings stage by stage, and `ep_groups` (needed when layout.ep > 1:
+        topoplan.plan.moe.ep_rings) the EP group of each of them."""
         w, m = self.work, self.model
+        batch = batch or w.batch
         stages = stages_of(m, layout.pp)
         models = self.stage_models(layout)
         expert_parallel = layout.ep > 1 and m.is_moe
         if expert_parallel and ep_groups is None:
             raise TopoplanError(f"{layout}: pricing expert parallelism needs the EP groups' placement")
         groups_of = ep_groups if expert_parallel else [[None] * layout.pp for _ in replicas]
-        total, policy = self.device.memory_bytes, self.memory
-        seq = policy.kv_tokens(w.prompt_len + w.gen_len)  # whole KV blocks
-        fullest, max_batch = (0.0, math.inf), math.inf  # (need, room) of the stage furthest over its room
-        for i, sm in enumerate(models):
-            weights, kv = sm.weight_bytes(), seq * sm.kv_bytes_per_token()
-            need, room = weights + w.batch * kv, policy.usable_bytes(total, weights, layout.tp)
-            if i == 0 or need - room > fullest[0] - fullest[1]:
-                fullest = (need, room)
-            max_batch = min(max_batch, math.floor(max(room - weights, 0) / kv))
-        memory, usable = fullest
+        memory, usable, max_batch = self._memory(layout, models, batch)
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings, groups in zip(replicas, groups_of):
-            prefill = sum(self._stage_ms(sm, ring, "prefill", w.batch, g) for sm, ring, g in zip(models, rings, groups))
-            prefill += sum(self._handoff_ms(a, b, w.batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
-            prefill += self._step_extra_ms(rings, w.batch)
-            decode, _ = self._pipeline_ms(rings, models, w.batch, groups)
-            micro = min(layout.pp, w.batch)
-            through, stage_ms = self._pipeline_ms(rings, models, w.batch / micro, groups)
+            prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
+            prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+            prefill += self._step_extra_ms(rings, batch)
+            decode, _ = self._pipeline_ms(rings, models, batch, groups)
+            micro = min(layout.pp, batch)
+            through, stage_ms = self._pipeline_ms(rings, models, batch / micro, groups)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:
                 worst = (prefill, decode, step, rings, groups)
         prefill, decode, step, rings, groups = worst
-        return LayoutCost(layout, memory <= usable, memory, usable, int(max_batch), prefill, decode,
-                          layout.dp * w.batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
+        return LayoutCost(layout, batch, memory <= usable, memory, usable, max_batch, prefill, decode,
+                          layout.dp * batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
                           tuple(range(s.start, s.end) for s in stages),
-                          lambda cost: self.reasons(layout, cost, rings, models, context, groups),
-                          self.alltoall_ms(models, groups))
+                          explain=lambda cost: self.reasons(layout, cost, rings, models, context, groups),
+                          all_to_all_ms=self.alltoall_ms(models, groups, batch))
 
-    def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None]) -> float:
+    def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None], batch: int) -> float:
         """The MoE all-to-alls (dispatch + combine, every MoE layer) of one decode step; 0 without EP."""
-        return sum(self._alltoall_us(sm, g, self.work.batch) * sm.moe for sm, g in zip(models, groups) if g) / 1e3
+        return sum(self._alltoall_us(sm, g, batch) * sm.moe for sm, g in zip(models, groups) if g) / 1e3
+
+    def _tp_reason(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
+                   expert_parallel: bool) -> tuple[str, str | None]:
+        """Where the TP groups run and what their all-reduces cost (with EP the MoE layers' MLP all-reduces
+        are all-gathers, counted with the all-to-alls), and the fabric's name. A group crossing the network
+        says so whatever its slowest hop is (many fast NICs can leave NVLink or a SYS hop the bottleneck),
+        naming that hop; one crossing nodes inside a multi-node NVLink domain (NVL72) says that instead."""
+        hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
+        hops = [h for r in rings for h in self.pricer.ring_hops(r)]
+        net = next((h for h in hops if h.link_class == "net"), None)
+        fabric = {"nvlink": "NVLink", "xgmi": "XGMI"}.get(hop.link_class)
+        if net is not None:
+            where = "spans nodes"
+        elif fabric and any(h.across_nodes for h in hops):
+            where = "spans nodes over NVLink (one multi-node NVLink domain)"
+        else:
+            where = f"on {fabric}" if fabric else f"spans a {hop.code} hop"
+        if hop.link_class == "sys":
+            cpu = cpu_links(self.pricer.topology.cpu)
+            where += f" ({cpu.family} interconnect {cpu.inter_socket_gbps:g} GB/s" + (
+                ", the default: --cpu names the family)" if self.pricer.topology.cpu is None else ")")
+        slowest = "" if net is None or hop is net else f" on {hop.code} (network hop {net.bandwidth_gbps:.0f} GB/s)"
+        comm_ms = sum(self._tp_comm_us(sm, r, cost.batch, cost.batch) / 1e3 for sm, r in zip(models, rings))
+        reduces = 2 * self.model.layers + 1 - (sum(sm.moe for sm in models) if expert_parallel else 0)
+        return (f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s{slowest}; "
+                f"{reduces} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms"), fabric
 
     def reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
                 context: float, groups: Sequence[Ring | None] = ()) -> list[str]:
         """Why this layout scores as it does: fit, TP ring bottleneck, PP boundary, what dominates decode."""
-        gb = 1e9
+        gib = 2**30
         out = []
         if not cost.fits:
-            out.append(f"does not fit: needs {cost.memory_per_gpu / gb:.1f} GB/GPU, {cost.usable_memory / gb:.1f} "
+            out.append(f"does not fit: needs {cost.memory_per_gpu / gib:.1f} GiB/GPU, {cost.usable_memory / gib:.1f} "
                        f"usable (max batch {cost.max_batch})")
-        if any(groups):  # first: for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
+        if cost.slo_miss:
+            out.append(cost.slo_miss)
+        if any(groups):  # for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
             out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
-            hop = min((self.pricer.bottleneck(r) for r in rings), key=lambda h: h.bandwidth_gbps)
-            trays = any(h.across_nodes for r in rings for h in self.pricer.ring_hops(r))
-            fabric = {"nvlink": "NVLink", "xgmi": "XGMI"}.get(hop.link_class)
-            where = "spans nodes" if hop.link_class == "net" else (
-                "spans nodes over NVLink (one multi-node NVLink domain)" if trays and fabric
-                else f"on {fabric}" if fabric else f"spans a {hop.code} hop")
-            comm_ms = sum(self._tp_comm_us(sm, r, self.work.batch, self.work.batch) / 1e3
-                          for sm, r in zip(models, rings))
-            reduces = 2 * self.model.layers + 1 - (sum(sm.moe for sm in models) if any(groups) else 0)
-            out.append(f"TP{layout.tp} {where}: ring bottleneck {hop.bandwidth_gbps:.0f} GB/s; "
-                       f"{reduces} all-reduces + 1 all-gather/token cost {comm_ms:.2f} ms")
-            decode_bytes = self.work.batch * self.model.hidden * self.work.bytes
+            reason, fabric = self._tp_reason(layout, cost, rings, models, any(groups))
+            out.append(reason)
+            decode_bytes = cost.batch * self.model.hidden * self.act_bytes
             kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
+            mesh = all(self.pricer.is_nvlink_mesh(r) for r in rings)
             if kernel != "nccl":
                 out.append(f"{fabric or 'NVLink'} full mesh: decode all-reduces use the engine's {kernel} kernel")
-            elif all(self.pricer.is_nvlink_mesh(r) for r in rings) and fabric == "XGMI":
+            elif mesh and fabric == "XGMI":
                 out.append("XGMI full mesh: vLLM's custom all-reduce on ROCm would cut the all-reduce latency "
                            "priced here as an RCCL ring")
-            elif all(self.pricer.is_nvlink_mesh(r) for r in rings):
+            elif mesh:
                 out.append("NVLink full mesh: vLLM/TensorRT-LLM one-shot all-reduce (or NVLS on NVSwitch) would "
                            "cut the all-reduce latency priced here as an NCCL ring (plan --engine vllm prices it)")
         if layout.pp > 1:
@@ -359,13 +412,17 @@ class CostModel:
                            key=lambda h: h.bandwidth_gbps)
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
-        work = [w for sm in models for w in sm.decode(self.work.batch, context)]
+        work = [w for sm in models for w in sm.decode(cost.batch, context)]
         compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
         out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
-                   f"{sum(w.nbytes for w in work) / gb:.2f} GB read per GPU per step")
+                   f"{sum(w.nbytes for w in work) / 1e9:.2f} GB read per GPU per step")
+        weights = self.work.weights
+        if self.compute != weights.short:
+            out.append(f"{weights.short} weights are weight-only here: stored at {weights.weight_bytes:.3g} B/param, "
+                       f"dequantised for GEMMs at the {self.compute} rate ({self.device.dtype_note})")
         if layout.dp > 1:
             out.append(f"DP{layout.dp} replicas multiply throughput")
-        return out
+        return out + cost.notes
 
     def _ep_reasons(self, layout: Layout, cost: LayoutCost, rings: list[Ring], models: list[StageModel],
                     groups: Sequence[Ring | None]) -> list[str]:
@@ -374,10 +431,10 @@ class CostModel:
         hop = min((self.pricer.group_bottleneck(g) for g in groups if g), key=lambda h: h.bandwidth_gbps)
         where = "spans nodes" if hop.link_class == "net" else (
             "inside an NVLink domain" if hop.link_class == "nvlink" else f"crosses a {hop.code} hop")
-        skew = models[0].imbalance(w.batch * models[0].replicas * m.experts_per_token)
+        skew = models[0].imbalance(cost.batch * models[0].replicas * m.experts_per_token)
         twin = self.stage_models(replace(layout, ep=1))
-        tp_decode, _ = self._pipeline_ms(rings, twin, w.batch, [None] * layout.pp)
-        tp_memory = max(sm.weight_bytes() for sm in twin) + w.batch * (w.prompt_len + w.gen_len) * max(
+        tp_decode, _ = self._pipeline_ms(rings, twin, cost.batch, [None] * layout.pp)
+        tp_memory = max(sm.weight_bytes() for sm in twin) + cost.batch * (w.prompt_len + w.gen_len) * max(
             sm.kv_bytes_per_token() for sm in twin)
         verdict = "beats" if cost.decode_ms_per_token < tp_decode else "loses to"
         return [f"EP{layout.ep} {where} ({hop.describe()}): {2 * m.moe_layers} all-to-alls/token (dispatch + combine, "

@@ -1,14 +1,16 @@
-"""The device the cost model prices: memory, memory bandwidth, peak FLOP/s per dtype.
+"""The device the cost model prices: memory, memory bandwidth, peak FLOP/s per dtype, the dtypes it runs.
 
-Kept apart from the GPU catalog so any device with these three figures (a CPU socket, a future
-accelerator) can be planned for; `from_gpu` adapts a catalog GpuSpec.
+Kept apart from the GPU catalog so any device with these figures (a CPU socket, a future accelerator) can be
+planned for; `from_gpu` adapts a catalog GpuSpec.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topoplan.hardware import GpuSpec
+from topoplan.dtypes import DType
+from topoplan.errors import TopoplanError
+from topoplan.hardware import DTYPE_SUPPORT, GpuSpec
 
 # Per-NIC bandwidth (GB/s, one direction) assumed when --nic-gbps is not given, by GPU generation: the
 # InfiniBand rate of the reference systems, one NIC per GPU. Source: DGX-1 datasheet (4x EDR 100 Gb/s
@@ -19,20 +21,51 @@ DEFAULT_NIC_GBPS = 25.0  # HDR 200 Gb/s, the most common data-centre rate when t
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """What one accelerator offers the roofline: capacity, bytes/s, FLOP/s."""
+    """What one accelerator offers the roofline: capacity, bytes/s, FLOP/s, and which dtypes it runs."""
 
     name: str
     memory_bytes: float
     memory_bandwidth_gbps: float  # GB/s
-    tflops: dict[str, float]  # dense peak TFLOP/s by dtype
+    tflops: dict[str, float]  # dense peak TFLOP/s by dtype it computes in (natively)
     nic_gbps: float  # per-NIC network bandwidth, GB/s
+    weight_only: tuple[str, ...] = ()  # weight dtypes it stores but dequantises to the activation dtype
+    kv_dtypes: tuple[str, ...] | None = None  # KV-cache dtypes it takes; None: any
+    dtype_note: str = ""  # why (the support table's source), for the error and the reasons
     nvlink_domain_gpus: int = 0  # GPUs one multi-node NVLink domain holds (GB200 NVL72: 72); 0: none known
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
-        # FP8 runs on FP8 tensor cores where the GPU has them, else at the BF16 rate (weight-only FP8);
-        # FP32 is priced at the TF32 tensor-core rate, half the BF16 figure on every generation listed.
-        tflops = {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops or gpu.bf16_tflops,
-                  "fp32": gpu.bf16_tflops / 2}
+        # FP32 is priced at the TF32 tensor-core rate (half the BF16 figure) from Ampere on, else at the
+        # CUDA-core FP32 figure; fp16 at the BF16/FP16 tensor figure. Only what the GPU computes in is listed.
+        support = DTYPE_SUPPORT[gpu.arch]
+        rate = {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops,
+                "fp32": gpu.fp32_tflops or gpu.bf16_tflops / 2}
+        tflops = {d: rate[d] for d in support.native if rate.get(d)}
         nic = nic_gbps if nic_gbps is not None else NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
-        return cls(gpu.key, gpu.memory_gb * 1e9, gpu.memory_bandwidth_gbps, tflops, nic, gpu.nvlink_domain_gpus)
+        return cls(gpu.key, gpu.memory_bytes, gpu.memory_bandwidth_gbps, tflops, nic, support.weight_only,
+                   support.kv, f"{gpu.key} ({gpu.arch}): {support.source}", gpu.nvlink_domain_gpus)
+
+    def _supported(self) -> str:
+        weight_only = f"; weight-only: {', '.join(self.weight_only)}" if self.weight_only else ""
+        return f"it computes in {', '.join(self.tflops)}{weight_only}"
+
+    def activation_dtype(self, weights: DType) -> str:
+        """The dtype activations travel and GEMMs run in: bf16 for quantised weights, fp16 on GPUs
+        without bf16 (vLLM runs AWQ/GPTQ in fp16 there)."""
+        act = weights.activations.short
+        return "fp16" if act == "bf16" and act not in self.tflops and "fp16" in self.tflops else act
+
+    def compute_dtype(self, weights: DType) -> str:
+        """The tflops key a GEMM on `weights` runs at, or a one-line error naming what this device supports."""
+        if weights.short in self.tflops:
+            return weights.short
+        if weights.short in self.weight_only and self.activation_dtype(weights) in self.tflops:
+            return self.activation_dtype(weights)
+        raise TopoplanError(f"--dtype {weights.short}: {self.name} has no {weights.short}; {self._supported()} "
+                            f"({self.dtype_note})")
+
+    def check_kv(self, kv: DType) -> None:
+        """Refuse a KV-cache dtype the device cannot hold, naming those it can."""
+        if self.kv_dtypes is not None and kv.short not in self.kv_dtypes:
+            raise TopoplanError(f"--kv-dtype {kv.short}: {self.name} keeps the KV cache in "
+                                f"{', '.join(self.kv_dtypes)} ({self.dtype_note})")

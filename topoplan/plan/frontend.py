@@ -18,8 +18,10 @@ from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.engine import engine_calibration
-from topoplan.plan.rank import Plan, check_search, plan
+from topoplan.plan.rank import Limits, Plan, check_search, plan
+from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology
+from topoplan.topology.smi_text import NVLINK_HIDDEN
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class PlanRequest:
     model: str  # catalog name or alias, a HF checkpoint folder or its config.json
     topo: str | None = None  # a `topo -m` paste or NVML recording; None: this machine
     gpu: str | None = None  # the GPU, for pastes, which do not name it
+    cpu: str | None = None  # CPU family of the SYS-hop figures; None: a recording's CPU model, else Intel Skylake
     nodes: int = 1
     workload: Workload = field(default_factory=Workload)  # checks itself
     objective: str = "latency"
@@ -40,8 +43,12 @@ class PlanRequest:
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
     engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
+    limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
+    search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
 
     def __post_init__(self) -> None:
+        if self.cpu is not None:
+            cpu_links(self.cpu)  # an unknown family is refused before any file is read
         check_search(nodes=self.nodes, objective=self.objective, max_tp=self.max_tp, tp=self.tp, pp=self.pp,
                      dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
@@ -50,14 +57,20 @@ class PlanRequest:
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
-    """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu)."""
+    """The device of a topology whose GPU is known (NVML named it, or --gpu did through apply_gpu). Its memory
+    is the catalog's MiB for the product, or, when NVML read these very GPUs (a recording or this machine,
+    not overridden by --gpu), the smallest total NVML reported for them."""
     spec = lookup_gpu(topology.gpu_name) if topology.gpu_name else None
     if spec is None:
         guess = infer_gpu_family(topology)
         hint = f"; {guess[1]}" if guess else ": pass --gpu NAME (e.g. a100-80gb, h100, l40s, mi300x)"
         raise TopoplanError(f"which GPU is this? the source names none (`topo -m`, rocm-smi, amd-smi and NCCL XML "
                             f"never do){hint}", source=topology.source or None)
-    return DeviceSpec.from_gpu(spec, nic_gbps)
+    device = DeviceSpec.from_gpu(spec, nic_gbps)
+    recorded = [g.memory_bytes for g in topology.gpus if g.memory_bytes]
+    if recorded and not any(" overrides " in note for note in topology.notes):
+        return replace(device, memory_bytes=min(recorded))
+    return device
 
 
 def plan_for(request: PlanRequest) -> Plan:
@@ -67,7 +80,7 @@ def plan_for(request: PlanRequest) -> Plan:
     spec = find_model(r.model)
     cal = load_calibration(r.calibration, engine_calibration(engine), engine.name)
     try:
-        topology = load_topology(r.topo, None, "auto", None, r.gpu)  # a paste, or this machine (NVML, nvidia-smi)
+        topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine
     except TopoplanError as error:
         if r.topo is not None:
             raise
@@ -75,13 +88,16 @@ def plan_for(request: PlanRequest) -> Plan:
                             "its CPU-process layouts") from None
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
-                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine)
-    return replace(result, warnings=(*gpu_overrides(topology), *calibration_warnings(cal, device)))
+                  max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,
+                  search_batch=r.search_batch)
+    return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device)))
 
 
-def gpu_overrides(topology: Topology) -> tuple[str, ...]:
-    """apply_gpu's note when --gpu replaced the GPU the source (an NVML recording) named: worth a warning."""
-    return tuple(note for note in topology.notes if note.startswith("--gpu ") and " overrides " in note)
+def source_warnings(topology: Topology) -> tuple[str, ...]:
+    """The source's notes that change the answer: apply_gpu's when --gpu replaced the GPU the source (an NVML
+    recording) named, and a `topo -mp` paste hiding NVLink."""
+    return tuple(note for note in topology.notes
+                 if (note.startswith("--gpu ") and " overrides " in note) or note == NVLINK_HIDDEN)
 
 
 def calibration_warnings(cal: Calibration, device: DeviceSpec) -> tuple[str, ...]:

@@ -131,3 +131,42 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         raise TopoplanError(f"no layout{' with ' + asked if asked else ''} fits {nodes} node(s) x "
                             f"{gpus_per_node} GPUs for {model.name}")
     return found
+
+
+def fewer_node_layouts(model: ModelSpec, gpus_per_node: int, nodes: int, min_nodes: int, *,
+                       max_tp: int | None = None, tp: int | None = None, pp: int | None = None,
+                       dp: int | None = None, ep: int | None = None,
+                       rules: Parallelism | None = None) -> list[tuple[Layout, int]]:
+    """One-replica layouts on n < `nodes` full nodes, the rest left free, as (layout, n).
+
+    Only those no layout over every node offers: when n divides `nodes`, the same tp x pp with nodes/n replicas
+    uses them all, as fast and serving more. And only from `min_nodes` (the fewest whose memory can hold the
+    weights) to twice that: one replica gains nothing from a deeper pipeline than it needs to fit (each stage
+    adds a hand-off), so farther counts would only be priced to lose. A fully fixed layout (--tp, --pp and
+    --dp) that does not split over every node is offered on the full nodes it fills, if fewer. An MoE model
+    gets each layout with experts TP-sharded and expert-parallel (enumerate_layouts); `rules`: the engine's."""
+    rules = rules or Parallelism()
+    if None not in (tp, pp, dp):
+        fixed, n = Layout(tp, pp, dp), (tp * pp * dp) // gpus_per_node  # type: ignore[operator]
+        fills = fixed.world == n * gpus_per_node and 0 < n < nodes and nodes % n != 0
+        valid = (pp <= model.layers and (rules.pp or pp == 1)  # type: ignore[operator]
+                 and not _model_tp_problems(model, tp, rules.pads_vocab))  # type: ignore[arg-type]
+        if not (fills and valid and _tiles(fixed, gpus_per_node)):
+            return []
+        return [(Layout(fixed.tp, fixed.pp, fixed.dp, e), n) for e in expert_degrees(model, fixed.tp, fixed.dp, ep)]
+    if dp not in (None, 1):
+        return []
+    found = []
+    for n in range(max(min_nodes, 1), min(nodes, 2 * max(min_nodes, 1) + 1)):
+        if nodes % n == 0:
+            continue
+        world = n * gpus_per_node
+        for t in _divisors(world):
+            p = world // t
+            if (tp is not None and t != tp) or (max_tp is not None and t > max_tp) or (pp is not None and p != pp):
+                continue
+            if p > model.layers or (p > 1 and not rules.pp) or _model_tp_problems(model, t, rules.pads_vocab):
+                continue
+            if _tiles(Layout(t, p, 1), gpus_per_node):
+                found.extend((Layout(t, p, 1, e), n) for e in expert_degrees(model, t, 1, ep))
+    return found

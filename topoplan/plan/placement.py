@@ -222,11 +222,11 @@ class NodePlacer:
         return tuple(self.ids[i] for i in order)
 
 
-def expand(layout: Layout, nodes: int, order: Sequence[str]) -> list[RankPlacement]:
-    """Every rank's placement from the per-node order (ranks are node-major)."""
+def expand(layout: Layout, nodes: int, order: Sequence[str], ranks: int | None = None) -> list[RankPlacement]:
+    """Every rank's placement from the per-node order (ranks are node-major); the first `ranks` only if given."""
     k, grid = len(order), RankGrid(layout)
     placements = []
-    for rank in range(layout.world):
+    for rank in range(layout.world if ranks is None else min(ranks, layout.world)):
         c = grid.coords(rank)
         placements.append(RankPlacement(rank, rank // k, order[rank % k], c.tp_rank, c.pp_rank, c.dp_rank))
     return placements

@@ -1,11 +1,14 @@
 """`plan`: enumerate layouts, place and price each, rank them by the objective; the JSON contract.
 
-Layouts that fit come first; among them latency ranks by one request's end-to-end time (TTFT plus every
-output token), throughput by decode tokens/s per GPU.
+Layouts that fit come first, then those meeting the latency limits (--max-ttft-ms, --max-tpot-ms); among
+them latency ranks by one request's end-to-end time (TTFT plus every output token) at the asked batch,
+throughput by decode tokens/s per GPU at the largest batch per replica that fits and meets the limits
+(searched per layout: a layout is worth what it serves at its own best batch, not at the user's).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,11 +18,11 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.engine import engine_calibration, memory_policy
-from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.topology.model import Topology
@@ -27,10 +30,59 @@ from topoplan.topology.model import Topology
 OBJECTIVES = ("latency", "throughput")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Latency limits a priced batch must meet (`--max-ttft-ms`, `--max-tpot-ms`); None: no limit."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for option, value in (("--max-ttft-ms", self.ttft_ms), ("--max-tpot-ms", self.tpot_ms)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise TopoplanError(f"{option} must be a positive number of milliseconds, got {value}")
+
+    def miss(self, cost: LayoutCost) -> str:
+        """Which limit `cost` misses, as a reason line; "" when it meets them all."""
+        missed = [f"{name} {value:.1f} ms > {option} {limit:g}"
+                  for name, value, option, limit in (("TTFT", cost.prefill_ms, "--max-ttft-ms", self.ttft_ms),
+                                                     ("TPOT", cost.decode_ms_per_token, "--max-tpot-ms", self.tpot_ms))
+                  if limit is not None and value > limit]
+        return f"misses the latency limits at batch {cost.batch}: {'; '.join(missed)}" if missed else ""
+
+
+def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits,
+               ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
+    """The layout priced at the largest batch per replica that fits and meets `limits` (binary search: TTFT
+    and TPOT only grow with the batch, and so do decode tokens/s, so the largest such batch is the best).
+    A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why.
+    `ep_groups`: the EP groups' rings, for an expert-parallel layout (CostModel.price)."""
+    first = costs.price(layout, replicas, ep_groups, 1)
+    first.slo_miss = limits.miss(first)
+    top = first.max_batch
+    if not first.fits or first.slo_miss or top <= 1:
+        return first
+    best = costs.price(layout, replicas, ep_groups, top)  # the answer without limits, or when it meets them
+    if limits.miss(best):  # batch 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
+        low, high = 1, top - 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            if limits.miss(costs.price(layout, replicas, ep_groups, mid)):
+                high = mid - 1
+            else:
+                low = mid
+        best = costs.price(layout, replicas, ep_groups, low)
+    bound = "the largest that fits" if best.batch == top else "the largest within the latency limits"
+    best.notes.append(f"batch {best.batch} per replica: {bound} (memory allows {top})")
+    return best
+
+
 @dataclass
 class RankedLayout:
     cost: LayoutCost
     order: tuple[str, ...]  # the per-node GPU order (every node the same)
+    nodes: int = 1  # nodes it runs on (fewer than the plan's when that wins; the rest are left free)
+    tp_network: bool = False  # a TP group spans nodes over the network: every layer's all-reduces cross it
     dominated_by: Layout | None = None  # a layout with more replicas that is no worse: this one is hidden
 
 
@@ -47,16 +99,26 @@ class Plan:
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
     engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
+    limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
+    batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
 
 
-def rank_key(objective: str, cost: LayoutCost) -> tuple:
-    """Sort key, best first: layouts that fit, then the objective, then throughput, then fewer stages."""
+def rank_key(objective: str, entry: RankedLayout) -> tuple:
+    """Sort key, best first: layouts that fit, then those meeting the latency limits, then TP groups off the
+    network (vLLM's and Megatron-LM's rule: TP within a node, PP across nodes; an all-reduce over the network on
+    every layer is slower and noisier than the ring model prices), then the objective, then throughput, then
+    fewer stages."""
+    cost = entry.cost
     score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
-    return (not cost.fits, round(score, 9), -cost.tokens_per_s, cost.layout.pp, cost.layout.tp)
+    return (not cost.fits, bool(cost.slo_miss), entry.tp_network, round(score, 9), -cost.tokens_per_s,
+            cost.layout.pp, cost.layout.tp, entry.nodes)
 
 
-def _no_worse(better: LayoutCost, other: LayoutCost) -> bool:
-    return (better.fits >= other.fits and better.request_ms <= other.request_ms * (1 + 1e-9)
+def _no_worse(better_entry: RankedLayout, other_entry: RankedLayout) -> bool:
+    better, other = better_entry.cost, other_entry.cost
+    return (better.fits >= other.fits and bool(better.slo_miss) <= bool(other.slo_miss)
+            and better_entry.tp_network <= other_entry.tp_network
+            and better.request_ms <= other.request_ms * (1 + 1e-9)
             and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
 
 
@@ -69,7 +131,7 @@ def mark_dominated(ranked: list[RankedLayout]) -> None:
         entry.dominated_by = next((other.cost.layout for other in ranked
                                    if (other.cost.layout.tp, other.cost.layout.pp, other.cost.layout.ep > 1)
                                    == (own.tp, own.pp, own.ep > 1)
-                                   and other.cost.layout.dp > own.dp and _no_worse(other.cost, entry.cost)), None)
+                                   and other.cost.layout.dp > own.dp and _no_worse(other, entry)), None)
 
 
 def check_objective(objective: str) -> None:
@@ -91,10 +153,14 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-         ep: int | None = None, engine: EngineProfile | None = None) -> Plan:
+         ep: int | None = None, engine: EngineProfile | None = None, limits: Limits | None = None,
+         search_batch: bool | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
     best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
-    all), while the engine still sets the memory policy, the all-reduce path and the layout rules."""
+    all), while the engine still sets the memory policy, the all-reduce path and the layout rules.
+
+    `search_batch` (default: on for the throughput objective) prices each layout at its best batch
+    (best_batch) instead of `workload.batch`."""
     check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep)
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
@@ -103,18 +169,43 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
-    costs = CostModel(model, device, workload, calibration, pricer, memory_policy(engine, calibration))
+    policy = memory_policy(engine, calibration)
+    costs = CostModel(model, device, workload, calibration, pricer, policy)
+    limits = limits or Limits()
+    search = objective == "throughput" if search_batch is None else search_batch
+    k = len(topology.gpus)
+    total = device.memory_bytes  # the most weights one GPU may hold under the engine's policy, at any TP degree
+    node_memory = k * max(policy.usable_bytes(total, total, t) for t in range(1, k + 1))
+    min_nodes = -(-model.weight_bytes(workload.dtype) // node_memory)
+    fewer = fewer_node_layouts(model, k, nodes, int(min_nodes), max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
+                               rules=engine.parallelism)
+    try:
+        every = enumerate_layouts(model, k, nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
+                                  rules=engine.parallelism, engine=str(engine))
+    except TopoplanError:
+        if not fewer:  # e.g. --tp 8 --pp 2 on 3 nodes: none over all 3, but one on 2 of them
+            raise
+        every = []
+    candidates = [(layout, nodes) for layout in every] + fewer
     ranked = []
-    for layout in enumerate_layouts(model, len(topology.gpus), nodes, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep,
-                                    rules=engine.parallelism, engine=str(engine)):
-        order = placer.local_order(layout, nodes)
+    for layout, used in candidates:
+        order = placer.local_order(layout, used)
+        replicas = replica_rings(layout, order)
         groups = ep_rings(layout, order) if layout.ep > 1 else None
-        ranked.append(RankedLayout(costs.price(layout, replica_rings(layout, order), groups), order))
-    ranked.sort(key=lambda r: rank_key(objective, r.cost))
+        if search:
+            cost = best_batch(costs, layout, replicas, limits, groups)
+        else:
+            cost = costs.price(layout, replicas, groups)
+            cost.slo_miss = limits.miss(cost)
+        if used < nodes:
+            cost.notes.append(f"runs on {used} of the {nodes} nodes ({nodes - used} left free)")
+        network = any(hop.link_class == "net" for stage in replicas for ring in stage for hop in pricer.ring_hops(ring))
+        ranked.append(RankedLayout(cost, order, used, network))
+    ranked.sort(key=lambda r: rank_key(objective, r))
     mark_dominated(ranked)
     return Plan(model, device, topology, nodes, workload, objective, calibration,
                 [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
-                engine=engine)
+                engine=engine, limits=limits, batch_searched=search)
 
 
 def nothing_fits(result: Plan) -> TopoplanError | None:
@@ -130,16 +221,23 @@ def nothing_fits(result: Plan) -> TopoplanError | None:
                          f"{len(result.topology.gpus)} GPUs; closest: {closest.layout} {closest.reasons[0]}")
 
 
-def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
+def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
+    """One layout. `placement` lists every rank with `per_rank`; otherwise node 0's ranks only: every node
+    runs the same shape (node n holds ranks n*k .. n*k+k-1 on the same GPUs in the same order), and at 1024
+    nodes the rank list is megabytes per layout."""
     c, layout = entry.cost, entry.cost.layout
-    placements = expand(layout, nodes, entry.order)
+    k = len(entry.order)
+    placements = expand(layout, entry.nodes, entry.order, None if per_rank else k)
     return {
-        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "gpus": c.gpus, "fits": c.fits,
-        "memory_per_gpu_gb": round(c.memory_per_gpu / 1e9, 3), "max_batch": c.max_batch,
+        "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "gpus": c.gpus, "nodes": entry.nodes,
+        "ranks_per_node": k, "fits": c.fits, "batch": c.batch,
+        "memory_per_gpu_gib": round(c.memory_per_gpu / 2**30, 3), "max_batch": c.max_batch,
+        **({"slo_miss": c.slo_miss} if c.slo_miss else {}),
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2), "all_to_all_ms": round(c.all_to_all_ms, 4),
         "stages": layer_split_json(c.stage_layers),
+        "placement_scope": "every rank" if per_rank or entry.nodes == 1 else "node 0 (every node the same shape)",
         "placement": [{"rank": p.rank, "node": p.node, "gpu": p.gpu, "tp_rank": p.tp_rank, "pp_rank": p.pp_rank,
                        "dp_rank": p.dp_rank} for p in placements],
         "cuda_visible_devices": cuda_visible_devices(placements, 0),
@@ -149,23 +247,26 @@ def layout_json(entry: RankedLayout, nodes: int) -> dict[str, Any]:
     }
 
 
-def plan_json(result: Plan, top: int | None = None) -> dict[str, Any]:
-    """The `--json` contract: model, topology, layouts ranked best first (top N)."""
+def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> dict[str, Any]:
+    """The `--json` contract: model, topology, layouts ranked best first (top N); `per_rank` lists every
+    rank's placement rather than one node's."""
     m, t = result.model, result.topology
     layouts = result.layouts[:top] if top else result.layouts
     return {
         "model": {"name": m.name, "params": m.params, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
                   "kv_heads": m.kv_heads, "dtype": result.workload.dtype,
                   "weight_gb": round(m.weight_bytes(result.workload.dtype) / 1e9, 3),
-                  "kv_bytes_per_token": m.kv_bytes_per_token(result.workload.dtype)},
+                  "kv_dtype": result.workload.kv.short,
+                  "kv_bytes_per_token": m.kv_bytes_per_token(result.workload.kv.short)},
         "topology": {"source": t.source, "gpus": [g.id for g in t.gpus], "nodes": result.nodes,
-                     "gpu": result.device.name, "memory_gb": result.device.memory_bytes / 1e9,
+                     "gpu": result.device.name, "memory_mib": round(result.device.memory_bytes / 2**20),
                      "nic_gbps": result.device.nic_gbps, "notes": list(t.notes)},
         "workload": asdict(result.workload),
         "objective": result.objective,
+        "limits": {"max_ttft_ms": result.limits.ttft_ms, "max_tpot_ms": result.limits.tpot_ms},
         "engine": str(result.engine),
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
-        "layouts": [layout_json(entry, result.nodes) for entry in layouts],
-        "hidden": [layout_json(entry, result.nodes) for entry in (result.hidden[:top] if top else result.hidden)],
+        "layouts": [layout_json(entry, per_rank) for entry in layouts],
+        "hidden": [layout_json(entry, per_rank) for entry in (result.hidden[:top] if top else result.hidden)],
     }

@@ -48,15 +48,17 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
 
 def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     w = result.workload
-    title = (f"{result.model.name} ({w.dtype}) on {result.nodes} x {len(result.topology.gpus)} {result.device.name}: "
-             f"batch {w.batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by {result.objective} for "
-             f"{result.engine}")
+    batch = "batch searched per layout" if result.batch_searched else f"batch {w.batch}"
+    kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
+    title = (f"{result.model.name} ({w.dtype}{kv}) on {result.nodes} x {len(result.topology.gpus)} "
+             f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
+             f"{result.objective} for {result.engine}")
     hidden = len(result.hidden)
     caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                "(--json lists them under \"hidden\")" if hidden else None)
     table = Table(title=title, title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    for name in ("#", "layout", "fits", "GB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
+    for name in ("#", "layout", "fits", "batch", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
     if not narrow:
@@ -66,8 +68,8 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     for i, entry in enumerate(shown, 1):
         c = entry.cost
         table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
-                      f"{c.memory_per_gpu / 1e9:.1f}", f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}",
-                      f"{c.tokens_per_s_per_gpu:.1f}",
+                      str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
+                      f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}", f"{c.tokens_per_s_per_gpu:.1f}",
                       *(() if narrow else (gpu_groups(entry), phrases(headline(entry)))))
     if not narrow:
         return table

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from topoplan.errors import TopoplanError
+
 
 class LinkKind(str, Enum):
     """How two devices are connected, closest first (the order of `nvidia-smi topo -m`'s legend)."""
@@ -83,6 +85,7 @@ ARCH_LINKS: dict[str, ArchLinks] = {
     for a in (
         ArchLinks("sm60", 18.0, 12.0, "NCCL SM60_NVLINK_BW; P100 is PCIe Gen3"),
         ArchLinks("sm70", 20.0, 12.0, "NCCL SM70_NVLINK_BW; V100 is PCIe Gen3"),
+        ArchLinks("sm75", 20.0, 12.0, "NCCL uses SM70_NVLINK_BW below sm80 (2080 Ti bridges); Turing is PCIe Gen3"),
         ArchLinks("sm80", 20.0, 24.0, "NCCL SM80_NVLINK_BW; A100 is PCIe Gen4"),
         ArchLinks("sm86", 12.0, 24.0, "NCCL SM86_NVLINK_BW (GA10x bridges); PCIe Gen4"),
         ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
@@ -112,11 +115,58 @@ NVLINK_VERSION_ARCH = {1: "sm60", 2: "sm70", 3: "sm70", 4: "sm80", 5: "sm86", 6:
 # NCCL's own defaults, PCI_BW = 12 (Gen3 x16) and 20 GB/s per NVLink.
 UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16); SM80_NVLINK_BW, its fallback")
 
-# Crossing sockets: NCCL's SKL_QPI_BW (Intel Skylake to Ice Lake UPI). NCCL picks the figure by CPU model
-# (topo.cc, ncclTopoGetInterCpuBw): BDW_QPI_BW = 6 on older Intel, SRP_QPI_BW = 22 on Sapphire Rapids,
-# ERP_QPI_BW = 40 on Emerald Rapids, AMD_BW = 16, P9_BW = 32 on POWER9, ARM_BW = 6. A `topo -m` paste does
-# not name the CPU, so we take the Skylake figure.
-INTER_SOCKET_GBPS = 10.0
+@dataclass(frozen=True)
+class CpuLinks:
+    """The SMP interconnect between NUMA nodes (what a SYS hop crosses) of one CPU family."""
+
+    family: str  # `--cpu` name
+    inter_socket_gbps: float  # GB/s one direction; a SYS hop is priced at min(this, the GPU's PCIe figure)
+    source: str
+
+
+# NCCL picks the figure by CPU vendor and model (src/graph/topo.cc, ncclTopoGetInterCpuBw; the constants in
+# src/graph/topo.h). For AMD we do not take NCCL's AMD_BW = 16: a 4-GPU all_gather measured on an AMD EPYC
+# box (fixtures/topo/18...measured.txt, Azure NC96ads A100 v4, 4 NUMA nodes) reaches 25.9 GB/s bus bandwidth
+# across its SYS hops, above 16 and at the PCIe Gen4 rate: the xGMI / Infinity Fabric crossing is not the
+# bottleneck there, so AMD's figure is one xGMI-2 link (x16 at 16 GT/s, ~32 GB/s per direction; 2-socket
+# EPYC boards have 3 or 4) and the GPU's PCIe link limits the hop.
+CPU_LINKS: dict[str, CpuLinks] = {
+    c.family: c
+    for c in (
+        CpuLinks("intel-broadwell", 6.0, "NCCL BDW_QPI_BW (Broadwell and older Intel QPI)"),
+        CpuLinks("intel-skylake", 10.0, "NCCL SKL_QPI_BW (Skylake to Ice Lake UPI)"),
+        CpuLinks("intel-sapphire-rapids", 22.0, "NCCL SRP_QPI_BW (Sapphire Rapids UPI 2.0)"),
+        CpuLinks("intel-emerald-rapids", 40.0, "NCCL ERP_QPI_BW (Emerald Rapids)"),
+        CpuLinks("amd-zen", 32.0, "one xGMI-2 link (x16, 16 GT/s); measured: fixtures/topo/18 all_gather "
+                 "25.9 GB/s busbw across SYS (NCCL's AMD_BW = 16 is below that)"),
+        CpuLinks("power9", 32.0, "NCCL P9_BW (POWER9 X-bus)"),
+        CpuLinks("arm", 6.0, "NCCL ARM_BW"),
+    )
+}
+# A `topo -m` paste does not name the CPU and NVML does not report it: without `--cpu` or the CPU model a
+# recording keeps (/proc/cpuinfo, `cpu_family_of`), a SYS hop is priced for Intel Skylake-class UPI.
+DEFAULT_CPU = CPU_LINKS["intel-skylake"]
+
+# CPU model names (/proc/cpuinfo "model name", lscpu "Model name") -> family; first match wins. Xeon Scalable
+# model numbers carry the generation in their second digit (Intel's naming: Platinum 8180/8280/8380 are the
+# 1st-3rd generations, Skylake to Ice Lake; 8480 the 4th, Sapphire Rapids; 8580 the 5th, Emerald Rapids);
+# Xeon E5/E7 v1-v4 are Sandy Bridge to Broadwell, which NCCL prices as BDW. Anything else: unknown (None).
+_XEON_SCALABLE = re.compile(r"Xeon.*\b(?:Platinum|Gold|Silver|Bronze) [3-9]([1-5])\d\d")
+_XEON_GENERATION = {"1": "intel-skylake", "2": "intel-skylake", "3": "intel-skylake", "4": "intel-sapphire-rapids",
+                    "5": "intel-emerald-rapids"}
+CPU_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bAMD (?:EPYC|Ryzen Threadripper)"), "amd-zen"),
+    (re.compile(r"Xeon.*\bE[57]-\d{4}\w* v[1-4]\b"), "intel-broadwell"),
+    (re.compile(r"\bPOWER9\b"), "power9"),
+)
+
+
+def cpu_family_of(model_name: str) -> str | None:
+    """The CPU_LINKS family of a CPU model name, or None when it is not one we can place."""
+    match = _XEON_SCALABLE.search(model_name)
+    if match:
+        return _XEON_GENERATION[match.group(1)]
+    return next((family for pattern, family in CPU_MODELS if pattern.search(model_name)), None)
 
 # Per-hop latency, microseconds: NCCL's hwLat for the ring algorithm with the LL protocol
 # (src/graph/tuning.cc): 0.6 us over NVLink, 1.0 us over PCI. SYS adds the SMP hop, which NCCL does
@@ -137,8 +187,18 @@ def arch_links(arch: str | None) -> ArchLinks:
     return ARCH_LINKS.get(arch or "", UNKNOWN_ARCH)
 
 
-def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None) -> float:
-    """Estimated one-direction bandwidth of a link of this kind between GPUs of generation `arch`."""
+def cpu_links(family: str | None) -> CpuLinks:
+    """The figures for a `--cpu` family (None: the default); a one-line error listing the families."""
+    if family is None:
+        return DEFAULT_CPU
+    if family not in CPU_LINKS:
+        raise TopoplanError(f"unknown --cpu {family!r}: expected one of {', '.join(CPU_LINKS)}")
+    return CPU_LINKS[family]
+
+
+def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None, cpu: str | None = None) -> float:
+    """Estimated one-direction bandwidth of a link of this kind between GPUs of generation `arch` in a
+    machine whose CPUs are of family `cpu` (None: unknown)."""
     figures = arch_links(arch)
     if kind is LinkKind.NVLINK:
         per_link = figures.nvlink_gbps_per_link or UNKNOWN_ARCH.nvlink_gbps_per_link
@@ -146,6 +206,5 @@ def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None) -> f
     if kind is LinkKind.XGMI:
         return (figures.xgmi_gbps_per_link or UNKNOWN_XGMI_GBPS) * nvlinks
     if kind is LinkKind.SYS:
-        return min(figures.pcie_gbps, INTER_SOCKET_GBPS)
-    return figures.pcie_gbps
-
+        return min(figures.pcie_gbps, cpu_links(cpu).inter_socket_gbps)
+    return figures.pcie_gbps  # NODE crosses host bridges inside one socket: NCCL prices it as PCIe too

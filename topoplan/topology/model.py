@@ -14,7 +14,7 @@ from itertools import islice
 import networkx as nx
 
 from topoplan.errors import TopoplanError
-from topoplan.topology.links import LATENCY_US, LinkKind, estimate_bandwidth_gbps, parse_link_code
+from topoplan.topology.links import LATENCY_US, LinkKind, cpu_links, estimate_bandwidth_gbps, parse_link_code
 
 MAX_CLIQUES = 64  # NVLink cliques listed per machine: a DGX-1 has 2 quads (plus pairs), an NVSwitch box 1
 
@@ -96,6 +96,7 @@ class Topology:
         gpu_name: str | None = None,
         source: str = "",
         notes: Sequence[str] = (),
+        cpu: str | None = None,
         vendor: str | None = None,
     ):
         self.gpus: tuple[Gpu, ...] = tuple(gpus)
@@ -104,6 +105,7 @@ class Topology:
         self.gpu_name = gpu_name  # the source's name (NVML), a catalog key once topoplan.hardware resolved it
         self.source = source  # where it was read from, for messages
         self.notes: tuple[str, ...] = tuple(notes)  # what the reader recovered or inferred
+        self.cpu = cpu  # CPU family (topology.links.CPU_LINKS) used for SYS estimates, None if unknown
         self.vendor = vendor  # "nvidia", "amd", or None when the source does not say (launch picks env names by it)
         self.graph = nx.Graph()
         for gpu in self.gpus:
@@ -224,16 +226,22 @@ class Topology:
     def with_notes(self, *notes: str) -> Topology:
         """The same machine with more notes on how it was read."""
         return Topology(self.gpus, self.nics, self.links(), arch=self.arch, gpu_name=self.gpu_name,
-                        source=self.source, notes=(*self.notes, *notes), vendor=self.vendor)
+                        source=self.source, notes=(*self.notes, *notes), vendor=self.vendor, cpu=self.cpu)
 
-    def with_arch(self, arch: str | None, gpu_name: str | None = None, vendor: str | None = None) -> Topology:
+    def with_arch(self, arch: str | None, gpu_name: str | None = None, vendor: str | None = None,
+                  cpu: str | None = None) -> Topology:
         """The same machine with bandwidths re-estimated for GPU generation `arch` (and named `gpu_name`, made by
-        `vendor`)."""
+        `vendor`), and for CPU family `cpu` (None: the one it has)."""
+        cpu = cpu or self.cpu
         links = [
-            replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch)) for l in self.links()
+            replace(l, bandwidth_gbps=estimate_bandwidth_gbps(l.kind, l.nvlinks, arch, cpu)) for l in self.links()
         ]
         return Topology(self.gpus, self.nics, links, arch=arch, gpu_name=gpu_name or self.gpu_name,
-                        source=self.source, notes=self.notes, vendor=vendor or self.vendor)
+                        source=self.source, notes=self.notes, vendor=vendor or self.vendor, cpu=cpu)
+
+    def with_cpu(self, cpu: str | None) -> Topology:
+        """The same machine with SYS hops re-estimated for CPU family `cpu` (topology.links.CPU_LINKS)."""
+        return self if cpu is None else self.with_arch(self.arch, cpu=cpu_links(cpu).family)
 
 
 def build_topology(
@@ -248,6 +256,7 @@ def build_topology(
     notes: Sequence[str] = (),
     evidence: Mapping[tuple[str, str], str] | None = None,
     vendor: str | None = None,
+    cpu: str | None = None,
 ) -> Topology:
     """Make a Topology from per-pair link codes (`{("GPU0", "GPU1"): "NV12", ...}`, either order).
 
@@ -267,6 +276,7 @@ def build_topology(
         if parsed is None:
             raise TopoplanError(f"unknown link code {raw!r} between {a} and {b}", source=source or None)
         code, kind, nvlinks = parsed
-        links.append(Link(pair[0], pair[1], code, kind, nvlinks, estimate_bandwidth_gbps(kind, nvlinks, arch),
+        links.append(Link(pair[0], pair[1], code, kind, nvlinks, estimate_bandwidth_gbps(kind, nvlinks, arch, cpu),
                           LATENCY_US[kind], p2p_by_pair.get(pair), said.get(pair)))
-    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes, vendor=vendor)
+    return Topology(gpus, nics, links, arch=arch, gpu_name=gpu_name, source=source, notes=notes, vendor=vendor,
+                    cpu=cpu)

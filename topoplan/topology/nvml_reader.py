@@ -26,8 +26,27 @@ def _pynvml() -> ModuleType:
     return pynvml
 
 
-def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = None) -> dict[str, Any]:
-    """This machine's raw NVML and sysfs answers as a recording. No driver -> TopoplanError."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def read_cpu_model(cpuinfo: str | Path | None = None) -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it (x86 `model name`, POWER `cpu`), None if unreadable:
+    NVML does not report the CPU, and its family sets the SYS-hop figures (topology.links.CPU_LINKS)."""
+    try:
+        lines = Path(cpuinfo or CPUINFO).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "cpu") and value.strip():
+            return value.strip()
+    return None
+
+
+def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = None,
+                   cpuinfo: str | Path | None = None) -> dict[str, Any]:
+    """This machine's raw NVML and sysfs answers (and its CPU model) as a recording. No driver ->
+    TopoplanError."""
     nvml = nvml or _pynvml()
     started = time.perf_counter()
     try:
@@ -47,13 +66,15 @@ def record_machine(sysfs_root: str | Path = "/sys", nvml: ModuleType | None = No
     sysfs = read_sysfs([g["pci_bus_id"] for g in answers["gpus"] if isinstance(g.get("pci_bus_id"), str)
                         and not is_error(g["pci_bus_id"])], sysfs_root)
     timings = {"nvml_s": round(queried - started, 6), "sysfs_s": round(time.perf_counter() - queried, 6)}
-    return new_recording(answers, sysfs, dict(os.environ), extra={"timings": timings})
+    return new_recording(answers, sysfs, dict(os.environ),
+                         extra={"timings": timings, "cpu": {"model_name": read_cpu_model(cpuinfo)}})
 
 
 def read_nvml_topology(save: str | Path | None = None, sysfs_root: str | Path = "/sys",
-                       nvml: ModuleType | None = None) -> Topology:
-    """This machine's topology from NVML and sysfs; with `save`, the recording is written there too."""
-    recording = record_machine(sysfs_root, nvml)
+                       nvml: ModuleType | None = None, cpuinfo: str | Path | None = None) -> Topology:
+    """This machine's topology from NVML, sysfs and /proc/cpuinfo; with `save`, the recording is written
+    there too."""
+    recording = record_machine(sysfs_root, nvml, cpuinfo)
     if save is not None:
         save_recording(recording, save)
     return topology_from_recording(recording, source=SOURCE)

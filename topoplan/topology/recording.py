@@ -8,7 +8,8 @@ Schema (docs/nvml.md has the full description):
      "constructed": "...",                      # only in hand-written fixtures: what they were built from
      "environment": {"CUDA_VISIBLE_DEVICES": null | "...", "CUDA_DEVICE_ORDER": null | "..."},
      "nvml": {...},                              # nvml_query.query_nvml
-     "sysfs": {"nics": [...], "pci": {...}}}     # sysfs_nics.read_sysfs
+     "sysfs": {"nics": [...], "pci": {...}},     # sysfs_nics.read_sysfs
+     "cpu": {"model_name": "..." | null}}        # optional: /proc/cpuinfo's, for the SYS-hop figures
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from topoplan.errors import TopoplanError
 from topoplan.jsonfile import parse_json
 from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
-from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH
+from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH, cpu_family_of
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
 from topoplan.topology.sysfs_nics import pci_link_code, sysfs_address
@@ -133,6 +134,8 @@ def check_shape(recording: dict[str, Any]) -> None:
         _check_fields(nic, NIC_FIELDS, f"sysfs.nics[{k}]", required=tuple(NIC_FIELDS))
     for address, place in sysfs["pci"].items():
         _check_fields(place, PCI_FIELDS, f"sysfs.pci[{address!r}]", required=tuple(PCI_FIELDS))
+    if "cpu" in recording:
+        _check_fields(recording["cpu"], {"model_name": (str, type(None))}, "cpu", required=("model_name",))
     check_ranges(recording)
 
 
@@ -376,5 +379,9 @@ def topology_from_recording(recording: dict[str, Any], source: str = "") -> Topo
         arch, gpu_name = reader.arch_and_name()
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         raise TopoplanError(f"damaged recording ({type(error).__name__}: {error})", source=source or None) from None
+    model_name = recording.get("cpu", {}).get("model_name")
+    cpu = cpu_family_of(model_name) if isinstance(model_name, str) else None
+    if cpu is not None:
+        reader.notes.append(f"CPU family {cpu} (SYS-hop figures) from the recorded CPU model {model_name!r}")
     return build_topology(gpus, nics, codes, arch=arch, gpu_name=gpu_name, p2p=p2p, source=source,
-                          notes=reader.notes, vendor="nvidia")
+                          notes=reader.notes, vendor="nvidia", cpu=cpu)

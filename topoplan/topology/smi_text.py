@@ -80,6 +80,8 @@ def parse_topo_text(text: str, source: str = "<text>") -> Topology:
         notes.add("the paste has no NIC rows: GPU-NIC links come from the GPU rows alone (not cross-checked "
                   "against a NIC row) and NIC-NIC links are unknown")
     nics = _nics(nic_labels, lines[after:], notes)
+    if _pcie_only_view(lines[:header_at], lines[after:]):
+        notes.add(NVLINK_HIDDEN)
     if notes.off_grid:
         first, last = notes.off_grid[0], notes.off_grid[-1]
         span = f"line {first.number}" if first is last else f"lines {first.number}-{last.number}"
@@ -318,6 +320,22 @@ def _refuse_trailing_matrix(rest: list[Line], header: _Header, source: str) -> N
         if len(words) > 1 and _DEVICE_LABEL.match(words[0]) and (words[1] == "X" or parse_link_code(words[1])):
             raise TopoplanError(f"row {words[0]!r} is not a column of the header (line {header.line.number}); "
                                 f"expected the legend or the end of the matrix", source=source, line=line.number)
+
+
+# `nvidia-smi topo -mp` (`--matrix_pci`) prints the PCIe path between every pair, NVLinked or not, and its
+# legend has no `NV#` line. Planned as it stands, an NVLink box looks like a PCIe box: say so.
+NVLINK_HIDDEN = ("NVLink not shown: this is a `nvidia-smi topo -mp` (PCIe-only) view, so GPUs joined by NVLink are "
+                 "priced as PCIe; paste `nvidia-smi topo -m` to see NVLink")
+_MP_COMMAND = re.compile(r"\btopo\s+(?:-\w*\s+)*(?:-mp|--matrix_pci)\b")
+_LEGEND_CODE = re.compile(r"^\s*(NV#|PIX)\s*=")
+
+
+def _pcie_only_view(before: list[Line], after: list[Line]) -> bool:
+    """The paste is a `topo -mp` matrix: its command line says so, or its legend lists PCIe codes but no NV#."""
+    if any(_MP_COMMAND.search(line.text) for line in before):
+        return True
+    codes = {match.group(1) for line in after if (match := _LEGEND_CODE.match(line.text))}
+    return codes == {"PIX"}
 
 
 def _nics(labels: list[str], rest: list[Line], notes: _Notes) -> list[Nic]:
