@@ -38,8 +38,11 @@ def serve_script(tmp_path: Path, *extra: str) -> Path:
 
 
 def start(script: Path, mark: str, **env: str) -> subprocess.Popen:
+    # SIGINT back to its default first: a test run started as a background job inherits SIGINT ignored, and bash
+    # cannot trap a signal ignored on entry (a user's terminal never starts the script that way)
     proc = subprocess.Popen(["bash", str(script)], env=dict(os.environ, **{MARK: mark}, **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while len(marked_processes(mark)) < 5 and time.monotonic() < deadline:  # bash, engine, 2 workers, grandchild
         time.sleep(0.1)

@@ -21,8 +21,8 @@ def _load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_all_sixteen_fixtures_have_expectations():
-    assert len(EXPECTED) == 16
+def test_all_seventeen_fixtures_have_expectations():
+    assert len(EXPECTED) == 17
     matrices = [p for p in TOPO.glob("*.txt") if ".p2p" not in p.name and ".measured" not in p.name]
     assert sorted(p.name for p in matrices) == sorted(_load(p)["file"] for p in EXPECTED)
 
