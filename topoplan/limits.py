@@ -46,9 +46,3 @@ def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX
                             f"expected a topology, recording, config or calibration file", source=str(path))
     return data
 
-
-def check_digits(text: str, source: str | Path | None = None, line: int | None = None) -> int:
-    """`text` (digits only) as an int, refusing more than MAX_DIGITS digits before Python converts it."""
-    if len(text) > MAX_DIGITS:
-        raise TopoplanError(f"number with {len(text)} digits; expected at most {MAX_DIGITS}", source=source, line=line)
-    return int(text)
