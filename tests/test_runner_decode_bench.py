@@ -1,0 +1,99 @@
+"""benchmarks/runner_decode.py's bookkeeping (no timing): ranges, ratios paired by round, verdicts on the worst
+round, the targets table, the size of the model it builds, and its option checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "runner_decode.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("runner_decode", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_span_prints_the_range_or_one_figure(bench):
+    assert bench.span([3.0, 1.25, 2.0]) == "1.25–3.00"
+    assert bench.span([1.001, 0.999]) == "1.00"  # both ends print alike
+    assert bench.span([12.04, 9.96], "{:.1f}", " ms") == "10.0–12.0 ms"
+    assert bench.span([]) == "—"
+
+
+def test_ratios_pair_rounds_and_the_verdict_takes_the_worst(bench):
+    ours, hf = [10.0, 20.0, 10.0], [12.0, 21.0, 30.0]  # round 2: ours 20 ms against HF 21 ms
+    ratios = bench.paired_ratios(ours, hf)
+    assert ratios == pytest.approx([1.2, 1.05, 3.0])
+    assert bench.verdict(ratios, 1.1) == "MISS"  # the best (3.0x) and the median (1.2x) pass; round 2 does not
+    assert bench.verdict(ratios, 1.05) == "PASS"
+    assert bench.verdict([1.0, 1.2], 1.0, strict=True) == "MISS"  # "faster than": equal is not faster
+    assert bench.verdict([], 1.0) == "n/a"
+    assert bench.verdict(ratios, None) == "n/a"
+    assert bench.ratio_text([0.88, 0.93], percent=True) == "88–93%"
+    assert bench.ratio_text([1.5], percent=False) == "1.50x"
+
+
+def test_targets_table_rows(bench):
+    report = bench.Report()
+    report.series[("small", "tp1")] = {"ours": [30.0, 40.0], "HF": [36.0, 42.0], "limit": [28.0, 38.0]}
+    report.series[("tiny", "tp2")] = {"ours TP2": [5.0], "ours TP1": [4.0], "limit": [0.3]}
+    report.titles.update(tp1="TP1, 2 thread(s)", tp2="TP2, 2 ranks x 1 thread(s)")
+    rows = bench.targets_table(report, 2)[2:]
+    assert rows == [
+        "| small | TP1, 2 thread(s) | ours / HF tok/s | 1.05–1.20x | ≥ 1.1x | MISS |",
+        "| small | TP1, 2 thread(s) | ours / vLLM tok/s | — | ≥ 1x | n/a |",  # not measured: shown, no verdict
+        "| small | TP1, 2 thread(s) | ours: of the weight-streaming limit | 93–95% | ≥ 90% | PASS |",
+        "| tiny | TP2, 2 ranks x 1 thread(s) | ours TP2 / ours TP1 tok/s | 0.80x | — | n/a |",  # no target for tiny
+    ]
+
+
+def test_figures_table_counts_a_batch_per_step(bench):
+    report = bench.Report(stream_bytes={"tiny": 2_000_000})
+    report.series[("tiny", "pp2")] = {"micro-batched": [10.0], "not micro-batched": [20.0], "limit": [1.0]}
+    report.titles["pp2"], report.batches["pp2"] = "PP2 batch 4", 4
+    rows = bench.figures_table(report, 1)[2:]
+    assert rows == ["| tiny | PP2 batch 4 | micro-batched | 10.00 | 400.0 | 10% |",
+                    "| tiny | PP2 batch 4 | not micro-batched | 20.00 | 200.0 | 5% |",
+                    "| tiny | PP2 batch 4 | limit | 1.00 | 4000.0 | read once: 2.00 GB/s |"]
+
+
+def test_big_is_memory_bound_and_byte_vocabulary(bench):
+    c = bench.BIG
+    head = c["hidden_size"] // c["num_attention_heads"]
+    layer = (2 * c["hidden_size"] * c["num_attention_heads"] * head  # q, o
+             + 2 * c["hidden_size"] * c["num_key_value_heads"] * head  # k, v
+             + 3 * c["hidden_size"] * c["intermediate_size"])  # gate, up, down
+    params = c["num_hidden_layers"] * layer + 2 * c["vocab_size"] * c["hidden_size"]
+    assert 4 * params >= 600e6
+    assert c["topoplan_byte_tokenizer"] and c["vocab_size"] > 258  # prompt ids are bytes; 256-258 BOS/EOS/PAD
+
+
+def test_options(bench, capsys):
+    args = bench.parse_args(["--models", "tiny,big", "--engines", "ours", "--threads", "3"])
+    assert args.models == ["tiny", "big"] and args.engines == ["ours"]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--models", "huge"])
+    assert exit_info.value.code == 2
+    assert bench.wanted_groups(args) == ["tp1", "1thread"]  # 3 threads do not split over 2 ranks
+    assert "TP2: skipped" in capsys.readouterr().out
+
+
+def test_vllm_column_says_why_it_is_skipped(bench, tmp_path):
+    args = bench.parse_args(["--vllm-python", str(tmp_path / "missing")])
+    python, why = bench.vllm_python_or_why(args, {"ours", "vllm"}, args.threads)
+    assert python is None and "not found" in why
+    args = bench.parse_args([])
+    args.vllm_python = None
+    assert bench.vllm_python_or_why(args, {"vllm"}, args.threads) == (
+        None, "no vLLM Python: pass --vllm-python PATH or set TOPOPLAN_VLLM_PYTHON")
