@@ -287,7 +287,7 @@ def groups_for(name: str, s: Settings, engines: set[str], wanted: list[str], wor
     model, folder = model_paths(name, workdir)
     weights = streamed_weights(folder, s.device)
     report.stream_bytes[name] = sum(t.numel() * t.element_size() for t in weights)
-    hf = load_hf(folder, s.device) if "hf" in engines else None
+    hf = load_hf(folder, s.device) if "hf" in engines and {"tp1", "1thread"} & set(wanted) else None
     t, half = s.threads, s.threads // 2
     ours = partial(ours_ms, model, s)
     serve = "vllm" in engines and s.vllm_python is not None
