@@ -380,7 +380,7 @@ def run_group(name: str, group: Group, folder: Path, s: Settings, report: Report
 # -- the tables -------------------------------------------------------------------------------------------------
 
 def figures_table(report: Report, rounds: int) -> list[str]:
-    lines = [f"| model | layout | engine | ms/token (per step) | tokens/s | weight streaming ({rounds} rounds) |",
+    lines = [f"| model | layout | engine | ms/token (per step) | tokens/s | weight streaming ({rounds} round(s)) |",
              "|---|---|---|---|---|---|"]
     for (model, key), series in report.series.items():
         batch, limit = report.batches[key], series.get("limit", [])
@@ -397,7 +397,7 @@ def figures_table(report: Report, rounds: int) -> list[str]:
 
 
 def targets_table(report: Report, rounds: int) -> list[str]:
-    lines = [f"| model | layout | figure | range over {rounds} rounds | target | worst round |",
+    lines = [f"| model | layout | figure | range over {rounds} round(s) | target | worst round |",
              "|---|---|---|---|---|---|"]
     for (model, key), series in report.series.items():
         for target in (t for t in TARGETS if t.group == key):
