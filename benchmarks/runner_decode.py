@@ -11,7 +11,8 @@ default every CPU this process may use):
   1 thread  our TP1 on 1 thread | HF generate on 1 thread
   PP2       our PP2 (2 ranks x T/2 threads) at batch --batch: micro-batched (--micro-batches 0, auto) vs not (1)
 vLLM-CPU is served through `topoplan launch --engine vllm --device cpu` (topoplan.bench.vllm_cpu), whose CPU
-split gives TP1 every core and TP2 one core per rank: so it races only when T is every core.
+split gives TP1 every core and TP2 one core per rank: so it races only when T is every core (and not on
+`tiny`: VLLM_CANNOT).
 Models: `tiny` and `small` (built-ins) and `big`, a memory-bound Llama of 759 MB of fp32 weights (random,
 `small`'s byte vocabulary) that the benchmark builds once into --workdir.
 
@@ -32,9 +33,10 @@ Timings are decode only, in ms per token (per step of the whole batch for PP2):
         embedding row per token), so limit ms / decode ms is the fraction of the weight-streaming limit.
 Batched tokens/s (PP2) = batch / decode ms per step. Ratios of tokens/s = the other's ms / ours, per round.
 
-    python benchmarks/runner_decode.py                       # everything: a quiet machine, ~20-40 min
+    python benchmarks/runner_decode.py                       # everything: a quiet machine, ~30 min
     python benchmarks/runner_decode.py --models tiny --repeat 1 --tokens 8 --engines ours,hf   # a minute
     python benchmarks/runner_decode.py --vllm-python /path/to/vllm-venv/bin/python   # or TOPOPLAN_VLLM_PYTHON
+    python benchmarks/runner_decode.py --models small --layouts tp1,tp2 --engines ours,vllm   # one race
     python benchmarks/runner_decode.py --cuda     # on a GPU: TP1 on NCCL vs HF on the same GPU
 """
 
@@ -339,7 +341,7 @@ def race(cells: dict[str, Callable[[], float]], rounds: int, report: Report) -> 
             before = load_now(report)
             try:
                 ms = cells[label]()
-            except TopoplanError as error:  # an engine that serves but cannot run this model (vLLM on `tiny`)
+            except TopoplanError as error:  # a served engine failing a request: no figure
                 print(f"  {label}: dropped from this group: {error}", flush=True)
                 del out[label]
                 continue
