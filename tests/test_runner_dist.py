@@ -30,6 +30,7 @@ BYTE_PROMPTS = ["256,72,101,108,108,111,44,32,119,111,114,108,100", "256,104,105
 HF_PROMPTS = [[1, 5, 6, 7, 8, 9, 10, 11, 12], [1, 20, 21], [1, 30, 31, 32, 33, 34]]
 HF_KINDS = ["llama", "mistral", "qwen2"]
 SAMPLING = {"temperature": 0.8, "top_p": 0.9, "seed": 7}
+MICRO_BATCHES = (1, 3)  # besides the default (one per stage): none, and one per prompt
 
 
 def _opts(model: Path, tp=1, pp=1, dp=1, prompts=BYTE_PROMPTS, new=8, **extra) -> dict:
@@ -64,6 +65,9 @@ def _jobs(world: int, m: dict) -> list[dict]:
             jobs.append({"name": f"grid-tp{tp}-pp{pp}-dp{dp}", "options": _opts(model, tp, pp, dp)})
     if world == 2:
         jobs.append({"name": "grid-tp2-bf16", "options": _opts(m["grid"], 2, 1, 1, dtype="bfloat16")})
+        jobs += [{"name": f"grid-tp1-pp2-dp1-mb{mb}", "options": _opts(m["grid"], 1, 2, 1, micro_batches=mb)}
+                 for mb in MICRO_BATCHES]
+        jobs.append({"name": "grid-tp2-pp1-dp1-gloo", "options": _opts(m["grid"], 2, 1, 1, no_shared_memory=True)})
     if world == 4:
         for kind in HF_KINDS:
             jobs.append({"name": f"{kind}-tp2-pp2", "options": _opts(m[kind], 2, 2, 1, m["hf_prompts"], 10)})
@@ -86,11 +90,17 @@ def launch(models, tmp_path_factory):
     return run_world
 
 
-@pytest.mark.parametrize("tp,pp,dp", GRID, ids=[f"tp{t}-pp{p}-dp{d}" for t, p, d in GRID])
-def test_layout_matches_unsharded(launch, tp, pp, dp):
+RUNS = ([(tp, pp, dp, "") for tp, pp, dp in GRID] + [(1, 2, 1, f"-mb{mb}") for mb in MICRO_BATCHES]
+        + [(2, 1, 1, "-gloo")])
+
+
+@pytest.mark.parametrize("tp,pp,dp,variant", RUNS, ids=[f"tp{t}-pp{p}-dp{d}{v}" for t, p, d, v in RUNS])
+def test_layout_matches_unsharded(launch, tp, pp, dp, variant):
+    """Every layout, the default pipeline schedule (one micro-batch per stage) and others (-mb1: none, -mb3: one
+    per prompt), and TP over gloo instead of shared memory (-gloo): the same tokens and logits as one rank."""
     ref_name = "grid3-ref" if tp == 3 else "grid-ref"
     ref, ref_logits = launch(1)[ref_name]
-    got, got_logits = launch(tp * pp * dp)[f"grid-tp{tp}-pp{pp}-dp{dp}"]
+    got, got_logits = launch(tp * pp * dp)[f"grid-tp{tp}-pp{pp}-dp{dp}{variant}"]
     assert got["layout"] == {"tp": tp, "pp": pp, "dp": dp, "ep": 1}
     assert got["tokens"] == ref["tokens"]
     assert [len(t) for t in got["tokens"]] == [len(t) for t in ref["tokens"]]

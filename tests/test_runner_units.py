@@ -114,11 +114,27 @@ def test_attention_mask_hides_padding_and_future():
 def test_pick_tokens_greedy_and_nucleus():
     logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
     assert pick_tokens(logits, Sampling(), None).tolist() == [1, 0]
-    gen = torch.Generator().manual_seed(0)
+    gens = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
     nucleus = Sampling(temperature=1.0, top_p=0.5)  # the top token alone holds more than half the mass
-    assert all(pick_tokens(logits, nucleus, gen).tolist() == [1, 0] for _ in range(50))
-    wide = [pick_tokens(logits, Sampling(temperature=5.0), gen)[0].item() for _ in range(200)]
+    assert all(pick_tokens(logits, nucleus, gens).tolist() == [1, 0] for _ in range(50))
+    wide = [pick_tokens(logits, Sampling(temperature=5.0), gens)[0].item() for _ in range(200)]
     assert set(wide) == {0, 1, 2}
+    # each row draws from its own generator: row 1's token does not depend on which rows are drawn with it
+    for seed in range(20):
+        alone = pick_tokens(logits[1:], Sampling(temperature=5.0), [torch.Generator().manual_seed(seed)])
+        together = pick_tokens(logits, Sampling(temperature=5.0), [torch.Generator().manual_seed(seed + 1),
+                                                                    torch.Generator().manual_seed(seed)])
+        assert alone.item() == together[1].item()
+
+
+def test_sampling_follows_the_distribution():
+    """Inverse-CDF draws land on each token in proportion to its probability, never on a zero-mass one."""
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2]])
+    gen = [torch.Generator().manual_seed(4)]
+    picks = [pick_tokens(probs.log(), Sampling(temperature=1.0), gen).item() for _ in range(4000)]
+    counts = [picks.count(t) / len(picks) for t in range(4)]
+    assert counts[1] == 0.0
+    assert all(abs(got - want) < 0.03 for got, want in zip(counts, [0.5, 0.0, 0.3, 0.2]))
 
 
 def test_options_round_trip_through_argv():
@@ -151,7 +167,7 @@ def test_unsharded_matches_transformers(tmp_path, kind):
     expected, hf_logits = hf_generate(hf, PROMPTS, 10)
     ours = generate(model, PROMPTS, 10, keep_logits=True)
     assert ours.tokens == expected
-    got = torch.stack(ours.logits, dim=1)  # [B, steps, V]
+    got = torch.stack(ours.logits)  # [B, steps, V]: no EOS here, every prompt ran 10 steps
     torch.testing.assert_close(got, hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
 
 
@@ -164,7 +180,7 @@ def test_single_prompt_decode_without_mask_matches_transformers(tmp_path, kind):
     expected, hf_logits = hf_generate(hf, PROMPTS[:1], 12)
     ours = generate(model, PROMPTS[:1], 12, keep_logits=True)
     assert ours.tokens == expected
-    torch.testing.assert_close(torch.stack(ours.logits, dim=1), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
+    torch.testing.assert_close(torch.stack(ours.logits), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
 
 
 def test_unsharded_stops_at_eos_per_sequence(tmp_path):
@@ -188,7 +204,7 @@ def test_builtin_folder_is_a_transformers_checkpoint(tmp_path):
     expected, hf_logits = hf_generate(hf, prompts, 8)
     ours = generate(model, prompts, 8, keep_logits=True)
     assert ours.tokens == expected
-    torch.testing.assert_close(torch.stack(ours.logits, dim=1), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
+    torch.testing.assert_close(torch.stack(ours.logits), hf_logits, rtol=0, atol=FP32_LOGIT_TOL)
 
 
 def test_save_refuses_a_non_empty_folder(tmp_path):

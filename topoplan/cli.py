@@ -366,6 +366,10 @@ def run(
     seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Always generate --max-new-tokens (benchmarks)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
+    micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline micro-batches in flight (0: one per stage, "
+                                      "the schedule `plan` prices; 1: none)."),
+    shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory", help="TP all-reduces between CPU "
+                                       "ranks of one host through shared memory (else gloo's sockets)."),
     save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
                              "an existing one), then exit; takes no other option."),
 ) -> None:
@@ -376,7 +380,8 @@ def run(
     try:
         opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
-                          temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out)
+                          temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out,
+                          micro_batches=micro_batches, no_shared_memory=not shared_memory)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint
@@ -417,6 +422,8 @@ def bench_command(
                               "sum, prod, min, max or avg (avg: NCCL only)."),
     root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
                              "the group)."),
+    shared_memory: bool = typer.Option(False, "--shared-memory", help="all_reduce (sum) between CPU ranks of one "
+                                       "host through shared memory, as `topoplan run`'s TP groups do (gloo else)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
@@ -431,7 +438,8 @@ def bench_command(
     try:
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
                                             backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
-                                            plot=plot, redop=redop, root=root, check=check)
+                                            plot=plot, redop=redop, root=root, check=check,
+                                            shared_memory=shared_memory)
         world = request.world()
         request.check_backend(world)
         result = spawn_json(world, "topoplan.bench.worker", request.worker_argv(), echo=not as_json, what="bench")

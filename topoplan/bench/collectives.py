@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from topoplan.bench import datacheck
 from topoplan.bench.definitions import PLACES, REDUCING, ROOTED, algbw_gbps, busbw_gbps, element_count
+from topoplan.runner.shm import ShmGroup
 
 # torch 2.13 renamed the single-tensor forms (the old names warn); older torch has only the old names.
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -31,6 +32,7 @@ class Group:
 
     ranks: tuple[int, ...]
     handle: dist.ProcessGroup | None  # None: the default (world) group
+    shm: ShmGroup | None = None  # all_reduce (sum) through shared memory, as the runner's TP group does
 
     @property
     def size(self) -> int:
@@ -90,8 +92,9 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
 
     if op == "all_reduce":
         x = buf(count)
-        return Case(lambda: dist.all_reduce(x, op=red, group=g), lambda: x.copy_(mine(0, count)),
-                    x, reduced(0, count), n)
+        shm = group.shm if group.shm is not None and redop == "sum" and group.shm.fits(x) else None
+        call = (lambda: shm.all_reduce(x)) if shm is not None else (lambda: dist.all_reduce(x, op=red, group=g))
+        return Case(call, lambda: x.copy_(mine(0, count)), x, reduced(0, count), n)
     if op == "broadcast":
         x = buf(count)
         return Case(lambda: dist.broadcast(x, src=root_rank, group=g),

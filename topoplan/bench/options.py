@@ -68,6 +68,7 @@ class BenchRequest:
     redop: str = "sum"  # the reducing ops' reduction (nccl-tests' -o)
     root: int = 0  # the rooted ops' root, a place in the group (nccl-tests' -r)
     check: bool = False  # verify every result (nccl-tests' -c)
+    shared_memory: bool = False  # all_reduce (sum) between CPU ranks of one host as the runner does it (runner.shm)
 
     def __post_init__(self) -> None:
         parse_redop(self.redop)
@@ -146,7 +147,8 @@ class BenchRequest:
                  "--timeout", str(self.timeout)] + (["--backend", self.backend] if self.backend else [])
                 + (["--layout", str(self.layout)] if self.layout is not None else [])
                 + (["--groups", self.groups] if self.groups is not None else [])
-                + ["--redop", self.redop, "--root", str(self.root)] + (["--check"] if self.check else []))
+                + ["--redop", self.redop, "--root", str(self.root)] + (["--check"] if self.check else [])
+                + (["--shared-memory"] if self.shared_memory else []))
 
     @classmethod
     def from_worker_argv(cls, argv: Sequence[str] | None = None) -> BenchRequest:
@@ -156,6 +158,7 @@ class BenchRequest:
                      "root"):
             parser.add_argument(f"--{name}", default=None)
         parser.add_argument("--check", action="store_true", default=None)
+        parser.add_argument("--shared-memory", action="store_true", default=None)
         given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
         for name, kind in (("iters", int), ("warmup", int), ("timeout", float), ("root", int)):
             if name in given:

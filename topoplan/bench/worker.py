@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from topoplan.bench.collectives import Group, SweepOptions, sweep
@@ -21,6 +22,7 @@ from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import RankEnv
 from topoplan.runner.dist import join_world, new_groups
 from topoplan.runner.process import Progress, rank_main
+from topoplan.runner.shm import ShmGroup, usable
 
 
 def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
@@ -32,12 +34,18 @@ def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]
     return RankGrid(layout).groups(kind)
 
 
-def my_group(groups: list[list[int]], timeout_s: float) -> Group:
-    """This rank's group (the world's own group when it spans the world)."""
+def my_group(groups: list[list[int]], timeout_s: float, shared_memory: bool, device: torch.device) -> Group:
+    """This rank's group (the world's own group when it spans the world), with its shared-memory all-reduce
+    when asked for and its ranks are CPU ranks of one host (as the runner's TP groups)."""
     if len(groups) == 1 and len(groups[0]) == dist.get_world_size():
-        return Group(tuple(groups[0]), None)
-    ranks, handle = new_groups(groups, timeout_s)
-    return Group(tuple(ranks), handle)
+        ranks, handle = groups[0], None
+    else:
+        ranks, handle = new_groups(groups, timeout_s)
+    shm = None
+    if shared_memory and len(ranks) > 1:
+        group = handle if handle is not None else dist.group.WORLD
+        shm = ShmGroup(group, timeout_s) if usable(group, device) else None
+    return Group(tuple(ranks), handle, shm)
 
 
 def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
@@ -45,7 +53,7 @@ def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
     r = request
     backend, device = join_world(env, r.backend, r.timeout)
     groups = build_groups(env.world_size, r.layout, r.group)
-    group = my_group(groups, r.timeout)
+    group = my_group(groups, r.timeout, r.shared_memory, device)
     points = [0]
     with Progress.on_rank(env.rank) as progress:
         update = progress.task("sweeping", point_count(r.ops, len(r.sizes)))
@@ -64,7 +72,8 @@ def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
         "backend": backend, "device": device.type, "dtype": r.dtype, "world": env.world_size,
         "group": r.group, "groups": [list(g) for g in groups], "group_size": group.size,
         "iters": r.iters, "warmup": r.warmup, "sizes": list(r.sizes), "redop": r.redop, "root": r.root,
-        "check": r.check, "results": rows, "skipped": skipped, "avg_busbw_gbps": avg_busbw(rows),
+        "check": r.check, "shared_memory": group.shm is not None, "results": rows, "skipped": skipped,
+        "avg_busbw_gbps": avg_busbw(rows),
     }
 
 

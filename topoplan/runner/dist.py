@@ -22,6 +22,7 @@ from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
+from topoplan.runner.shm import ShmGroup, usable
 
 # What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
 # that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
@@ -75,6 +76,7 @@ class Dist:
     timer: CommTimer = field(default_factory=CommTimer)
     ep_group: dist.ProcessGroup | None = None  # MoE expert parallelism (layout.ep > 1): this rank's EP group
     ep_rank: int = 0
+    tp_shm: ShmGroup | None = None  # the TP group through shared memory, when all its ranks are CPU ranks of one host
 
     @property
     def is_first_stage(self) -> bool:
@@ -88,13 +90,19 @@ class Dist:
         """Sum over the TP group, in place (the one collective of a row-parallel layer)."""
         if self.tp_group is not None:
             with self.timer.timed():
-                dist.all_reduce(tensor, group=self.tp_group)
+                if self.tp_shm is not None and self.tp_shm.fits(tensor):
+                    self.tp_shm.all_reduce(tensor)
+                else:
+                    dist.all_reduce(tensor, group=self.tp_group)
         return tensor
 
     def all_gather_last_dim(self, tensor: torch.Tensor) -> torch.Tensor:
         """Concatenate the TP ranks' shards along the last dimension (vocab-parallel logits)."""
         if self.tp_group is None:
             return tensor
+        if self.tp_shm is not None and self.tp_shm.fits(tensor):
+            with self.timer.timed():
+                return self.tp_shm.all_gather(tensor, dim=-1)
         parts = [torch.empty_like(tensor) for _ in range(self.layout.tp)]
         with self.timer.timed():
             dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
@@ -168,8 +176,10 @@ def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], di
     return mine
 
 
-def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float) -> Dist:
-    """This rank's TP and PP groups for `layout` in the joined world (a group of one rank is None)."""
+def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float,
+               shared_memory: bool = True) -> Dist:
+    """This rank's TP and PP groups for `layout` in the joined world (a group of one rank is None), and with
+    `shared_memory` the TP group's shared-memory collectives where its ranks share a host (topoplan.runner.shm)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != layout.world:
         raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
@@ -178,16 +188,19 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     tp_group = new_groups(grid.tp_groups, timeout_s)[1] if layout.tp > 1 else None
     pp_group = new_groups(grid.pp_groups, timeout_s)[1] if layout.pp > 1 else None
     ep_ranks, ep_group = new_groups(grid.ep_groups, timeout_s) if layout.ep > 1 else ([rank], None)
+    # usable() is collective over the TP group, so every member reaches the same verdict
+    tp_shm = (ShmGroup(tp_group, timeout_s) if tp_group is not None and shared_memory and usable(tp_group, device)
+              else None)
     return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
-                ep_group=ep_group, ep_rank=ep_ranks.index(rank))
+                ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm)
 
 
-def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float) -> Dist:
+def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float, shared_memory: bool = True) -> Dist:
     """Join the job and build this rank's groups."""
     if env.world_size != layout.world:
         raise TopoplanError(f"the launcher started {env.world_size} ranks but {layout} needs {layout.world}")
     backend, device = join_world(env, backend, timeout_s)
-    return build_dist(layout, backend, device, timeout_s)
+    return build_dist(layout, backend, device, timeout_s, shared_memory)
 
 
 def usable_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -88,9 +88,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        """HF's LlamaRMSNorm (normalise in fp32, cast back, scale) in one fused op instead of six."""
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 class KVCache(nn.Module):
@@ -103,11 +102,12 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, slot: int, k: torch.Tensor, v: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new keys and values of batch rows `rows` (a pipeline micro-batch, or all) at `slot`."""
         end = slot + k.shape[2]
-        self.k[:, :, slot:end] = k
-        self.v[:, :, slot:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
+        self.k[rows, :, slot:end] = k
+        self.v[rows, :, slot:end] = v
+        return self.k[rows, :, :end], self.v[rows, :, :end]
 
 
 class Attention(nn.Module):
@@ -125,8 +125,8 @@ class Attention(nn.Module):
         self.o_proj = RowParallelLinear(q_size, scaled(heads, dh), config.dim, config.o_bias, shard.comm)
         self.cache: KVCache | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                slot: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                slot: int, rows: slice) -> torch.Tensor:
         b, n, _ = x.shape
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.sizes, dim=-1)
         q = q.view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
@@ -134,7 +134,7 @@ class Attention(nn.Module):
         v = v.view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         assert self.cache is not None, "call Transformer.setup_cache first"
-        k, v = self.cache.update(slot, k, v)  # [B, Hkv, S, Dh]
+        k, v = self.cache.update(slot, k, v, rows)  # [B, Hkv, S, Dh]
         # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
         group = self.n_local_heads // self.n_local_kv_heads
         q = q.reshape(b, self.n_local_kv_heads, group * n, self.head_dim)  # [B, Hkv, group*L, Dh]
@@ -178,9 +178,9 @@ class DecoderLayer(nn.Module):
             self.mlp_name = "mlp"
             self.mlp = MLP(config, shard)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                slot: int) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slot)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                slot: int, rows: slice) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slot, rows)
         return x + getattr(self, self.mlp_name)(self.post_attention_layernorm(x))
 
 
@@ -212,9 +212,11 @@ class Transformer(nn.Module):
             attn = layer.self_attn
             attn.cache = KVCache(batch, attn.n_local_kv_heads, max_len, attn.head_dim, weight.dtype, weight.device)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, slot: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, slot: int,
+                rows: slice = slice(None)) -> torch.Tensor:
         """x: token ids [B, L] on the first stage, else hidden states [B, L, D]. positions: [B, L] RoPE
-        positions; mask: [B, 1, L, slot+L] True where a query may attend. Returns hidden states [B, L, D],
+        positions; mask: [B, 1, L, slot+L] True where a query may attend (None: everything cached); rows: which
+        rows of the KV cache these B sequences are (a pipeline micro-batch). Returns hidden states [B, L, D],
         or on the last stage the full-vocabulary logits of the last position, [B, V]."""
         if self.shard.first:
             x = self.embed_tokens(x)
@@ -222,7 +224,7 @@ class Transformer(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, L, Dh]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         for layer in self.layers.values():
-            x = layer(x, cos, sin, mask, slot)
+            x = layer(x, cos, sin, mask, slot, rows)
         if not self.shard.last:
             return x
         local_logits = self.lm_head(self.norm(x[:, -1]))  # [B, V / tp]

@@ -60,6 +60,8 @@ class RunOptions:
     ignore_eos: bool = False
     json: bool = False
     dump_logits: str | None = None  # rank 0 writes each step's logits here (torch.save), for checking
+    micro_batches: int = 0  # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
+    no_shared_memory: bool = False  # TP collectives through gloo even between ranks of one host (topoplan.runner.shm)
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""
@@ -91,6 +93,8 @@ class RunOptions:
             raise TopoplanError(f"--top-p {self.top_p:g}: expected a probability mass in (0, 1]")
         if not 0 <= self.seed <= SEED_MAX:
             raise TopoplanError(f"--seed {self.seed}: expected 0 to 2**64-1")
+        if self.micro_batches < 0:
+            raise TopoplanError(f"--micro-batches {self.micro_batches}: expected 0 (one per stage) or more")
         if self.max_new_tokens < 1:
             raise TopoplanError(f"--max-new-tokens {self.max_new_tokens}: expected at least 1")
         if not self.prompt and not self.prompt_ids:

@@ -1,10 +1,16 @@
-"""Point-to-point activation passing between pipeline stages, each message carrying its own shape.
+"""Point-to-point messages between pipeline stages: activations down the pipeline, tokens back to stage 0.
 
-A message is a fixed-size int64 header [ndim, size_0, ..., size_7] followed by the tensor. The
-receiver allocates from the header, so a prefill of any length and the one-token decode steps after it
-travel through the same code; nothing is cached from the first call (unlike
-torch.distributed.pipelining's stages, which keep the first call's shapes). Both sides know the dtype
-(the model's). Messages between one pair of ranks are matched in order, so no tags are needed.
+An activation message is a fixed-size int64 header [ndim, size_0, ..., size_7] followed by the tensor, so
+a prefill of any length and the one-token decode steps after it travel through the same code; a header
+whose ndim is SKIP or STOP carries no tensor (stage 0 telling the stages after it that a micro-batch has
+finished, or that everything has). The last stage sends each micro-batch's new tokens straight back to
+stage 0, which needs them for its next step: with several micro-batches in flight the stages never wait
+for each other at a step boundary (topoplan.runner.generate's schedule).
+
+Sends are asynchronous (isend), so a stage that has sent onwards can receive tokens coming back while its
+message is still in flight (a blocking send on both sides of a two-stage ring could wait forever); a sent
+tensor is kept until its send completes. Both sides know the dtype (the model's). Messages between one pair
+of ranks are matched in order; tokens travel with their own tag.
 """
 
 from __future__ import annotations
@@ -15,67 +21,104 @@ import torch.distributed as dist
 from topoplan.runner.dist import CommTimer, Dist
 
 MAX_DIMS = 8
+SKIP, STOP = -1, -2  # header[0] values that carry no tensor
+ACTIVATIONS, TOKENS = 0, 1  # message tags
 
 
-def send_tensor(tensor: torch.Tensor, dst: int, timer: CommTimer) -> None:
-    """Send `tensor` (any shape up to 8 dimensions) to global rank `dst`."""
+class Outbox:
+    """Asynchronous sends whose tensors must stay alive until they complete."""
+
+    def __init__(self, timer: CommTimer):
+        self.timer, self.pending = timer, []
+
+    def send(self, tensor: torch.Tensor, dst: int, tag: int) -> None:
+        with self.timer.timed():
+            self.pending.append((dist.isend(tensor, dst, tag=tag), tensor))
+        self.pending = [(work, t) for work, t in self.pending if not work.is_completed()]
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        with self.timer.timed():
+            for work, _ in self.pending:
+                work.wait()
+        self.pending = []
+
+
+def header_of(tensor: torch.Tensor | None, code: int = 0) -> torch.Tensor:
+    """The int64 header announcing `tensor`'s shape, or a control code (SKIP, STOP) with no tensor."""
+    header = torch.zeros(MAX_DIMS + 1, dtype=torch.int64)
+    if tensor is None:
+        header[0] = code
+        return header
     if tensor.dim() > MAX_DIMS:
         raise ValueError(f"cannot send a {tensor.dim()}-dimensional tensor (at most {MAX_DIMS})")
-    header = torch.zeros(MAX_DIMS + 1, dtype=torch.int64, device=tensor.device)
     header[0] = tensor.dim()
     header[1:1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-    with timer.timed():
-        dist.send(header, dst)
-        dist.send(tensor.contiguous(), dst)
-
-
-def recv_tensor(src: int, dtype: torch.dtype, device: torch.device, timer: CommTimer) -> torch.Tensor:
-    """Receive the next tensor global rank `src` sends, whatever its shape."""
-    header = torch.empty(MAX_DIMS + 1, dtype=torch.int64, device=device)
-    with timer.timed():
-        dist.recv(header, src)
-        ndim = int(header[0])
-        tensor = torch.empty(header[1:1 + ndim].tolist(), dtype=dtype, device=device)
-        dist.recv(tensor, src)
-    return tensor
+    return header
 
 
 class Pipeline:
-    """One forward step through this rank's stage: receive from the previous stage, run, send onwards."""
+    """This rank's place in its pipeline: where activations come from and go, and where tokens go back."""
 
     def __init__(self, d: Dist):
         self.dist = d
         stage = d.coords.pp_rank
+        self.stages = len(d.pp_ranks)
         self.prev = d.pp_ranks[stage - 1] if stage > 0 else None
         self.next = d.pp_ranks[stage + 1] if stage + 1 < len(d.pp_ranks) else None
+        self.first_rank, self.last_rank = d.pp_ranks[0], d.pp_ranks[-1]
+        self.outbox = Outbox(d.timer)
+
+    @property
+    def is_first(self) -> bool:
+        return self.prev is None
 
     @property
     def is_last(self) -> bool:
         return self.next is None
 
-    def step(self, model: torch.nn.Module, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-             slot: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """The last stage returns logits [B, V]; the others return None after sending their output on."""
-        x = tokens if self.prev is None else recv_tensor(self.prev, dtype, self.dist.device, self.dist.timer)
-        y = model(x, positions, mask, slot)
-        if self.next is None:
-            return y
-        send_tensor(y, self.next, self.dist.timer)
-        return None
+    def send_on(self, tensor: torch.Tensor | None, code: int = 0) -> None:
+        """Activations (or a control code) to the next stage."""
+        assert self.next is not None
+        device = self.dist.device
+        self.outbox.send(header_of(tensor, code).to(device), self.next, ACTIVATIONS)
+        if tensor is not None:
+            self.outbox.send(tensor.contiguous(), self.next, ACTIVATIONS)
 
-    def share_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Every stage learns the tokens the last stage picked (stage 0 embeds them next step)."""
-        return self.dist.broadcast_from_last_stage(tokens)
+    def receive(self, dtype: torch.dtype) -> torch.Tensor | int:
+        """The previous stage's next message: activations, or a control code."""
+        assert self.prev is not None
+        device, timer = self.dist.device, self.dist.timer
+        header = torch.empty(MAX_DIMS + 1, dtype=torch.int64, device=device)
+        with timer.timed():
+            dist.recv(header, self.prev, tag=ACTIVATIONS)
+            ndim = int(header[0])
+            if ndim < 0:
+                return ndim
+            tensor = torch.empty(header[1:1 + ndim].tolist(), dtype=dtype, device=device)
+            dist.recv(tensor, self.prev, tag=ACTIVATIONS)
+        return tensor
+
+    def send_tokens(self, tokens: torch.Tensor) -> None:
+        """A micro-batch's new tokens, from the last stage back to stage 0."""
+        self.outbox.send(tokens.contiguous(), self.first_rank, TOKENS)
+
+    def receive_tokens(self, rows: int) -> torch.Tensor:
+        tokens = torch.empty(rows, dtype=torch.long, device=self.dist.device)
+        with self.dist.timer.timed():
+            dist.recv(tokens, self.last_rank, tag=TOKENS)
+        return tokens
+
+    def close(self) -> None:
+        self.outbox.flush()
 
 
 class SingleStage:
     """The whole model in this process: no communication (the unsharded reference)."""
 
-    is_last = True
+    stages = 1
+    is_first = is_last = True
 
-    def step(self, model: torch.nn.Module, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-             slot: int, dtype: torch.dtype) -> torch.Tensor:
-        return model(tokens, positions, mask, slot)
-
-    def share_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        return tokens
+    def close(self) -> None:
+        pass

@@ -107,7 +107,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     gen = None
     if mine:  # a replica given no prompt only joins the final gather
         gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
-                       pipeline=Pipeline(d), keep_logits=opts.dump_logits is not None,
+                       pipeline=Pipeline(d), micro_batches=opts.micro_batches, keep_logits=opts.dump_logits is not None,
                        on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
@@ -137,8 +137,8 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
                 raise TopoplanError(f"rank {rec['rank']} ended with different tokens for prompt {i} than its "
                                     "replica's other ranks (TP ranks disagreed)")
         if rec["logits"] is not None and rec["coords"][0] == 0:
-            for row, i in enumerate(rec["indices"]):
-                logits[i] = torch.stack([step[row] for step in rec["logits"]])
+            for i, per_prompt in zip(rec["indices"], rec["logits"]):
+                logits[i] = per_prompt
     busy = [rec["prefill_s"] + rec["decode_s"] for rec in records]
     decode = [rec["decode_s"] / rec["decode_steps"] for rec in records if rec["decode_steps"]]
     generated = sum(len(seq) for seq in tokens if seq)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     opts = parse_argv(argv)
 
     def body(env: RankEnv) -> str | None:
-        d = init_dist(env, opts.layout, opts.backend, opts.timeout)
+        d = init_dist(env, opts.layout, opts.backend, opts.timeout, shared_memory=not opts.no_shared_memory)
         with Progress.on_rank(d.rank, quiet=opts.json) as progress:
             result = run(opts, d, progress)
         if result is None:
