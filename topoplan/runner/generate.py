@@ -91,12 +91,24 @@ def micro_batch_rows(batch: int, stages: int, requested: int) -> list[slice]:
 
 @dataclass
 class MicroBatch:
-    """One micro-batch as stage 0 tracks it: its rows, the tokens it runs next, and whether it has finished."""
+    """One micro-batch as stage 0 and the last stage track it: its rows of the batch, the tokens it runs next,
+    and which of its sequences have produced an EOS."""
 
     rows: slice
     tokens: torch.Tensor  # [b, L]: the (padded) prompts, then each step's new token
     finished: torch.Tensor  # [b] bool
-    done: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.rows.stop - self.rows.start
+
+    @property
+    def done(self) -> bool:
+        return bool(self.finished.all())
+
+    def open_rows(self) -> list[tuple[int, int]]:
+        """(row of the batch, position in this micro-batch) of each sequence still generating."""
+        return [(self.rows.start + k, k) for k, ended in enumerate(self.finished.tolist()) if not ended]
 
 
 @torch.inference_mode()
@@ -128,12 +140,11 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
     plain_decode = int(pad.max()) == 0 and model.config.sliding_window is None
 
     def record(mb: MicroBatch, new: torch.Tensor) -> None:
-        for i, token in zip(range(mb.rows.start, mb.rows.stop), new.tolist()):
-            if not mb.finished[i - mb.rows.start]:
-                out.tokens[i].append(token)
+        tokens = new.tolist()
+        for i, k in mb.open_rows():
+            out.tokens[i].append(tokens[k])
         mb.finished |= torch.isin(new, eos)
         mb.tokens = new[:, None]
-        mb.done = bool(mb.finished.all())
 
     def run_item(step: int, mb: MicroBatch, x: torch.Tensor) -> None:
         slot = 0 if step == 0 else width + step - 1
@@ -147,9 +158,9 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
             return
         new = pick_tokens(y, sampling, generators[mb.rows] if generators else None)
         if keep_logits:  # the steps that produced each sequence's tokens, up to its EOS
-            for i, row in zip(range(mb.rows.start, mb.rows.stop), y.float().cpu()):
-                if not mb.finished[i - mb.rows.start]:
-                    logits_rows[i].append(row)
+            rows = y.float().cpu()
+            for i, k in mb.open_rows():
+                logits_rows[i].append(rows[k])
         if not pipeline.is_first:
             pipeline.send_tokens(new)
         record(mb, new)  # the last stage tracks EOS too, for the logits; stage 0 decides what runs
@@ -160,7 +171,7 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
         for mb in mbs:
             if pipeline.is_first:
                 if step > 0 and not mb.done and not pipeline.is_last:
-                    record(mb, pipeline.receive_tokens(mb.rows.stop - mb.rows.start))
+                    record(mb, pipeline.receive_tokens(mb.size))
                 if all(m.done for m in mbs):
                     stopped = True
                     break
