@@ -22,7 +22,7 @@ from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import RankEnv
 from topoplan.runner.dist import join_world, new_groups
 from topoplan.runner.process import Progress, rank_main
-from topoplan.runner.shm import ShmGroup, usable
+from topoplan.runner.shm import shm_group
 
 
 def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
@@ -44,7 +44,7 @@ def my_group(groups: list[list[int]], timeout_s: float, shared_memory: bool, dev
     shm = None
     if shared_memory and len(ranks) > 1:
         group = handle if handle is not None else dist.group.WORLD
-        shm = ShmGroup(group, timeout_s) if usable(group, device) else None
+        shm = shm_group(group, device, timeout_s)
     return Group(tuple(ranks), handle, shm)
 
 

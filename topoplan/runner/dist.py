@@ -22,7 +22,7 @@ from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
-from topoplan.runner.shm import ShmGroup, usable
+from topoplan.runner.shm import ShmGroup, shm_group
 
 # What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
 # that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
@@ -188,9 +188,8 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     tp_group = new_groups(grid.tp_groups, timeout_s)[1] if layout.tp > 1 else None
     pp_group = new_groups(grid.pp_groups, timeout_s)[1] if layout.pp > 1 else None
     ep_ranks, ep_group = new_groups(grid.ep_groups, timeout_s) if layout.ep > 1 else ([rank], None)
-    # usable() is collective over the TP group, so every member reaches the same verdict
-    tp_shm = (ShmGroup(tp_group, timeout_s) if tp_group is not None and shared_memory and usable(tp_group, device)
-              else None)
+    # shm_group is collective over the TP group, so every member reaches the same verdict
+    tp_shm = shm_group(tp_group, device, timeout_s) if tp_group is not None and shared_memory else None
     return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
                 ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm)
 

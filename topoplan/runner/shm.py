@@ -45,6 +45,11 @@ def usable(group: dist.ProcessGroup, device: torch.device) -> bool:
     return platform.machine() in ("x86_64", "AMD64") and all(names) and len(set(names)) == 1
 
 
+def shm_group(group: dist.ProcessGroup, device: torch.device, timeout_s: float) -> ShmGroup | None:
+    """The group's shared-memory collectives where `usable`, else None (gloo/NCCL). Collective over `group`."""
+    return ShmGroup(group, timeout_s) if usable(group, device) else None
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is still running (not gone, not a zombie waiting for its parent)."""
     try:
