@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
+
+from topoplan.runner import cpu_linear
+from topoplan.runner.cpu_linear import linear
 
 MiB = 1 << 20
 NOISY = 0.2  # interquartile spread / median above which a probe runs again
@@ -76,7 +78,8 @@ def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB,
     w = torch.randn(rows, cols, device=device).to(dtype)
     x = torch.randn(1, cols, device=device).to(dtype)
     real = w.numel() * w.element_size()
-    return real / median_us(lambda: F.linear(x, w), device, repeats, noise=noise) / 1e3
+    w = runner_weight(w, 1)
+    return real / median_us(lambda: linear(x, w), device, repeats, noise=noise) / 1e3
 
 
 MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
@@ -87,15 +90,23 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...
     """FLOP rate of y = x W^T for x of `m` rows and a weight larger than the cache, per m.
 
     A decode step multiplies a few rows by every weight; CPU kernels for such skinny products are far
-    slower than for square ones (torch 2.13 on this VM: 2 rows take twice as long as 1), so one GEMM
-    figure cannot price both decode and prefill. The curve can."""
+    slower than for square ones (MKL in torch 2.13 on this VM: 2 rows took twice as long as 1; the
+    runner's oneDNN choice narrows that), so one GEMM figure cannot price both decode and prefill. The
+    curve can."""
     cols = 4096
     w = torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
     out = {}
     for m in rows:
         x = torch.randn(m, cols, device=device).to(dtype)
-        out[str(m)] = 2 * m * w.numel() / median_us(lambda: F.linear(x, w), device, repeats, noise=noise) / 1e6
+        used = runner_weight(w, m)
+        out[str(m)] = 2 * m * w.numel() / median_us(lambda: linear(x, used), device, repeats, noise=noise) / 1e6
     return out
+
+
+def runner_weight(w: torch.Tensor, rows: int) -> torch.Tensor:
+    """The weight as the runner multiplies `rows` rows by it at this thread count (topoplan.runner.cpu_linear):
+    the probes measure the kernel that runs."""
+    return cpu_linear.pack(w) if cpu_linear.packs(w, rows) else w
 
 
 def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5,
@@ -128,6 +139,7 @@ def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 4
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0.0, 0.05)
+        model.pack_for_decode(1)  # as the runner runs it
         def step_us(model: torch.nn.Module = model) -> float:
             gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
             return gen.decode_s / gen.decode_steps * 1e6

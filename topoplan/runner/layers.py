@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from topoplan.runner.cpu_linear import linear
+
 
 class TpComm(Protocol):
     """The two TP collectives the layers need (topoplan.runner.dist.Dist implements them)."""
@@ -75,7 +77,7 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(sum(self.sizes))) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
@@ -89,7 +91,7 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.comm.all_reduce(F.linear(x, self.weight))
+        y = self.comm.all_reduce(linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 

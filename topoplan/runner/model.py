@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from topoplan.runner.config import ModelConfig
+from topoplan.runner.cpu_linear import prepack
 from topoplan.runner.layers import (
     ColumnParallelLinear,
     NoComm,
@@ -205,6 +206,11 @@ class Transformer(nn.Module):
         """Tied embeddings on a stage that both embeds and predicts: one tensor, loaded once."""
         if self.config.tie_word_embeddings and self.shard.first and self.shard.last:
             self.lm_head.weight = self.embed_tokens.weight
+
+    def pack_for_decode(self, rows: int) -> int:
+        """Reorder the linear layers' weights for the CPU kernel that serves decode steps of `rows` rows
+        (topoplan.runner.cpu_linear); returns how many were packed."""
+        return prepack(self, rows, (ColumnParallelLinear, RowParallelLinear))
 
     def setup_cache(self, batch: int, max_len: int) -> None:
         weight = next(self.parameters())

@@ -23,7 +23,7 @@ from topoplan.rank_env import RankEnv
 from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
-from topoplan.runner.generate import Sampling, generate
+from topoplan.runner.generate import Sampling, generate, micro_batch_rows
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
@@ -94,6 +94,9 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     start = time.perf_counter()
     model = build_stage(config, shard_of(config, d), d.device, dtype)
     report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
+    decode_rows = max((r.stop - r.start for r in micro_batch_rows(len(mine), layout.pp, opts.micro_batches)),
+                      default=1)
+    model.pack_for_decode(decode_rows)
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",

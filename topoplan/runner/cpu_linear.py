@@ -1,0 +1,66 @@
+"""The runner's matrix product on CPU: oneDNN with the weight reordered once, where it beats torch's default.
+
+torch's F.linear on CPU calls MKL. On this project's 2-core AMD EPYC VM (torch 2.13, MKL 2024.2) MKL's
+kernels for the few rows of a decode step are far off the memory limit: 2 rows take twice as long as 1,
+and 2 threads stream a vector product no faster than 1. oneDNN (the `mkldnn` ops torch ships, the path
+torch.compile's freezing and vLLM's CPU backend take) with the weight reordered into its blocked layout once
+after loading reads the weights at the memory limit for 1-8 rows on 2 threads, and is faster for 2+ rows
+on 1 thread; only one row on one thread is faster on MKL (benchmarks/cpu_linear.py measures both). A
+weight that fits in a core's cache is the other exception: there oneDNN's fixed cost per call dominates
+(the 4-layer `tiny` model decodes ~1.5x slower packed). So a rank packs each weight of at least PACK_MIN_BYTES
+unless it decodes one row on one thread. The reordered weight replaces the plain one (no second copy);
+`linear` takes either.
+
+`topoplan calibrate` probes with the same choice (topoplan.bench.probes), so the planner prices the kernel
+that runs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+PACK_MIN_BYTES = 1 << 20  # above a core's L2 (512 KiB on this VM): the weight streams from memory
+
+
+def available() -> bool:
+    """Whether this torch build has the oneDNN linear ops."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def packs(weight: torch.Tensor, rows: int, threads: int | None = None) -> bool:
+    """Whether products of `rows` rows with `weight` run on oneDNN at `threads` threads (default: this
+    process's): float32 CPU weights of PACK_MIN_BYTES or more, unless one row on one thread (module docstring)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and available()
+            and weight.numel() * weight.element_size() >= PACK_MIN_BYTES and (rows > 1 or threads > 1))
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """The weight [out, in] in oneDNN's layout for `linear` (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ weight.T (+ bias) for a plain or a packed weight."""
+    if weight.is_mkldnn:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...]) -> int:
+    """Pack, in place, the weight of every module of the given linear-layer types whose products of `rows`
+    rows run on oneDNN, except a weight another module shares (tied embeddings); returns how many."""
+    owners: dict[int, int] = {}
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            owners[id(param)] = owners.get(id(param), 0) + 1
+    count = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, layers) and weight is not None and owners[id(weight)] == 1 and packs(weight, rows):
+            module.weight = nn.Parameter(pack(weight), requires_grad=False)
+            count += 1
+    return count
