@@ -71,6 +71,20 @@ def test_fixed_degrees_and_a_one_thread_rank_per_core(tmp_path: Path):
     assert layout["decode_ms_per_token"] >= weights / CORES / (per_rank_gbps * 1e9) * 1e3
 
 
+@pytest.mark.skipif(CORES < 2, reason="one core has no pipeline")
+def test_pipeline_decode_is_priced_as_the_runners_micro_batched_step(tmp_path: Path):
+    """With batch >= pp the runner keeps pp micro-batches in flight: every stage streams its weights at once
+    (sharing the socket), and a token per sequence takes pp micro-batch passes of the slowest stage."""
+    done = plan("--model", "small", "--calibration", str(calibration(tmp_path)), "--tp", "1", "--pp", str(CORES),
+                "--dp", "1", "--batch", str(2 * CORES), "--prompt-len", "16", "--gen-len", "16", "--json")
+    assert done.returncode == 0, done.stderr
+    [layout] = json.loads(done.stdout)["layouts"]
+    weights = find_model("small").weight_bytes("fp32")
+    stage_ms = weights / CORES / (min(GEMV_ONE, GEMV_ALL / CORES) * 1e9) * 1e3
+    assert layout["decode_ms_per_token"] == pytest.approx(CORES * stage_ms, rel=0.03)
+    assert layout["tokens_per_s"] == pytest.approx(2 * CORES / layout["decode_ms_per_token"] * 1e3, rel=1e-3)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--model", "tiny"], "--device cpu needs --calibration FILE with a `cpu` entry"),
     (["--model", "tiny", "--topo", "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"],

@@ -9,8 +9,9 @@ entry into the three figures the roofline needs:
 
   memory bandwidth per rank = min(gemv[threads], gemv[all cores] / concurrent)
       (a rank is limited by what its own cores can pull and by its share of the socket: the ranks that
-       stream weights at the same time split the memory bus. For one request those are the tp x dp
-       ranks of one pipeline stage: stages run one after another, a waiting stage reads nothing).
+       stream weights at the same time split the memory bus. For a prefill those are the tp x dp ranks
+       of one pipeline stage: stages run one after another, a waiting stage reads nothing. In decode the
+       runner keeps min(pp, batch) micro-batches in flight, so that many stages stream at once).
        GEMV, not the stream probe, is the device's bandwidth: it is what decode's matrix-vector
        products reach, while a plain sum is compute-bound on some cores. The stream figure is recorded
        beside it for comparison;
@@ -76,9 +77,10 @@ def _probes(entry: dict[str, Any], threads: int) -> dict[str, float]:
     return probes
 
 
-def concurrent_ranks(layout: Layout) -> int:
-    """Ranks streaming weights at once while one request decodes: one stage's TP group in every replica."""
-    return layout.tp * layout.dp
+def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
+    """Ranks streaming weights at once: the TP groups of `busy_stages` stages in every replica (1 while one
+    batch walks down the pipeline; one per micro-batch in flight when the runner micro-batches decode)."""
+    return layout.tp * layout.dp * busy_stages
 
 
 def matmul_rate(curve: dict[str, float], rows: float) -> float:

@@ -5,13 +5,16 @@ The candidates: one rank with every core as its threads (TP1), and every tp x pp
 single-threaded rank per core; for an MoE model also the expert-parallel layouts the bundled runner runs
 (ep dividing tp: with dp 1, the planner's ep = tp x dp and the runner's EP inside a TP group coincide).
 Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU topology and device of
-topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight, prefill `batch x prompt_len`,
-and a CPU's FLOP rate depends on the rows (cpu.py). CPU layouts are priced in fp32, the dtype the runner
+topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
+m = min(pp, batch) micro-batches, all m stages streaming at once), prefill `batch x prompt_len`, and a CPU's
+FLOP rate depends on the rows (cpu.py). The decode time per token is the micro-batched schedule's step (every
+sequence one token, the planner's throughput formula), which is what the runner measures. CPU layouts are priced in fp32, the dtype the runner
 uses on CPUs and the one the `cpu` entry was measured in.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,14 +77,16 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     layout = cand.layout
     cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
-    def at(rows: int) -> LayoutCost:
-        device = cpu_device(entry, cand.threads, concurrent_ranks(layout), rows)
+    def at(rows: int, busy_stages: int) -> LayoutCost:
+        device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost
 
-    decode, prefill = at(workload.batch), at(workload.batch * workload.prompt_len)
-    return replace(decode, prefill_ms=prefill.prefill_ms,
-                   request_ms=prefill.prefill_ms + workload.gen_len * decode.decode_ms_per_token)
+    micro = min(layout.pp, workload.batch)  # the runner's decode micro-batches (generate.micro_batch_rows)
+    decode, prefill = at(math.ceil(workload.batch / micro), micro), at(workload.batch * workload.prompt_len, 1)
+    step_ms = layout.dp * workload.batch / decode.tokens_per_s * 1e3  # every sequence one token: the schedule's step
+    return replace(decode, prefill_ms=prefill.prefill_ms, decode_ms_per_token=step_ms,
+                   request_ms=prefill.prefill_ms + workload.gen_len * step_ms)
 
 
 def _refuse_gpu_options(r: PlanRequest) -> None:
