@@ -8,8 +8,8 @@ Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU topolo
 topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
 m = min(pp, batch) micro-batches, all m stages streaming at once), prefill `batch x prompt_len`, and a CPU's
 FLOP rate depends on the rows (cpu.py). The decode time per token is the micro-batched schedule's step (every
-sequence one token, the planner's throughput formula), which is what the runner measures. CPU layouts are priced in fp32, the dtype the runner
-uses on CPUs and the one the `cpu` entry was measured in.
+sequence one token, the planner's throughput formula), which is what the runner measures. CPU layouts are
+priced in fp32, the dtype the runner uses on CPUs and the one the `cpu` entry was measured in.
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
 
 
 def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
-              workload: Workload, overheads: dict[str, float] | None = None) -> LayoutCost:
+              workload: Workload, overheads: dict[str, float] | None = None, micro_batched: bool = True) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
     rows, prefill at prefill's, the request time from both. `overheads` (Calibration field -> value) replace
-    the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu)."""
+    the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
+    `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
     cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
@@ -82,7 +83,7 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost
 
-    micro = min(layout.pp, workload.batch)  # the runner's decode micro-batches (generate.micro_batch_rows)
+    micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
     decode, prefill = at(math.ceil(workload.batch / micro), micro), at(workload.batch * workload.prompt_len, 1)
     step_ms = layout.dp * workload.batch / decode.tokens_per_s * 1e3  # every sequence one token: the schedule's step
     return replace(decode, prefill_ms=prefill.prefill_ms, decode_ms_per_token=step_ms,

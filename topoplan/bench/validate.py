@@ -74,11 +74,13 @@ class Prediction:
 
 
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None) -> Prediction:
+            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None,
+            micro_batched: bool = True) -> Prediction:
     """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu).
-    `overheads` replace the runner's measured fixed costs with another engine's (topoplan.bench.vllm_cpu)."""
+    `overheads` and `micro_batched` describe another engine than the runner (topoplan.bench.vllm_cpu)."""
     cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
-                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads)
+                     Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads,
+                     micro_batched=micro_batched)
     return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
 
 

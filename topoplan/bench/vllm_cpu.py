@@ -16,7 +16,10 @@ vllm` fits them from a first round of measurements,
                     (vLLM's driver sends every worker its inputs each step),
 the engine profile's own constants (topoplan.engines.profile.Overheads),
 and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
-shows predicted vs measured. Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
+shows predicted vs measured. PP is priced without micro-batches: requests
+that arrive together go into vLLM's first scheduled batch and a request in flight is not scheduled again before
+its token returns, so the batch walks the stages as one (the runner splits it; topoplan.bench.cpu_plan).
+Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
 data parallelism is not run here).
 """
 
@@ -209,7 +212,8 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     rows = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                            repeats=repeats, timeout_s=timeout_s)
     zero = dict.fromkeys(OVERHEADS, 0.0)
-    base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero) for c in candidates]
+    base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero,
+                    micro_batched=False) for c in candidates]
     fitted = fit_overheads(spec.layers, rows, base)
     document.setdefault("engines", {})["vllm"] = {
         **fitted, "device": "cpu", "engine_version": vllm_version(python), "model": model, "batch": batch,
@@ -250,8 +254,8 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     monitor = LoadMonitor("validate --engine vllm")
     monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
-    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads)
-                 for c in candidates]
+    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
+                         micro_batched=False) for c in candidates]
     measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                repeats=repeats, timeout_s=timeout_s)
     rows = []

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 PACK_MIN_BYTES = 1 << 20  # above a core's L2 (512 KiB on this VM): the weight streams from memory
 
 
