@@ -4,6 +4,7 @@ Usage: python tests/shm_harness.py OUT_DIR (rank env from the spawner). Rank r w
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -11,7 +12,7 @@ import torch.distributed as dist
 
 from topoplan.rank_env import discover_rank_env
 from topoplan.runner.dist import join_world
-from topoplan.runner.shm import SHM_DIR, ShmGroup, usable
+from topoplan.runner.shm import SHM_DIR, ShmChannels, ShmGroup, usable
 
 
 def main() -> None:
@@ -40,8 +41,42 @@ def main() -> None:
     result = {"usable": usable(group, torch.device("cpu")), "leftover": leftover, "same": same,
               "gathered": gathered_ok, "bitwise_equal_on_every_rank": all(r == everyone[0] for r in everyone),
               "fits": [shm.fits(torch.empty(1024)), shm.fits(torch.empty(1025))]}
+    result["channels"] = channels(group, rank)
     (out / f"{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
+
+
+def channels(group, rank: int) -> dict:
+    """Members 0 and 1: 0 sends 2 * SLOTS messages to 1 before 1 reads any (so 0 waits on a full channel), then
+    1 answers on its own channel; every message's meta and payload checked, one payload too big for a slot
+    sent by gloo after its message. Other members only build the channels."""
+    slots = 3
+    pipe = ShmChannels(group, [(0, 1), (1, 0)], timeout_s=60, slots=slots, capacity=4096)
+    payloads = [torch.arange(n, dtype=torch.float32) * (n + 1) for n in (1, 5, 1023, 1024, 1100, 7)]
+    ok = []
+    if rank in (0, 1):
+        for direction in (0, 1):
+            sender = direction
+            messages = [(k, payloads[k % len(payloads)]) for k in range(2 * slots)] + [(99, None)]
+            if rank == sender:
+                for k, payload in messages:
+                    travelled = pipe.send(direction, [k, -k, 7], payload)
+                    ok.append(travelled == (payload is None or payload.numel() * 4 <= 4096))
+                    if not travelled:
+                        dist.send(payload, 1 - sender)
+            else:
+                time.sleep(0.5)  # the sender fills every slot and waits
+                for k, payload in messages:
+                    meta, got = pipe.receive(direction)
+                    if got is None and payload is not None:
+                        got = torch.empty_like(payload)
+                        dist.recv(got, sender)
+                        ok.append(meta == [k, -k, 7] and torch.equal(got, payload))
+                    else:
+                        ok.append(meta == [k, -k, 7] and (payload is None) == (got is None)
+                                  and (got is None or torch.equal(got.view(torch.float32), payload)))
+    dist.barrier()
+    return {"all_ok": all(ok), "checked": len(ok)}
 
 
 if __name__ == "__main__":

@@ -67,7 +67,8 @@ def _jobs(world: int, m: dict) -> list[dict]:
         jobs.append({"name": "grid-tp2-bf16", "options": _opts(m["grid"], 2, 1, 1, dtype="bfloat16")})
         jobs += [{"name": f"grid-tp1-pp2-dp1-mb{mb}", "options": _opts(m["grid"], 1, 2, 1, micro_batches=mb)}
                  for mb in MICRO_BATCHES]
-        jobs.append({"name": "grid-tp2-pp1-dp1-gloo", "options": _opts(m["grid"], 2, 1, 1, no_shared_memory=True)})
+        jobs += [{"name": f"grid-tp{tp}-pp{pp}-dp1-gloo", "options": _opts(m["grid"], tp, pp, 1, no_shared_memory=True)}
+                 for tp, pp in ((2, 1), (1, 2))]
     if world == 4:
         for kind in HF_KINDS:
             jobs.append({"name": f"{kind}-tp2-pp2", "options": _opts(m[kind], 2, 2, 1, m["hf_prompts"], 10)})
@@ -91,13 +92,13 @@ def launch(models, tmp_path_factory):
 
 
 RUNS = ([(tp, pp, dp, "") for tp, pp, dp in GRID] + [(1, 2, 1, f"-mb{mb}") for mb in MICRO_BATCHES]
-        + [(2, 1, 1, "-gloo")])
+        + [(2, 1, 1, "-gloo"), (1, 2, 1, "-gloo")])
 
 
 @pytest.mark.parametrize("tp,pp,dp,variant", RUNS, ids=[f"tp{t}-pp{p}-dp{d}{v}" for t, p, d, v in RUNS])
 def test_layout_matches_unsharded(launch, tp, pp, dp, variant):
     """Every layout, the default pipeline schedule (one micro-batch per stage) and others (-mb1: none, -mb3: one
-    per prompt), and TP over gloo instead of shared memory (-gloo): the same tokens and logits as one rank."""
+    per prompt), and TP and PP over gloo instead of shared memory (-gloo): the same tokens and logits as one rank."""
     ref_name = "grid3-ref" if tp == 3 else "grid-ref"
     ref, ref_logits = launch(1)[ref_name]
     got, got_logits = launch(tp * pp * dp)[f"grid-tp{tp}-pp{pp}-dp{dp}{variant}"]

@@ -1,6 +1,7 @@
 """topoplan.runner.shm on real processes: the shared-memory all-reduce and all-gather give what gloo gives,
-bit-identical on every rank, and leave no file in /dev/shm. (The runner's TP layouts use it by default;
-tests/test_runner_dist.py checks their tokens and logits against one rank, and over gloo.)"""
+bit-identical on every rank, and leave no file in /dev/shm; the pipeline channels deliver every message in
+order. (The runner's TP and PP layouts use them by default; tests/test_runner_dist.py checks their tokens and
+logits against one rank, and over gloo.)"""
 
 import json
 import platform
@@ -27,3 +28,5 @@ def test_shared_memory_collectives_match_gloo(tmp_path, world):
         assert got["same"] == [True] * 7 and got["gathered"] == [True] * 7
         assert got["bitwise_equal_on_every_rank"] is True
         assert got["fits"] == [True, False]  # 4096 bytes per slot: 1024 fp32 fit, 1025 go through gloo
+        # pipeline channels: every message in order, intact, past a full channel; one payload by gloo
+        assert got["channels"] == {"all_ok": True, "checked": 14 if rank < 2 else 0}

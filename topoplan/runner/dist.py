@@ -22,7 +22,7 @@ from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
-from topoplan.runner.shm import ShmGroup, shm_group
+from topoplan.runner.shm import ShmChannels, ShmGroup, pipeline_channels, shm_group
 
 # What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
 # that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
@@ -77,6 +77,7 @@ class Dist:
     ep_group: dist.ProcessGroup | None = None  # MoE expert parallelism (layout.ep > 1): this rank's EP group
     ep_rank: int = 0
     tp_shm: ShmGroup | None = None  # the TP group through shared memory, when all its ranks are CPU ranks of one host
+    pp_shm: ShmChannels | None = None  # the pipeline stages' messages through shared memory, likewise
 
     @property
     def is_first_stage(self) -> bool:
@@ -179,7 +180,8 @@ def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], di
 def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float,
                shared_memory: bool = True) -> Dist:
     """This rank's TP and PP groups for `layout` in the joined world (a group of one rank is None), and with
-    `shared_memory` the TP group's shared-memory collectives where its ranks share a host (topoplan.runner.shm)."""
+    `shared_memory` the TP group's collectives and the pipeline's messages through shared memory where the group's
+    ranks share a host (topoplan.runner.shm)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != layout.world:
         raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
@@ -190,8 +192,9 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     ep_ranks, ep_group = new_groups(grid.ep_groups, timeout_s) if layout.ep > 1 else ([rank], None)
     # shm_group is collective over the TP group, so every member reaches the same verdict
     tp_shm = shm_group(tp_group, device, timeout_s) if tp_group is not None and shared_memory else None
+    pp_shm = pipeline_channels(pp_group, device, timeout_s) if pp_group is not None and shared_memory else None
     return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
-                ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm)
+                ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm, pp_shm=pp_shm)
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float, shared_memory: bool = True) -> Dist:

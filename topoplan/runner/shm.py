@@ -50,6 +50,14 @@ def shm_group(group: dist.ProcessGroup, device: torch.device, timeout_s: float) 
     return ShmGroup(group, timeout_s) if usable(group, device) else None
 
 
+def pipeline_channels(group: dist.ProcessGroup, device: torch.device, timeout_s: float) -> ShmChannels | None:
+    """The pipeline group's stage-to-stage channels in shared memory where `usable`, else None (gloo/NCCL):
+    activations from each stage to the next and tokens from the last stage back to the first. Collective."""
+    stages = dist.get_world_size(group)
+    pairs = [(i, i + 1) for i in range(stages - 1)] + [(stages - 1, 0)]
+    return ShmChannels(group, pairs, timeout_s) if usable(group, device) else None
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is still running (not gone, not a zombie waiting for its parent)."""
     try:
@@ -59,6 +67,48 @@ def alive(pid: int) -> bool:
         return False
 
 
+def shared_segment(group: dist.ProcessGroup, nbytes: int) -> mmap.mmap:
+    """A zeroed /dev/shm mapping of `nbytes` shared by every member of `group` (collective): member 0 creates it,
+    the others map it, and its name is unlinked as soon as all have, so nothing outlives the job."""
+    me = dist.get_rank(group)
+    names = [f"topoplan-{uuid.uuid4().hex}" if me == 0 else ""]
+    dist.broadcast_object_list(names, src=dist.get_global_rank(group, 0), group=group)
+    path = os.path.join(SHM_DIR, names[0])
+    try:
+        if me == 0:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.ftruncate(fd, nbytes)
+            mapped = mmap.mmap(fd, nbytes)
+            os.close(fd)
+        dist.barrier(group=group)  # created and sized before the others open it
+        if me != 0:
+            fd = os.open(path, os.O_RDWR)
+            mapped = mmap.mmap(fd, nbytes)
+            os.close(fd)
+    finally:
+        dist.barrier(group=group)  # everyone has mapped it: the name is no longer needed
+        if me == 0:
+            os.unlink(path)
+    return mapped
+
+
+def wait_for(counters: memoryview, index: int, target: int, who: str, timeout_s: float, what: str) -> None:
+    """Spin until counters[index] >= target, yielding the core to any other runnable thread (a loaded host) on
+    every turn. counters[index + 1] holds the pid of the process that advances it: fail as soon as that process
+    has ended, or after `timeout_s` (a frozen peer), as gloo does."""
+    spins, deadline = 0, None
+    while counters[index] < target:
+        os.sched_yield()
+        spins += 1
+        if spins % SPINS_BEFORE_CLOCK == 0:
+            now = time.monotonic()
+            deadline = deadline or now + timeout_s
+            if not alive(counters[index + 1]):
+                raise RuntimeError(f"{what}: {who} (pid {counters[index + 1]}) has ended")
+            if now > deadline:
+                raise RuntimeError(f"{what}: {who} did not arrive within {timeout_s:g} s")
+
+
 class ShmGroup:
     """Shared-memory all-reduce (sum) and all-gather for the members of one process group on one host."""
 
@@ -66,25 +116,7 @@ class ShmGroup:
         self.size, self.me = dist.get_world_size(group), dist.get_rank(group)
         self.capacity, self.timeout_s, self.calls = capacity, timeout_s, 0
         header = LINE * self.size
-        nbytes = header + 2 * self.size * capacity
-        names = [f"topoplan-{uuid.uuid4().hex}" if self.me == 0 else ""]
-        dist.broadcast_object_list(names, src=dist.get_global_rank(group, 0), group=group)
-        path = os.path.join(SHM_DIR, names[0])
-        try:
-            if self.me == 0:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-                os.ftruncate(fd, nbytes)
-                self._map = mmap.mmap(fd, nbytes)
-                os.close(fd)
-            dist.barrier(group=group)  # created and sized before the others open it
-            if self.me != 0:
-                fd = os.open(path, os.O_RDWR)
-                self._map = mmap.mmap(fd, nbytes)
-                os.close(fd)
-        finally:
-            dist.barrier(group=group)  # everyone has mapped it: the name is no longer needed
-            if self.me == 0:
-                os.unlink(path)
+        self._map = shared_segment(group, header + 2 * self.size * capacity)
         self._counters = memoryview(self._map)[:header].cast("q")  # counter of member i at index i * LINE / 8
         self._counters[self.me * (LINE // 8) + 1] = os.getpid()  # so a waiting peer can tell this process died
         dist.barrier(group=group)
@@ -108,24 +140,8 @@ class ShmGroup:
         return [slots[i].view(tensor.dtype).view(tensor.shape) for i in range(self.size)]
 
     def _wait(self, index: int) -> None:
-        """Spin until the counter at `index` reaches this call, yielding the core to any other runnable thread
-        (a loaded host) on every turn; fail when the peer's process has ended, or after the timeout (a frozen
-        peer), as gloo does."""
-        counters, target, spins = self._counters, self.calls, 0
-        deadline = None
-        while counters[index] < target:
-            os.sched_yield()
-            spins += 1
-            if spins % SPINS_BEFORE_CLOCK == 0:
-                now = time.monotonic()
-                deadline = deadline or now + self.timeout_s
-                member = index * 8 // LINE
-                if not alive(counters[index + 1]):
-                    raise RuntimeError(f"shared-memory collective: member {member} of the group (pid "
-                                       f"{counters[index + 1]}) has ended")
-                if now > deadline:
-                    raise RuntimeError(f"shared-memory collective: member {member} of the group did not arrive "
-                                       f"within {self.timeout_s:g} s")
+        wait_for(self._counters, index, self.calls, f"member {index * 8 // LINE} of the group", self.timeout_s,
+                 "shared-memory collective")
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over the group into `tensor`, in place; members added in order, so every member gets the same bits."""
@@ -138,3 +154,70 @@ class ShmGroup:
     def all_gather(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
         """The members' tensors concatenated along `dim`, in member order."""
         return torch.cat(self._exchange(tensor), dim=dim)
+
+
+class ShmChannels:
+    """One-way message queues through shared memory between members of one process group on one host: the
+    stages of a pipeline. Channel i carries messages from member pairs[i][0] to member pairs[i][1], in order,
+    at most `slots` unread (a sender finding them all unread waits). A message is a few int64 words (`meta`,
+    at most META_WORDS) and optionally a tensor of up to `capacity` bytes; a larger tensor is the caller's to
+    send another way, after the message that says so (send returns False), so the order holds.
+
+    Each channel has two counters on their own cache lines, messages written (advanced by the sender) and read
+    (by the receiver), each followed by its writer's pid; a slot is written before the count that publishes it
+    and read before the count that frees it (x86-64 store order, as ShmGroup)."""
+
+    META_WORDS = 14
+    SLOT_HEADER = 16 * 8  # meta words, their count, the payload's bytes (-1: not in the slot)
+
+    def __init__(self, group: dist.ProcessGroup, pairs: list[tuple[int, int]], timeout_s: float, slots: int = 8,
+                 capacity: int = 1 << 20):
+        self.me, self.pairs, self.slots, self.capacity = dist.get_rank(group), pairs, slots, capacity
+        self.timeout_s = timeout_s
+        header = 2 * LINE * len(pairs)
+        slot_bytes = self.SLOT_HEADER + capacity
+        self._map = shared_segment(group, header + len(pairs) * slots * slot_bytes)
+        self._counters = memoryview(self._map)[:header].cast("q")
+        for i, (src, dst) in enumerate(pairs):
+            if self.me in (src, dst):
+                self._counters[self._index(i, reader=self.me == dst) + 1] = os.getpid()
+        dist.barrier(group=group)
+        body = torch.frombuffer(self._map, dtype=torch.uint8, offset=header).view(len(pairs), slots, slot_bytes)
+        self._heads = body[:, :, :self.SLOT_HEADER].view(torch.int64)  # [channel, slot, 16]
+        self._payloads = body[:, :, self.SLOT_HEADER:]
+        self._done = [0] * len(pairs)  # messages this member wrote (as sender) or read (as receiver), per channel
+
+    @staticmethod
+    def _index(channel: int, reader: bool) -> int:
+        return (2 * channel + reader) * LINE // 8
+
+    def send(self, channel: int, meta: list[int], payload: torch.Tensor | None) -> bool:
+        """Queue a message; True when `payload` (if any) travelled in it."""
+        n = self._done[channel]
+        wait_for(self._counters, self._index(channel, reader=True), n - self.slots + 1,
+                 f"member {self.pairs[channel][1]} of the pipeline", self.timeout_s, "shared-memory pipeline")
+        slot = n % self.slots
+        nbytes = -1 if payload is None else payload.numel() * payload.element_size()
+        inline = 0 <= nbytes <= self.capacity
+        if inline:
+            self._payloads[channel, slot, :nbytes].view(payload.dtype).view(payload.shape).copy_(payload)
+        head = self._heads[channel, slot]
+        head[:len(meta)] = torch.tensor(meta, dtype=torch.int64)
+        head[self.META_WORDS], head[self.META_WORDS + 1] = len(meta), nbytes if inline else -1
+        self._done[channel] = n + 1
+        self._counters[self._index(channel, reader=False)] = n + 1
+        return inline or payload is None
+
+    def receive(self, channel: int) -> tuple[list[int], torch.Tensor | None]:
+        """The channel's next message: its meta words and its payload's bytes (a copy; None when it carried
+        none, the sender then sends the tensor another way)."""
+        n = self._done[channel]
+        wait_for(self._counters, self._index(channel, reader=False), n + 1,
+                 f"member {self.pairs[channel][0]} of the pipeline", self.timeout_s, "shared-memory pipeline")
+        slot = n % self.slots
+        head = self._heads[channel, slot].tolist()
+        meta, nbytes = head[:head[self.META_WORDS]], head[self.META_WORDS + 1]
+        payload = self._payloads[channel, slot, :nbytes].clone() if nbytes >= 0 else None
+        self._done[channel] = n + 1
+        self._counters[self._index(channel, reader=True)] = n + 1
+        return meta, payload

@@ -94,9 +94,8 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     start = time.perf_counter()
     model = build_stage(config, shard_of(config, d), d.device, dtype)
     report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
-    decode_rows = max((r.stop - r.start for r in micro_batch_rows(len(mine), layout.pp, opts.micro_batches)),
-                      default=1)
-    model.pack_for_decode(decode_rows)
+    micro_batches = micro_batch_rows(len(mine), layout.pp, opts.micro_batches)  # the split generate makes
+    model.pack_for_decode(max(1, max(r.stop - r.start for r in micro_batches)))
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
@@ -110,7 +109,8 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     gen = None
     if mine:  # a replica given no prompt only joins the final gather
         gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
-                       pipeline=Pipeline(d), micro_batches=opts.micro_batches, keep_logits=opts.dump_logits is not None,
+                       pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
+                       keep_logits=opts.dump_logits is not None,
                        on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
