@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from topoplan.bench import datacheck
 from topoplan.bench.definitions import PLACES, REDUCING, ROOTED, algbw_gbps, busbw_gbps, element_count
-from topoplan.runner.shm import ShmGroup
+from topoplan.runner.shm import ShmChannels, ShmGroup
 
 # torch 2.13 renamed the single-tensor forms (the old names warn); older torch has only the old names.
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -33,6 +33,7 @@ class Group:
     ranks: tuple[int, ...]
     handle: dist.ProcessGroup | None  # None: the default (world) group
     shm: ShmGroup | None = None  # all_reduce (sum) through shared memory, as the runner's TP group does
+    ring: ShmChannels | None = None  # sendrecv through shared memory, as the runner's pipeline stages do
 
     @property
     def size(self) -> int:
@@ -140,6 +141,16 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
         nxt, prv = group.ranks[(me + 1) % n], group.ranks[(me - 1) % n]
 
         def sendrecv() -> None:
+            if group.ring is not None:  # channel i carries member i's messages to member i + 1 (mod n)
+                sent = None if group.ring.send(me, [count], src) else dist.isend(src, nxt, g)
+                _, payload = group.ring.receive((me - 1) % n)
+                if payload is None:  # above a slot: by gloo, as the runner's pipeline sends it
+                    dist.recv(out, prv, g)
+                else:
+                    out.copy_(payload.view(out.dtype))
+                if sent is not None:
+                    sent.wait()
+                return
             for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, src, nxt, g),
                                                dist.P2POp(dist.irecv, out, prv, g)]):
                 req.wait()

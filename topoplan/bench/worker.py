@@ -22,7 +22,7 @@ from topoplan.layout import Layout, RankGrid
 from topoplan.rank_env import RankEnv
 from topoplan.runner.dist import join_world, new_groups
 from topoplan.runner.process import Progress, rank_main
-from topoplan.runner.shm import shm_group
+from topoplan.runner.shm import pipeline_channels, shm_group
 
 
 def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]]:
@@ -36,16 +36,18 @@ def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]
 
 def my_group(groups: list[list[int]], timeout_s: float, shared_memory: bool, device: torch.device) -> Group:
     """This rank's group (the world's own group when it spans the world), with its shared-memory all-reduce
-    when asked for and its ranks are CPU ranks of one host (as the runner's TP groups)."""
+    and sendrecv ring when asked for and its ranks are CPU ranks of one host (as the runner's TP groups and
+    pipeline stages)."""
     if len(groups) == 1 and len(groups[0]) == dist.get_world_size():
         ranks, handle = groups[0], None
     else:
         ranks, handle = new_groups(groups, timeout_s)
-    shm = None
+    shm = ring = None
     if shared_memory and len(ranks) > 1:
         group = handle if handle is not None else dist.group.WORLD
         shm = shm_group(group, device, timeout_s)
-    return Group(tuple(ranks), handle, shm)
+        ring = pipeline_channels(group, device, timeout_s)  # member i -> i + 1, the last -> the first: a ring
+    return Group(tuple(ranks), handle, shm, ring)
 
 
 def run(request: BenchRequest, env: RankEnv) -> dict[str, Any] | None:
