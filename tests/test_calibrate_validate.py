@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
-from topoplan.bench.validate import model_spec
+from topoplan.bench.validate import DRIFT_WARN, drift, model_spec
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.collectives import LinkPricer
@@ -142,6 +142,21 @@ def test_validate_tiny_three_layouts(calibration):
     assert [result["best_predicted"][k] for k in ("tp", "pp")] == [best_p[k] for k in ("tp", "pp")]
     assert [result["best_measured"][k] for k in ("tp", "pp")] == [best_m[k] for k in ("tp", "pp")]
     assert result["order_matches"] == (result["predicted_order"] == result["measured_order"])
+    speed = result["drift"]  # the machine's GEMV rate now against the calibration's
+    calibrated = json.loads(calibration.read_text())["cpu"]["threads"][str(cores)]["gemv_gbps"]
+    assert speed["gemv_gbps_calibrated"] == calibrated and speed["gemv_gbps_before"] > 0
+    assert speed["worst"] == pytest.approx(max(abs(speed[k] - calibrated) for k in ("gemv_gbps_before",
+                                                                                    "gemv_gbps_after")) / calibrated)
+    assert (speed["warning"] is None) == (speed["worst"] <= DRIFT_WARN)
+
+
+def test_drift_warns_when_the_machine_slowed_since_calibration():
+    entry = {"cores": 2, "threads": {"2": {"gemv_gbps": 20.0}}}
+    assert drift(entry, 19.0, 21.5)["warning"] is None  # within 15%
+    slowed = drift(entry, 18.0, 10.0)
+    assert slowed["worst"] == pytest.approx(0.5)
+    assert slowed["warning"] == ("memory bandwidth 18.0 GB/s before and 10.0 after the runs, 20.0 in the "
+                                 "calibration (50% apart): the machine's speed changed, recalibrate")
 
 
 def test_validate_moe_checkpoint_with_expert_parallel_rows(calibration, tmp_path):

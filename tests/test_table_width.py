@@ -9,6 +9,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from topoplan.bench.render import print_bench, print_validate
+from topoplan.bench.validate import drift
 from topoplan.cli import app
 from topoplan.plan.catalog import gpu_rows, model_rows
 
@@ -115,6 +116,9 @@ def test_bench(width, check_data):
     assert "2225678" in text and "6754.76" in text and ("123456" in text) == check_data
 
 
+CPU_ENTRY = {"cores": 2, "threads": {"2": {"gemv_gbps": 20.0}}}
+
+
 def validate_result() -> dict:
     rows = []
     for tp, pp, dp in ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)):
@@ -127,7 +131,8 @@ def validate_result() -> dict:
     return {"model": "small", "batch": 2, "prompt_len": 32, "gen_len": 32, "best_predicted": rows[0],
             "best_measured": rows[1], "rows": rows, "load_average": [8.6, 9.1], "cores": 2, "order_matches": False,
             "predicted_order": ["tp=1,pp=1,dp=1", "tp=2,pp=1,dp=1", "tp=1,pp=2,dp=1", "tp=1,pp=1,dp=2"],
-            "measured_order": ["tp=2,pp=1,dp=1", "tp=1,pp=1,dp=1", "tp=1,pp=1,dp=2", "tp=1,pp=2,dp=1"]}
+            "measured_order": ["tp=2,pp=1,dp=1", "tp=1,pp=1,dp=1", "tp=1,pp=1,dp=2", "tp=1,pp=2,dp=1"],
+            "drift": drift(CPU_ENTRY, 11.0, 9.5)}
 
 
 @pytest.mark.parametrize("width", WIDTHS)

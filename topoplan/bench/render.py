@@ -158,4 +158,8 @@ def print_validate(result: dict[str, Any], console: Console) -> None:
               Text("P: the planner's best (lowest predicted decode ms/token); M: the measured best."),
               Text(f"Order {'matches' if result['order_matches'] else 'DIFFERS'}: predicted "
                    f"{' < '.join(result['predicted_order'])}; measured {' < '.join(result['measured_order'])}.")]
+    speed = result["drift"]
+    lines.append(Text(f"WARNING: {speed['warning']}." if speed["warning"] else
+                      f"Memory bandwidth {speed['gemv_gbps_before']:.1f} / {speed['gemv_gbps_after']:.1f} GB/s "
+                      f"before / after, {speed['gemv_gbps_calibrated']:.1f} calibrated."))
     emit(console, table, *lines)

@@ -99,6 +99,36 @@ def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: i
                       what=f"runner {layout}", timeout_s=timeout_s)
 
 
+DRIFT_WARN = 0.15  # the machine's bandwidth this far from the calibration's: its prices no longer hold
+
+
+def bandwidth_now(entry: dict[str, Any]) -> float:
+    """This machine's weight-streaming rate now (the calibration's GEMV probe on every core, GB/s)."""
+    import torch
+
+    from topoplan.bench import probes
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(entry["cores"])
+        return probes.gemv_gbps(torch.device("cpu"), torch.float32, nbytes=64 * probes.MiB)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def drift(entry: dict[str, Any], before: float, after: float) -> dict[str, Any]:
+    """The GEMV rate the calibration measured on every core against now, before and after the runs: a shared
+    VM's neighbours can halve its memory bandwidth for minutes without any load this machine can see, and
+    then every price is off by as much. `warning` says so above DRIFT_WARN."""
+    calibrated = entry["threads"][str(entry["cores"])]["gemv_gbps"]
+    worst = max(abs(before - calibrated), abs(after - calibrated)) / calibrated
+    warning = (f"memory bandwidth {before:.1f} GB/s before and {after:.1f} after the runs, {calibrated:.1f} in the "
+               f"calibration ({worst:.0%} apart): the machine's speed changed, recalibrate") if worst > DRIFT_WARN \
+        else None
+    return {"gemv_gbps_calibrated": calibrated, "gemv_gbps_before": before, "gemv_gbps_after": after,
+            "worst": worst, "warning": warning}
+
+
 def _rel(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
@@ -127,6 +157,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
     monitor = LoadMonitor("validate", sources or Sources())
     monitor.check_quiet(force)
+    before = bandwidth_now(entry)
     runs: list[list[dict]] = [[] for _ in candidates]
     total = repeats * len(candidates)
     for round_ in range(repeats):
@@ -138,6 +169,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                 runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
     if on_step:
         on_step("done", total, total)
+    speed = drift(entry, before, bandwidth_now(entry))
     rows = []
     for cand, cost, results in zip(candidates, predicted, runs):
         timings = [r["timing"] for r in results]
@@ -158,7 +190,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     return {"model": model, "params": spec.params, "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6,
             "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "repeats": repeats, "cores": cores,
             "calibration": calibration, "load_average": [load["load_before"], load["load_after"]], "load": load,
-            **summarize(rows)}
+            "drift": speed, **summarize(rows)}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -242,7 +242,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
                   force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
     from topoplan.bench.cpu import load_cpu_entry
-    from topoplan.bench.validate import summarize
+    from topoplan.bench.validate import bandwidth_now, drift, summarize
 
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
@@ -256,8 +256,10 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     candidates = vllm_candidates(model, batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
                          micro_batched=False) for c in candidates]
+    before = bandwidth_now(entry)
     measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                repeats=repeats, timeout_s=timeout_s)
+    speed = drift(entry, before, bandwidth_now(entry))
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
         rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
@@ -272,7 +274,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     return {"engine": "vllm", "engine_version": vllm_version(python), "model": model, "params": spec.params,
             "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6, "batch": batch, "prompt_len": prompt_len,
             "gen_len": gen_len, "repeats": repeats, "cores": len(cpu_cores()), "calibration": calibration,
-            "engine_overheads": overheads, **_load(monitor), **summarize(rows)}
+            "engine_overheads": overheads, **_load(monitor), "drift": speed, **summarize(rows)}
 
 
 def _load(monitor: LoadMonitor) -> dict[str, Any]:
