@@ -256,10 +256,10 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     candidates = vllm_candidates(model, batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
                          micro_batched=False) for c in candidates]
-    before = bandwidth_now(entry)
+    before = bandwidth_now(entry, calibration)
     measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                repeats=repeats, timeout_s=timeout_s)
-    speed = drift(entry, before, bandwidth_now(entry))
+    speed = drift(entry, before, bandwidth_now(entry, calibration))
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
         rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
