@@ -35,12 +35,19 @@ def main() -> None:
         parts = [torch.empty_like(x) for _ in range(world)]
         dist.all_gather(parts, x, group=group)
         gathered_ok.append(torch.equal(shm.all_gather(x, dim=-1), torch.cat(parts, dim=-1)))
+    # all_to_all with uneven counts (member i sends i + j + 1 rows to member j, one sends none), against gloo's
+    counts = [[(i + j + 1) * (i != 1 or j != 0) for j in range(world)] for i in range(world)]
+    rows = torch.randn(sum(counts[rank]), 3, generator=generator)
+    expected = torch.empty(sum(sent[rank] for sent in counts), 3)
+    dist.all_to_all_single(expected, rows, [sent[rank] for sent in counts], counts[rank], group=group)
+    exchanged = shm.all_to_all_fits(counts, rows) and torch.equal(shm.all_to_all(rows, counts), expected)
     reduced = shm.all_reduce(torch.randn(64, generator=generator))
     everyone: list = [None] * world
     dist.all_gather_object(everyone, reduced.tolist(), group=group)
     result = {"usable": usable(group, torch.device("cpu")), "leftover": leftover, "same": same,
               "gathered": gathered_ok, "bitwise_equal_on_every_rank": all(r == everyone[0] for r in everyone),
-              "fits": [shm.fits(torch.empty(1024)), shm.fits(torch.empty(1025))]}
+              "fits": [shm.fits(torch.empty(1024)), shm.fits(torch.empty(1025))], "all_to_all": exchanged,
+              "all_to_all_too_big": shm.all_to_all_fits([[200, 200]] * world, torch.empty(0, 3))}
     result["channels"] = channels(group, rank)
     (out / f"{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

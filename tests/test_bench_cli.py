@@ -161,14 +161,14 @@ def test_bad_input_is_one_line_exit_2(args, message):
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="shared memory is x86-64 only")
-def test_shared_memory_all_reduce_and_sendrecv_pass_the_data_check():
-    """--shared-memory: what the runner's TP groups and pipeline stages pay, each result checked; 2 MiB is above
-    a pipeline slot (1 MiB), so sendrecv there takes gloo after its shared-memory header."""
-    done = topoplan("bench", "--ranks", "2", "--ops", "all_reduce,sendrecv", "--sizes", "4K:2M", "--iters", "2",
-                    "--warmup", "1", "--check", "--shared-memory", "--json")
+def test_shared_memory_all_reduce_sendrecv_and_all_to_all_pass_the_data_check():
+    """--shared-memory: what the runner's TP groups, pipeline stages and EP groups pay, each result checked; 2 MiB
+    is above a pipeline slot (1 MiB), so sendrecv there takes gloo after its shared-memory header."""
+    done = topoplan("bench", "--ranks", "2", "--ops", "all_reduce,sendrecv,all_to_all", "--sizes", "4K:2M",
+                    "--iters", "2", "--warmup", "1", "--check", "--shared-memory", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["shared_memory"] is True and result["skipped"] == []
     rows = {(r["op"], r["size_bytes"]): r["wrong"] for r in result["results"]}
-    assert set(rows) == {(op, 4096 << k) for op in ("all_reduce", "sendrecv") for k in range(10)}
+    assert set(rows) == {(op, 4096 << k) for op in ("all_reduce", "sendrecv", "all_to_all") for k in range(10)}
     assert set(rows.values()) == {0}

@@ -50,6 +50,10 @@ def launch(checkpoints, tmp_path_factory):
                      "options": {"model": str(checkpoints / kind), "tp": tp, "pp": pp, "ep": ep, "prompt_ids": ids,
                                  "max_new_tokens": 10, "backend": "gloo", "timeout": 120}}
                     for kind in KINDS for tp, pp, ep in LAYOUTS[world]]
+            if world == 2:  # EP over gloo instead of shared memory (the default between CPU ranks of one host)
+                jobs += [{"name": _name(kind, 2, 1, 2) + "-gloo",
+                          "options": {**job["options"], "no_shared_memory": True}}
+                         for kind in KINDS for job in jobs if job["name"] == _name(kind, 2, 1, 2)]
             cache[world] = run_jobs(world, jobs, tmp_path_factory.mktemp(f"moe-world{world}"))
         return cache[world]
 
@@ -78,6 +82,15 @@ def test_moe_layout_matches_transformers_and_unsharded(launch, reference, kind, 
     for i, (mine, unsharded) in enumerate(zip(got_logits, ref_logits)):
         torch.testing.assert_close(mine, unsharded, rtol=0, atol=FP32_LOGIT_TOL)
         torch.testing.assert_close(mine, hf_logits[i, :len(mine)], rtol=0, atol=FP32_LOGIT_TOL)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ep_over_gloo_matches_shared_memory_and_transformers(launch, reference, kind):
+    shm, shm_logits = launch(2)[_name(kind, 2, 1, 2)]
+    gloo, gloo_logits = launch(2)[_name(kind, 2, 1, 2) + "-gloo"]
+    assert gloo["tokens"] == shm["tokens"] == reference[kind][0]
+    for mine, theirs in zip(gloo_logits, shm_logits):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=FP32_LOGIT_TOL)
 
 
 def _expert_bytes(folder: Path) -> dict[int, int]:

@@ -28,5 +28,7 @@ def test_shared_memory_collectives_match_gloo(tmp_path, world):
         assert got["same"] == [True] * 7 and got["gathered"] == [True] * 7
         assert got["bitwise_equal_on_every_rank"] is True
         assert got["fits"] == [True, False]  # 4096 bytes per slot: 1024 fp32 fit, 1025 go through gloo
+        assert got["all_to_all"] is True  # uneven splits, a member sending none, the same rows as gloo's
+        assert got["all_to_all_too_big"] is False  # 400 rows x 12 bytes > 4096: even a member sending no rows says so
         # pipeline channels: every message in order, intact, past a full channel; one payload by gloo
         assert got["channels"] == {"all_ok": True, "checked": 14 if rank < 2 else 0}

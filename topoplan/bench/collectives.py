@@ -32,7 +32,7 @@ class Group:
 
     ranks: tuple[int, ...]
     handle: dist.ProcessGroup | None  # None: the default (world) group
-    shm: ShmGroup | None = None  # all_reduce (sum) through shared memory, as the runner's TP group does
+    shm: ShmGroup | None = None  # all_reduce (sum), all_to_all through shared memory, as the runner's TP/EP groups
     ring: ShmChannels | None = None  # sendrecv through shared memory, as the runner's pipeline stages do
 
     @property
@@ -133,8 +133,13 @@ def make_case(op: str, count: int, group: Group, rank: int, device: torch.device
                     out, lambda: mine(me * chunk, chunk, root), n)
     if op == "all_to_all":
         src, out = buf(count), buf(count)
-        return Case(lambda: dist.all_to_all_single(out, src, group=g),
-                    zeroed(out, then=lambda: src.copy_(mine(0, count))),
+        counts, rows = [[chunk] * n for _ in range(n)], src[:n * chunk, None]  # rows of one element
+        if group.shm is not None and group.shm.all_to_all_fits(counts, rows):
+            # as the runner's EP groups exchange tokens: through shared memory
+            call = lambda: out[:n * chunk].copy_(group.shm.all_to_all(rows, counts)[:, 0])  # noqa: E731
+        else:
+            call = lambda: dist.all_to_all_single(out, src, group=g)  # noqa: E731
+        return Case(call, zeroed(out, then=lambda: src.copy_(mine(0, count))),
                     out, lambda: datacheck.exchanged(me, chunk, n, device), n)
     if op == "sendrecv":  # nccl-tests' sendrecv: send to the next rank of the ring, receive from the previous
         src, out = buf(count), buf(count)

@@ -78,6 +78,7 @@ class Dist:
     ep_rank: int = 0
     tp_shm: ShmGroup | None = None  # the TP group through shared memory, when all its ranks are CPU ranks of one host
     pp_shm: ShmChannels | None = None  # the pipeline stages' messages through shared memory, likewise
+    ep_shm: ShmGroup | None = None  # the EP group's all-to-alls and all-gathers through shared memory, likewise
 
     @property
     def is_first_stage(self) -> bool:
@@ -109,18 +110,25 @@ class Dist:
             dist.all_gather(parts, tensor.contiguous(), group=self.tp_group)
         return torch.cat(parts, dim=-1)
 
-    def all_to_all(self, tensor: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor:
-        """Over the EP group: rows send[i] of `tensor` (in order) go to member i; returns the rows received,
-        receive[i] from member i (MoE dispatch and combine). gloo and NCCL both run uneven splits."""
-        out = tensor.new_empty((sum(receive), *tensor.shape[1:]))
+    def all_to_all(self, tensor: torch.Tensor, counts: list[list[int]]) -> torch.Tensor:
+        """Over the EP group: counts[i][j] rows go from member i to member j, `tensor` holding this member's rows
+        grouped by destination; returns the rows received, grouped by source (MoE dispatch and combine). Every
+        member knows `counts`, so all agree whether shared memory holds it; gloo and NCCL run uneven splits."""
+        me = self.ep_rank
         with self.timer.timed():
-            dist.all_to_all_single(out, tensor.contiguous(), receive, send, group=self.ep_group)
+            if self.ep_shm is not None and self.ep_shm.all_to_all_fits(counts, tensor):
+                return self.ep_shm.all_to_all(tensor, counts)
+            out = tensor.new_empty((sum(sent[me] for sent in counts), *tensor.shape[1:]))
+            dist.all_to_all_single(out, tensor.contiguous(), [sent[me] for sent in counts], counts[me],
+                                   group=self.ep_group)
         return out
 
     def ep_all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Concatenate the EP group's equal-sized slices along dim 0 (every token's MoE output on every rank)."""
-        parts = [torch.empty_like(tensor) for _ in range(self.layout.ep)]
         with self.timer.timed():
+            if self.ep_shm is not None and self.ep_shm.fits(tensor):
+                return self.ep_shm.all_gather(tensor, dim=0)
+            parts = [torch.empty_like(tensor) for _ in range(self.layout.ep)]
             dist.all_gather(parts, tensor.contiguous(), group=self.ep_group)
         return torch.cat(parts)
 
@@ -180,8 +188,8 @@ def new_groups(groups: list[list[int]], timeout_s: float) -> tuple[list[int], di
 def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: float,
                shared_memory: bool = True) -> Dist:
     """This rank's TP and PP groups for `layout` in the joined world (a group of one rank is None), and with
-    `shared_memory` the TP group's collectives and the pipeline's messages through shared memory where the group's
-    ranks share a host (topoplan.runner.shm)."""
+    `shared_memory` the TP and EP groups' collectives and the pipeline's messages through shared memory where the
+    group's ranks share a host (topoplan.runner.shm)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != layout.world:
         raise TopoplanError(f"the launcher started {world} ranks but {layout} needs {layout.world}")
@@ -193,8 +201,9 @@ def build_dist(layout: Layout, backend: str, device: torch.device, timeout_s: fl
     # shm_group is collective over the TP group, so every member reaches the same verdict
     tp_shm = shm_group(tp_group, device, timeout_s) if tp_group is not None and shared_memory else None
     pp_shm = pipeline_channels(pp_group, device, timeout_s) if pp_group is not None and shared_memory else None
+    ep_shm = shm_group(ep_group, device, timeout_s) if ep_group is not None and shared_memory else None
     return Dist(layout, rank, grid.coords(rank), device, backend, tp_group, pp_group, grid.group_of("pp", rank),
-                ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm, pp_shm=pp_shm)
+                ep_group=ep_group, ep_rank=ep_ranks.index(rank), tp_shm=tp_shm, pp_shm=pp_shm, ep_shm=ep_shm)
 
 
 def init_dist(env: RankEnv, layout: Layout, backend: str | None, timeout_s: float, shared_memory: bool = True) -> Dist:

@@ -36,7 +36,7 @@ NAMES = {"mixtral": ("block_sparse_moe", ("w1", "w3", "w2")),
 class EpComm(Protocol):
     """The EP group's collectives (topoplan.runner.dist.Dist implements them)."""
 
-    def all_to_all(self, tensor: torch.Tensor, send: list[int], receive: list[int]) -> torch.Tensor: ...
+    def all_to_all(self, tensor: torch.Tensor, counts: list[list[int]]) -> torch.Tensor: ...
 
     def ep_all_gather(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
@@ -124,12 +124,12 @@ class MoE(nn.Module):
         owner = expert // (self.n_experts // self.ep_size)
         order = torch.argsort(owner, stable=True)  # grouped by destination rank
         send = torch.bincount(owner, minlength=self.ep_size)
-        receive = comm.all_to_all(send, [1] * self.ep_size, [1] * self.ep_size)
-        send_sizes, receive_sizes = send.tolist(), receive.tolist()
-        got_h = comm.all_to_all(h[rows[order]], send_sizes, receive_sizes)  # [R, D] rows for my experts
-        got_e = comm.all_to_all(expert[order], send_sizes, receive_sizes)  # [R] their expert ids
+        counts = comm.ep_all_gather(send[None]).tolist()  # counts[i][j]: rows member i sends member j
+        back_counts = [list(column) for column in zip(*counts)]  # the combine runs the other way
+        got_h = comm.all_to_all(h[rows[order]], counts)  # [R, D] rows for my experts
+        got_e = comm.all_to_all(expert[order], counts)  # [R] their expert ids
         done = self.run_experts(got_h, got_e[:, None], torch.ones(len(got_e), 1, dtype=h.dtype, device=device))
-        back = comm.all_to_all(done, receive_sizes, send_sizes)  # [n_mine*K, D] in `order`
+        back = comm.all_to_all(done, back_counts)  # [n_mine*K, D] in `order`
         slot_weights = weights[mine.start:mine.stop].reshape(-1)[order]
         out = torch.zeros(per_rank, h.shape[1], dtype=h.dtype, device=device)
         out.index_add_(0, rows[order] - mine.start, (back * slot_weights[:, None]).to(h.dtype))

@@ -19,6 +19,7 @@ plain stores suffice; on other architectures (Arm's weaker model) `usable` says 
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import platform
@@ -125,19 +126,22 @@ class ShmGroup:
     def fits(self, tensor: torch.Tensor) -> bool:
         return tensor.numel() * tensor.element_size() <= self.capacity
 
-    def _exchange(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+    def _exchange(self, tensor: torch.Tensor, rows: list[int] | None = None) -> list[torch.Tensor]:
         """Publish `tensor`, wait for every member's, and return all members' tensors (views of the segment,
-        valid until this member's next call but one)."""
+        valid until this member's next call but one). `rows`: each member's dim-0 size, where they differ."""
         self.calls += 1
-        nbytes = tensor.numel() * tensor.element_size()
-        slots = self._slots[self.calls % 2, :, :nbytes]
-        slots[self.me].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+        row_shape = tuple(tensor.shape[1:])
+        shapes = [(n, *row_shape) for n in rows] if rows is not None else [tuple(tensor.shape)] * self.size
+        row_bytes = tensor.element_size() * math.prod(row_shape)
+        slots = self._slots[self.calls % 2]
+        slots[self.me, :tensor.numel() * tensor.element_size()].view(tensor.dtype).view(tensor.shape).copy_(tensor)
         step = LINE // 8
         self._counters[self.me * step] = self.calls
         for peer in range(self.size):
             if peer != self.me:
                 self._wait(peer * step)
-        return [slots[i].view(tensor.dtype).view(tensor.shape) for i in range(self.size)]
+        return [slots[i, :shape[0] * row_bytes if shape else row_bytes].view(tensor.dtype).view(shape)
+                for i, shape in enumerate(shapes)]
 
     def _wait(self, index: int) -> None:
         wait_for(self._counters, index, self.calls, f"member {index * 8 // LINE} of the group", self.timeout_s,
@@ -154,6 +158,22 @@ class ShmGroup:
     def all_gather(self, tensor: torch.Tensor, dim: int) -> torch.Tensor:
         """The members' tensors concatenated along `dim`, in member order."""
         return torch.cat(self._exchange(tensor), dim=dim)
+
+    def all_to_all_fits(self, counts: list[list[int]], tensor: torch.Tensor) -> bool:
+        """Whether an all_to_all of `counts` rows shaped like `tensor`'s fits every member's slot: the same verdict
+        on every member (all know `counts` and the row shape, even one sending no rows)."""
+        row_bytes = math.prod(tensor.shape[1:]) * tensor.element_size()
+        return max(sum(sent) for sent in counts) * row_bytes <= self.capacity
+
+    def all_to_all(self, tensor: torch.Tensor, counts: list[list[int]]) -> torch.Tensor:
+        """counts[i][j] rows go from member i to member j; `tensor` holds this member's rows grouped by
+        destination, in member order. Returns the rows received, grouped by source in member order."""
+        parts = self._exchange(tensor, rows=[sum(sent) for sent in counts])
+        received = []
+        for i, part in enumerate(parts):
+            start = sum(counts[i][:self.me])
+            received.append(part[start:start + counts[i][self.me]])
+        return torch.cat(received)
 
 
 class ShmChannels:
