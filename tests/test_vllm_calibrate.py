@@ -19,17 +19,17 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 
 
-def test_fit_takes_layer_cost_from_prefill_and_step_costs_from_decode() -> None:
-    # 8 layers. Prefill: 4 ms over the roofline in every row -> 500 us a layer (8 x 500 = 4000 us of decode too).
-    # Decode: TP1 is 5 ms over -> step 1000 us; TP2 and PP2 are 7 ms over -> 2000 us more for their one extra rank.
+def test_fit_takes_prefill_layer_cost_from_prefill_and_decode_costs_from_decode() -> None:
+    # 8 layers. Prefill: 4 ms over the roofline in every row -> 500 us a layer.
+    # Decode: TP1 is 5 ms over -> 625 us a layer; TP2 and PP2 are 7 ms over -> 2000 us more for their extra rank.
     rows = [{"layout": Layout(), "prefill_ms": 10.0, "decode_ms_per_token": 7.0},
             {"layout": Layout(tp=2), "prefill_ms": 12.0, "decode_ms_per_token": 10.0},
             {"layout": Layout(pp=2), "prefill_ms": 14.0, "decode_ms_per_token": 11.0}]
     base = [SimpleNamespace(prefill_ms=6.0, decode_ms_per_token=2.0),
             SimpleNamespace(prefill_ms=8.0, decode_ms_per_token=3.0),
             SimpleNamespace(prefill_ms=10.0, decode_ms_per_token=4.0)]
-    assert fit_overheads(8, rows, base) == pytest.approx({"layer_overhead_us": 500.0, "decode_layer_overhead_us": 500.0,
-                                                          "step_overhead_us": 1000.0,
+    assert fit_overheads(8, rows, base) == pytest.approx({"layer_overhead_us": 500.0, "decode_layer_overhead_us": 625.0,
+                                                          "step_overhead_us": 0.0,
                                                           "step_overhead_per_rank_us": 2000.0})
 
 
@@ -80,3 +80,37 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
                               timeout=300)
         assert done.returncode == 2 and expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_validate_vllm_rows_have_validates_fields(monkeypatch, tmp_path: Path) -> None:
+    """validate --engine vllm end to end but for the engine itself: the served measurements are given (vLLM
+    runs in tests/test_vllm_serve.py), the rest is real: pricing with the fitted overheads, the drift probe, and
+    `validate`'s summary (best, orders) over rows shaped like its own."""
+    from topoplan.bench import vllm_cpu
+
+    monkeypatch.setenv("TOPOPLAN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("topoplan.bench.vllm_cpu.cpu_cores", lambda: [0, 1])
+    monkeypatch.setattr("topoplan.bench.validate.cpu_cores", lambda: [0, 1])
+    monkeypatch.setattr(vllm_cpu, "check_python", lambda python: python)
+    monkeypatch.setattr(vllm_cpu, "vllm_version", lambda python: "0.32.0")
+    measured = {Layout(): 30.0, Layout(tp=2): 50.0, Layout(pp=2): 40.0}
+    monkeypatch.setattr(vllm_cpu, "measure_layouts", lambda model, python, candidates, **_: [
+        {"layout": c.layout, "threads": c.threads, "prefill_ms": 150.0, "decode_ms_per_token": measured[c.layout],
+         "decode_ms_runs": [measured[c.layout]] * 3, "prefill_ms_runs": [150.0] * 3} for c in candidates])
+    probes = {"stream_gbps": 20.0, "gemv_gbps": 20.0, "gemm_tflops": 0.1, "layer_overhead_us": 400.0,
+              "step_overhead_us": 200.0, "matmul_tflops": {"1": 0.01, "64": 0.1}}
+    cal = tmp_path / "vllm.json"
+    cal.write_text(json.dumps({"version": 1, "measured": {"probe_mib": 8}, "cpu": {
+        "cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "dtype": "fp32", "threads": {"1": probes, "2": probes}},
+        "engines": {"vllm": {"layer_overhead_us": 3000.0, "decode_layer_overhead_us": 900.0,
+                             "step_overhead_us": 0.0, "step_overhead_per_rank_us": 15000.0}}}))
+    result = vllm_cpu.validate_vllm("small", str(cal), python="python3", force=True)
+    assert result["engine"] == "vllm" and result["engine_version"] == "0.32.0"
+    assert {(r["tp"], r["pp"], r["dp"], r["ep"]) for r in result["rows"]} == {(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1)}
+    for row in result["rows"]:
+        assert row["measured_decode_ms"] == measured[Layout(row["tp"], row["pp"])]
+        assert row["error"] == pytest.approx((row["predicted_decode_ms"] - row["measured_decode_ms"])
+                                             / row["measured_decode_ms"])
+    assert result["best_measured"]["tp"] == 1 and result["best_measured"]["pp"] == 1
+    assert result["measured_order"] == ["tp=1,pp=1,dp=1", "tp=1,pp=2,dp=1", "tp=2,pp=1,dp=1"]
+    assert result["drift"]["gemv_gbps_calibrated"] == 20.0 and result["drift"]["gemv_gbps_before"] > 0

@@ -497,9 +497,10 @@ def calibrate_command(
             document = calibrate_vllm(calibration, model=model, python=engine_python, force=force)
             path = write_calibration(out, document)
             fitted = document["engines"]["vllm"]
-            print(f"wrote {path}: vLLM {fitted['engine_version']} layer overhead {fitted['layer_overhead_us']:.1f} us, "
-                  f"step overhead {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} us "
-                  "per extra rank")
+            print(f"wrote {path}: vLLM {fitted['engine_version']} overhead per layer "
+                  f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
+                  f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
+                  "us per extra rank")
             return
         if engine_id.name != "topoplan":
             raise TopoplanError(f"--engine {engine}: calibrate measures the runner (topoplan) or vLLM's CPU build "

@@ -9,11 +9,12 @@ greedy, `ignore_eos`, after one warm-up request, median of `repeats`. Both inclu
 The planner prices the same layouts as `topoplan validate` does (topoplan.bench.validate: this machine's CPU
 calibration for bandwidth and FLOP/s) with vLLM's own fixed costs in place of the runner's: `calibrate --engine
 vllm` fits them from a first round of measurements,
-  layer_overhead_us (= decode_layer_overhead_us: no CUDA graphs on CPU)
-                    = median over layouts of (measured - roofline) prefill / layers,
-  step_overhead_us  = (measured - roofline) decode - layers x layer_overhead_us of the one-rank layout (TP1),
-  step_overhead_per_rank_us = median over the others of what is left of that residual per extra rank
-                    (vLLM's driver sends every worker its inputs each step),
+  layer_overhead_us = median over layouts of (measured - roofline) prefill / layers,
+  decode_layer_overhead_us = (measured - roofline) decode of the one-rank layout (TP1) / layers (decode's own:
+                    prefill's per-layer residual holds prefill-only work: 3.4 ms vs 1.0 here; step_overhead_us
+                    is 0, since every layout here runs all layers each step and the two cannot be told apart),
+  step_overhead_per_rank_us = median over the others of (their decode residual - TP1's) per extra rank
+                    (vLLM's driver sends every worker its inputs each step; its processes share the cores),
 the engine profile's own constants (topoplan.engines.profile.Overheads),
 and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
 shows predicted vs measured. PP is priced without micro-batches: requests
@@ -165,18 +166,18 @@ def _measure_one(layout: Layout, folder: Path, python: str, batch: int, prompt_l
 
 def fit_overheads(spec_layers: int, rows: list[dict[str, Any]], base: list[Any]) -> dict[str, float]:
     """vLLM's fixed costs, in the engine profile's terms (topoplan.engines.profile.Overheads), from measured rows
-    (each with its "layout") and their zero-overhead roofline prices: the per-layer cost from prefill, the per-step
-    cost from the one-rank layout's decode, the per-extra-rank step cost (vLLM's driver feeding each worker) from
-    the others'. Medians; never negative."""
+    (each with its "layout") and their zero-overhead roofline prices: prefill's per-layer cost from prefill; decode's
+    per-layer cost from the one-rank layout's decode; the per-extra-rank step cost (vLLM's driver feeding each
+    worker, its processes sharing the cores) from the others' decode. Medians; never negative."""
     layer = max(statistics.median((r["prefill_ms"] - b.prefill_ms) * 1e3 / spec_layers for r, b in zip(rows, base)),
                 0.0)
-    residual = [((r["decode_ms_per_token"] - b.decode_ms_per_token) * 1e3 - spec_layers * layer, r["layout"].world)
+    residual = [((r["decode_ms_per_token"] - b.decode_ms_per_token) * 1e3, r["layout"].world)
                 for r, b in zip(rows, base)]
     single = [us for us, world in residual if world == 1]
-    step = max(statistics.median(single or [us for us, _ in residual]), 0.0)
-    multi = [(us - step) / (world - 1) for us, world in residual if world > 1]
+    one_rank = max(statistics.median(single or [us for us, _ in residual]), 0.0)
+    multi = [(us - one_rank) / (world - 1) for us, world in residual if world > 1]
     per_rank = max(statistics.median(multi), 0.0) if single and multi else 0.0
-    return {"layer_overhead_us": layer, "decode_layer_overhead_us": layer, "step_overhead_us": step,
+    return {"layer_overhead_us": layer, "decode_layer_overhead_us": one_rank / spec_layers, "step_overhead_us": 0.0,
             "step_overhead_per_rank_us": per_rank}
 
 
@@ -262,7 +263,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     speed = drift(entry, before, bandwidth_now(entry, calibration))
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
-        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp,
+        rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp, "ep": cand.layout.ep,
                      "threads_per_rank": cand.threads,
                      "predicted_decode_ms": cost.decode_ms_per_token, "measured_decode_ms": m["decode_ms_per_token"],
                      "predicted_prefill_ms": cost.prefill_ms, "measured_prefill_ms": m["prefill_ms"],
