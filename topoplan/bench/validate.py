@@ -102,21 +102,25 @@ def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: i
 DRIFT_WARN = 0.15  # the machine's bandwidth this far from the calibration's: its prices no longer hold
 
 
-def bandwidth_now(entry: dict[str, Any], calibration_path: str) -> float:
-    """This machine's weight-streaming rate now: the calibration's GEMV probe, on every core and over the same
-    buffer size as the calibration used (a smaller one would partly sit in the cache), GB/s."""
+def bandwidth_probe(entry: dict[str, Any], calibration_path: str) -> Callable[[], float]:
+    """A probe of this machine's weight-streaming rate now, GB/s: the calibration's GEMV probe, on every core and
+    over the same buffer size as the calibration used (a smaller one would partly sit in the cache)."""
     import torch
 
     from topoplan.bench import probes
 
     measured = read_json(Path(calibration_path), "a topoplan calibration file").get("measured") or {}
     probe_mib = measured.get("probe_mib") if isinstance(measured.get("probe_mib"), int) else 256
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(entry["cores"])
-        return probes.gemv_gbps(torch.device("cpu"), torch.float32, nbytes=probe_mib * probes.MiB)
-    finally:
-        torch.set_num_threads(threads)
+
+    def now() -> float:
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(entry["cores"])
+            return probes.gemv_gbps(torch.device("cpu"), torch.float32, nbytes=probe_mib * probes.MiB)
+        finally:
+            torch.set_num_threads(threads)
+
+    return now
 
 
 def drift(entry: dict[str, Any], before: float, after: float) -> dict[str, Any]:
@@ -160,7 +164,8 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
     monitor = LoadMonitor("validate", sources or Sources())
     monitor.check_quiet(force)
-    before = bandwidth_now(entry, calibration)
+    bandwidth_now = bandwidth_probe(entry, calibration)
+    before = bandwidth_now()
     runs: list[list[dict]] = [[] for _ in candidates]
     total = repeats * len(candidates)
     for round_ in range(repeats):
@@ -172,7 +177,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                 runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
     if on_step:
         on_step("done", total, total)
-    speed = drift(entry, before, bandwidth_now(entry, calibration))
+    speed = drift(entry, before, bandwidth_now())
     rows = []
     for cand, cost, results in zip(candidates, predicted, runs):
         timings = [r["timing"] for r in results]

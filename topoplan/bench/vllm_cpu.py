@@ -243,7 +243,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
                   force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
     from topoplan.bench.cpu import load_cpu_entry
-    from topoplan.bench.validate import bandwidth_now, drift, summarize
+    from topoplan.bench.validate import bandwidth_probe, drift, summarize
 
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
@@ -257,10 +257,11 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     candidates = vllm_candidates(model, batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
                          micro_batched=False) for c in candidates]
-    before = bandwidth_now(entry, calibration)
+    bandwidth_now = bandwidth_probe(entry, calibration)
+    before = bandwidth_now()
     measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                repeats=repeats, timeout_s=timeout_s)
-    speed = drift(entry, before, bandwidth_now(entry, calibration))
+    speed = drift(entry, before, bandwidth_now())
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
         rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp, "ep": cand.layout.ep,
