@@ -368,9 +368,9 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
     micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline micro-batches in flight (0: one per stage, "
                                       "the schedule `plan` prices; 1: none)."),
-    shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory", help="TP all-reduces and pipeline "
-                                       "messages between CPU ranks of one host through shared memory (else gloo's "
-                                       "sockets)."),
+    shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory", help="TP and EP collectives and "
+                                       "pipeline messages between CPU ranks of one host through shared memory (else "
+                                       "gloo's sockets)."),
     save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
                              "an existing one), then exit; takes no other option."),
 ) -> None:
@@ -423,9 +423,9 @@ def bench_command(
                               "sum, prod, min, max or avg (avg: NCCL only)."),
     root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
                              "the group)."),
-    shared_memory: bool = typer.Option(False, "--shared-memory", help="all_reduce (sum) and sendrecv "
-                                       "between CPU ranks of one host through shared memory, as `topoplan run`'s TP "
-                                       "groups and pipeline stages do (gloo else)."),
+    shared_memory: bool = typer.Option(False, "--shared-memory", help="all_reduce (sum), all_to_all "
+                                       "and sendrecv between CPU ranks of one host through shared memory, as `topoplan "
+                                       "run`'s TP/EP groups and pipeline stages do (gloo else)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""

@@ -44,7 +44,7 @@ DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MB
 def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int, backend: str | None,
                env: dict[str, str] | None = None) -> list[CollectiveFit]:
     request = BenchRequest.from_options(ops=SWEEP_OPS, sizes=sizes, iters=iters, warmup=warmup,
-                                        backend=backend, shared_memory=True)  # what the runner's TP groups use
+                                        backend=backend, shared_memory=True)  # as the runner's TP/EP groups and stages
     result = spawn_json(ranks, "topoplan.bench.worker", request.worker_argv(),
                         echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
                         extra_env=env)

@@ -68,7 +68,7 @@ class BenchRequest:
     redop: str = "sum"  # the reducing ops' reduction (nccl-tests' -o)
     root: int = 0  # the rooted ops' root, a place in the group (nccl-tests' -r)
     check: bool = False  # verify every result (nccl-tests' -c)
-    shared_memory: bool = False  # all_reduce (sum) between CPU ranks of one host as the runner does it (runner.shm)
+    shared_memory: bool = False  # all_reduce (sum), all_to_all, sendrecv as the runner runs them on one host
 
     def __post_init__(self) -> None:
         parse_redop(self.redop)

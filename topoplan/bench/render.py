@@ -77,7 +77,7 @@ def natural_width(table: Table, console: Console) -> int:
 
 def print_bench(result: dict[str, Any], console: Console) -> None:
     """The header line, a table per op, the chart, what was skipped and nccl-tests' closing lines."""
-    via = " (all_reduce through shared memory)" if result.get("shared_memory") else ""
+    via = " (all_reduce, all_to_all, sendrecv through shared memory)" if result.get("shared_memory") else ""
     head = (f"{result['backend']}{via} on {result['device']}, groups of {result['group_size']} ({result['group']}), "
             f"{result['dtype']}, {result['iters']} iters")
     lines: list[Any] = [Text(head), Text("time in us, bandwidths in GB/s; out: out of place, in: in place"),

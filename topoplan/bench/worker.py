@@ -35,9 +35,9 @@ def build_groups(world: int, layout: Layout | None, kind: str) -> list[list[int]
 
 
 def my_group(groups: list[list[int]], timeout_s: float, shared_memory: bool, device: torch.device) -> Group:
-    """This rank's group (the world's own group when it spans the world), with its shared-memory all-reduce
-    and sendrecv ring when asked for and its ranks are CPU ranks of one host (as the runner's TP groups and
-    pipeline stages)."""
+    """This rank's group (the world's own group when it spans the world), with its shared-memory all-reduce,
+    all-to-all and sendrecv ring when asked for and its ranks are CPU ranks of one host (as the runner's TP and
+    EP groups and pipeline stages)."""
     if len(groups) == 1 and len(groups[0]) == dist.get_world_size():
         ranks, handle = groups[0], None
     else:

@@ -61,7 +61,7 @@ class RunOptions:
     json: bool = False
     dump_logits: str | None = None  # rank 0 writes each step's logits here (torch.save), for checking
     micro_batches: int = 0  # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
-    no_shared_memory: bool = False  # TP collectives through gloo even between ranks of one host (topoplan.runner.shm)
+    no_shared_memory: bool = False  # TP/EP collectives, PP messages by gloo even on one host (runner.shm)
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""

@@ -1,4 +1,5 @@
-"""Collectives through shared memory for the ranks of one process group that run on the same host (CPU).
+"""Collectives and pipeline channels through shared memory for the ranks of one process group that run on
+the same host (CPU).
 
 Why: gloo moves even a 4 KiB all-reduce through TCP sockets and a helper thread per rank, ~0.5-1 ms on
 loopback, and a TP decode step makes two of them per layer; ranks on one host can read each other's memory
@@ -111,7 +112,7 @@ def wait_for(counters: memoryview, index: int, target: int, who: str, timeout_s:
 
 
 class ShmGroup:
-    """Shared-memory all-reduce (sum) and all-gather for the members of one process group on one host."""
+    """Shared-memory all-reduce (sum), all-gather and all-to-all for the members of one process group on one host."""
 
     def __init__(self, group: dist.ProcessGroup, timeout_s: float, capacity: int = DEFAULT_CAPACITY):
         self.size, self.me = dist.get_world_size(group), dist.get_rank(group)
