@@ -98,7 +98,8 @@ def test_spread_is_interquartile_over_median():
 
 def fake_probes(*_args, **_kwargs):
     return {"stream_gbps": 9.0, "gemv_gbps": 12.0, "gemm_tflops": 0.05, "matmul_tflops": {"1": 0.004, "64": 0.05},
-            "layer_overhead_us": 100.0, "step_overhead_us": 300.0, "spread": {}}
+            "layer_overhead_us": 100.0, "step_overhead_us": 300.0, "matmul_call_us": {"1": 20.0, "2": 40.0},
+            "spread": {}}
 
 
 @pytest.fixture

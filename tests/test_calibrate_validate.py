@@ -59,6 +59,9 @@ def test_file_is_accepted_by_the_planner(calibration):
     socket = raw["cpu"]["threads"][str(raw["cpu"]["cores"])]
     assert cal.layer_overhead_us == pytest.approx(socket["layer_overhead_us"])
     assert cal.step_overhead_us == pytest.approx(socket["step_overhead_us"])
+    # a weight product's fixed cost, probed with the runner's kernels for one row and for more
+    assert set(socket["matmul_call_us"]) == {"1", "2"} and all(v >= 0 for v in socket["matmul_call_us"].values())
+    assert cal.matmul_call_us == pytest.approx(socket["matmul_call_us"]["1"])
     entry = load_cpu_entry(calibration)
     assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}
@@ -68,7 +71,7 @@ def test_file_is_accepted_by_the_planner(calibration):
 def price(calibration: Path, tp: int, pp: int, cal=None):
     spec = model_spec("tiny")
     entry = load_cpu_entry(calibration)
-    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1)
+    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2)
     result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
                   tp=tp, pp=pp, dp=1)
     return result.layouts[0].cost, spec

@@ -19,11 +19,11 @@ CORES = len(cpu_cores())
 GEMV_ALL, GEMV_ONE = 10.0, 6.0  # GB/s: every core streaming, one core
 
 
-def calibration(tmp_path: Path, cores: int = CORES) -> Path:
+def calibration(tmp_path: Path, cores: int = CORES, call_us: dict[str, float] | None = None) -> Path:
     """A `cpu` entry for this machine's core count: memory-bound figures, tiny overheads, and the planner's
     memory efficiency at 1, so the decode time can be worked out by hand."""
     probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 1.0, "step_overhead_us": 1.0,
-              "matmul_tflops": {"1": 0.5, "64": 1.0}}
+              "matmul_tflops": {"1": 0.5, "64": 1.0}, "matmul_call_us": call_us or {"1": 0.0}}
     threads = {"1": {**probes, "gemv_gbps": GEMV_ONE}, str(CORES): {**probes, "gemv_gbps": GEMV_ALL},
                str(cores): {**probes, "gemv_gbps": GEMV_ALL}}
     path = tmp_path / "cal.json"
@@ -56,6 +56,22 @@ def test_plans_this_machines_cpu_layouts_without_a_topology(tmp_path: Path):
     tp1 = next(l for l in data["layouts"] + data["hidden"] if (l["tp"], l["pp"], l["dp"]) == (1, 1, 1))
     weights = find_model("small").weight_bytes("fp32")
     assert tp1["decode_ms_per_token"] == pytest.approx(weights / (GEMV_ALL * 1e9) * 1e3, rel=0.01)
+
+
+def test_each_streamed_weight_product_adds_the_probed_call_cost_at_the_steps_rows(tmp_path: Path):
+    """`small` on one rank: 8 layers x (fused QKV, output, fused gate/up, down) + the LM head (264 x 1024 x 4 B,
+    just over 1 MiB) = 33 products a step, each paying the `matmul_call_us` probed at the step's rows."""
+    def tp1_decode(call_us: dict[str, float] | None, batch: int) -> float:
+        folder = tmp_path / f"{bool(call_us)}-{batch}"
+        folder.mkdir()
+        done = plan("--model", "small", "--calibration", str(calibration(folder, call_us=call_us)), "--tp", "1",
+                    "--pp", "1", "--dp", "1", "--batch", str(batch), "--prompt-len", "16", "--gen-len", "16", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["layouts"][0]["decode_ms_per_token"]
+
+    calls = {"1": 100.0, "2": 300.0}
+    assert tp1_decode(calls, 1) - tp1_decode(None, 1) == pytest.approx(33 * 0.1, rel=1e-6)
+    assert tp1_decode(calls, 4) - tp1_decode(None, 4) == pytest.approx(33 * 0.3, rel=1e-6)  # "2": 2 rows and more
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")

@@ -54,7 +54,7 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
 def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any]:
     """Every probe's figure, and under "spread" each probe's worst interquartile spread / median (probes.py)."""
     torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
-    noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul")}
+    noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul", "call")}
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype, noise=noise["overheads"])
     figures = {"stream_gbps": probes.stream_gbps(device, nbytes, noise=noise["stream"]),
                "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes, noise=noise["gemv"]),
@@ -63,6 +63,9 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
                                                      noise=noise["matmul"]),
                "layer_overhead_us": per_layer,
                "step_overhead_us": per_step}
+    if device.type == "cpu":  # a GPU's per-kernel launch is in layer_overhead_us already (its probe times them)
+        figures["matmul_call_us"] = {str(rows): probes.matmul_call_us(device, torch_dtype, rows, noise=noise["call"])
+                                     for rows in probes.CALL_ROWS}
     return figures | {"spread": {name: round(max(values), 3) for name, values in noise.items() if values}}
 
 
@@ -183,7 +186,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
         cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
-                      layer_overhead_us=socket["layer_overhead_us"], step_overhead_us=socket["step_overhead_us"])
+                      layer_overhead_us=socket["layer_overhead_us"], step_overhead_us=socket["step_overhead_us"],
+                      matmul_call_us=socket["matmul_call_us"]["1"])
         extra["cpu"] = entry
     constants = link_constants(fits, cal.collective_base_us)
     links = dict(cal.links)

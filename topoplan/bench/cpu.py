@@ -21,12 +21,14 @@ entry into the three figures the roofline needs:
       of its rate for prefill's many, so decode and prefill are priced with the device at their own rows;
   memory per rank           = RAM x threads / cores.
 and `cpu_calibration` sets the planner's layer and step overheads to the probes' figures for that thread
-count.
+count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows: the runner's kernel for
+one row differs from the one for more (topoplan.runner.cpu_linear), so the probe measures both.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
                               "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
-                              "layer_overhead_us": .., "step_overhead_us": ..},
+                              "layer_overhead_us": .., "step_overhead_us": ..,
+                              "matmul_call_us": {"1": .., "2": ..}},
                         "2": {...}}}
 """
 
@@ -64,6 +66,10 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
         if not isinstance(curve, dict) or not curve or not all(
                 k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in curve.items()):
             missing.append("matmul_tflops (rows -> TFLOP/s)")
+        calls = (probes or {}).get("matmul_call_us", {"1": 0})  # optional: files from before it was probed
+        if not isinstance(calls, dict) or not calls or not all(
+                k.isdigit() and isinstance(v, (int, float)) and v >= 0 for k, v in calls.items()):
+            missing.append("matmul_call_us (rows -> us, may be 0)")
         if missing:
             raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
     return entry
@@ -108,9 +114,18 @@ def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float
                       nic_gbps=1.0)  # unused: one machine, no network hop
 
 
-def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int) -> Calibration:
-    """The calibration with the layer and step overheads measured at this thread count (a file without a
-    per-thread `step_overhead_us` keeps the top-level figure)."""
+def call_us(curve: dict[str, float], rows: float) -> float:
+    """The per-product cost probed at the most rows not above `rows` (the fewest probed below that)."""
+    points = sorted((int(k), v) for k, v in curve.items())
+    return next((v for r, v in reversed(points) if r <= rows), points[0][1])
+
+
+def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float) -> Calibration:
+    """The calibration with the layer and step overheads measured at this thread count and the weight-product
+    cost at `rows` rows (a file without a per-thread `step_overhead_us` or `matmul_call_us` keeps the
+    top-level figure)."""
     probes = _probes(entry, threads)
+    calls = probes.get("matmul_call_us")
     return replace(calibration, layer_overhead_us=probes["layer_overhead_us"],
-                   step_overhead_us=probes.get("step_overhead_us", calibration.step_overhead_us))
+                   step_overhead_us=probes.get("step_overhead_us", calibration.step_overhead_us),
+                   matmul_call_us=call_us(calls, rows) if calls else calibration.matmul_call_us)

@@ -76,9 +76,9 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
     `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
-    cal = replace(cpu_calibration(calibration, entry, cand.threads), **(overheads or {}))
 
     def at(rows: int, busy_stages: int) -> LayoutCost:
+        cal = replace(cpu_calibration(calibration, entry, cand.threads, rows), **(overheads or {}))
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost

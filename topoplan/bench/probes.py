@@ -82,6 +82,42 @@ def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB,
     return real / median_us(lambda: linear(x, w), device, repeats, noise=noise) / 1e3
 
 
+CALL_ROWS = (1, 2)  # the runner's kernel choice differs at 1 row (topoplan.runner.cpu_linear.packs), not above
+
+
+def matmul_call_us(device: torch.device, dtype: torch.dtype, rows: int = 1, small: int = 1 * MiB,
+                   large: int = 16 * MiB, pool: int = 128 * MiB, repeats: int = 7,
+                   noise: list[float] | None = None) -> float:
+    """Fixed microseconds of one product of `rows` rows with a weight, beyond streaming the weight's bytes:
+    t = fixed + bytes / rate, with the kernel the runner picks for that many rows.
+
+    A decode step runs a few large products per layer, but an MoE layer runs two per touched expert, each
+    a few MB: on this project's 2-core VM a 1 MiB packed product took ~100 us where its bytes alone need
+    ~50, a 64 MiB one ran at the GEMV rate. Pools of 1 MiB and of 16 MiB weights (each `pool` bytes, so
+    every product streams from memory) are timed one after the other in each sample, so a drift of the
+    machine's bandwidth between samples cancels in the intercept; the median over samples is kept."""
+    cols = 1024
+    size = torch.empty((), dtype=dtype).element_size()
+
+    def weights(nbytes: int) -> list[torch.Tensor]:
+        return [runner_weight(torch.randn(nbytes // (cols * size), cols, device=device).to(dtype), rows)
+                for _ in range(max(1, pool // nbytes))]
+
+    pools = (weights(small), weights(large))
+    x = torch.randn(rows, cols, device=device).to(dtype)
+    for ws in pools:  # warm-up: oneDNN builds its kernels on first use
+        linear(x, ws[0])
+
+    def per_call(ws: list[torch.Tensor]) -> float:
+        return median_us(lambda: [linear(x, w) for w in ws], device, 1, warmup=0) / len(ws)
+
+    def intercept() -> float:
+        t_small, t_large = per_call(pools[0]), per_call(pools[1])
+        return max(0.0, t_small - small * (t_large - t_small) / (large - small))
+
+    return robust_median(intercept, repeats, noise)
+
+
 MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
 
 

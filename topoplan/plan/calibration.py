@@ -9,7 +9,7 @@ Schema (all keys optional; docs/planner.md explains each):
      "collective_base_us": 25.0, "bus_efficiency": 0.8,
      "memory_bandwidth_efficiency": 0.8, "flop_efficiency": 0.7,
      "layer_overhead_us": 30.0, "decode_layer_overhead_us": 8.0, "step_overhead_us": 0.0,
-     "step_overhead_per_rank_us": 0.0, "runtime_reserve": 0.1}
+     "step_overhead_per_rank_us": 0.0, "matmul_call_us": 0.0, "runtime_reserve": 0.1}
 
 The defaults are the engine's (topoplan.engines: `plan --engine`, the bundled runner's when none is named);
 a file overrides only the keys it names (`load_calibration(path, base)`).
@@ -77,6 +77,10 @@ class Calibration:
     # absorbs it. `topoplan calibrate` measures it for the runner.
     step_overhead_us: float = 0.0
     step_overhead_per_rank_us: float = 0.0  # per step per rank beyond the first: a driver feeding its workers
+    # per weight product of a step beyond streaming its bytes (each layer's fused QKV, output, gate/up and down
+    # products, two per routed expert a rank runs, the LM head); 0 by default: on a GPU it is a kernel launch,
+    # in layer_overhead_us already. On CPU `topoplan calibrate` measures it (topoplan.bench.probes.matmul_call_us).
+    matmul_call_us: float = 0.0
     runtime_reserve: float = 0.10  # share of GPU memory kept for the runtime (CUDA context, workspaces)
     source: str = "defaults"
     measured_on: str | None = None  # "cpu" when the file has a `cpu` entry, else its `gpu` name, else None
@@ -92,7 +96,7 @@ class Calibration:
 
 _FRACTIONS = ("bus_efficiency", "memory_bandwidth_efficiency", "flop_efficiency", "runtime_reserve")
 _TIMES = ("collective_base_us", "layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us",
-          "step_overhead_per_rank_us")
+          "step_overhead_per_rank_us", "matmul_call_us")
 
 
 def _number(value: Any, where: str, path: Path, *, fraction: bool = False) -> float:

@@ -6,7 +6,8 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
               + 2 all-reduces per layer of batch x prompt x hidden x bytes
     decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
               + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
-    (overhead per layer: layer_overhead_us, or decode_layer_overhead_us in decode under CUDA graphs)
+    (overhead per layer: layer_overhead_us, or decode_layer_overhead_us in decode under CUDA graphs; both
+    phases add matmul_call_us per weight product streamed from memory, StageModel.streamed_products)
     with TP, the first stage's vocab-parallel embedding adds one all-reduce of its output and the last
     stage's vocab-parallel LM head one all-gather of batch x vocab logits (vLLM, Megatron-LM).
 A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
@@ -39,6 +40,9 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
+# A weight product pays Calibration.matmul_call_us only when its weight streams from memory: one that fits
+# in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
+STREAMED_WEIGHT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -165,14 +169,22 @@ class StageModel:
         """Routed-expert weights stored on one rank of this stage."""
         return self._routed(self.m.experts) / self.experts_over * self.wb
 
+    def experts_run(self, tokens: float) -> float:
+        """Routed experts per MoE layer whose weights one rank streams when each replica passes `tokens` tokens:
+        those its EP group's tokens touch; with EP the busiest rank's share of them (topoplan.plan.moe), without
+        EP every touched expert (a 1/tp slice of each)."""
+        touched = self.m.experts_touched(tokens * self.replicas)
+        return moe.busiest_experts(touched, self.m.experts, self.ep) if self.ep > 1 else touched
+
     def _read_bytes(self, tokens: float) -> float:
-        """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts touched by the
-        tokens of its EP group); the LM head in the activation dtype."""
+        """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts it runs,
+        `experts_run`); the LM head in the activation dtype."""
         m = self.m
         touched = m.experts_touched(tokens * self.replicas)
-        layers = m.matmul_params(self.dense, self.moe, touched)
+        layers = m.matmul_params(self.dense, self.moe, touched) - self._routed(touched)  # all but routed experts
+        routed = self._routed(self.experts_run(tokens)) / (1 if self.ep > 1 else self.tp)
         head = m.head_params * self.ab / self.tp if self.s.last else 0.0
-        return self._per_rank(layers, self._routed(touched)) * self.wb + head
+        return (layers / self.tp + routed) * self.wb + head
 
     def _gemm_flops(self, tokens: float, head_rows: float) -> float:
         """One rank's GEMM FLOPs for `tokens` tokens per replica (the LM head for `head_rows` of them): 2 per
@@ -184,6 +196,24 @@ class StageModel:
         if self.ep > 1:
             routed_flops *= self.imbalance(tokens * self.replicas * m.experts_per_token)
         return 2.0 * (active - routed) * tokens / self.tp + routed_flops + head
+
+    def streamed_products(self, tokens: float) -> float:
+        """Weight products one rank runs per step for `tokens` tokens per replica whose weight streams from
+        memory (STREAMED_WEIGHT_BYTES), as the bundled runner issues them: per layer the fused QKV and the
+        output projection, the fused gate/up and the down projection of the MLP, of the shared expert, and of
+        each routed expert the rank runs (`experts_run`); the LM head."""
+        m = self.m
+
+        def streamed(count: float, params: float) -> float:
+            return count if params * self.wb >= STREAMED_WEIGHT_BYTES else 0.0
+
+        attention = streamed(2 * self.s.layers, m.attention_params / 2 / self.tp)
+        mlp = streamed(2 * self.dense, m.mlp_params(m.intermediate) / 2 / self.tp)
+        shared = streamed(2 * self.moe, m.mlp_params(m.shared_intermediate) / 2 / self.tp)
+        whole = self.ep > 1  # EP ranks hold whole experts; without EP every rank holds a slice of each
+        routed = streamed(2 * self.moe * self.experts_run(tokens), m.expert_params / 2 / (1 if whole else self.tp))
+        head = streamed(1, m.head_params * self.ab / self.wb / self.tp) if self.s.last else 0.0
+        return attention + mlp + shared + routed + head
 
     def kv_bytes_per_token(self) -> float:
         return self.m.kv_elements_per_token_layer(self.tp) * self.s.layers * self.kvb
@@ -238,6 +268,7 @@ class CostModel:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
             overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
             t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
+            t += sm.streamed_products(tokens) * self.cal.matmul_call_us / 1e3
             t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
             if group is not None:
                 t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
