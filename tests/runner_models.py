@@ -98,7 +98,8 @@ def run_jobs(world: int, jobs: list[dict], out: Path) -> dict[str, tuple[dict, l
     (out / "jobs.json").write_text(json.dumps(jobs))
     result = spawn_ranks(world, [sys.executable, str(root / "tests" / "runner_harness.py"), str(out / "jobs.json"),
                                  str(out)],
-                         env_per_rank=lambda r: {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+                         env_per_rank=lambda r: {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(root),
+                                                 "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor")},
                          timeout_s=600, capture_stdout=True, echo=False)
     assert result.returncode == 0, "\n".join(result.stderr[-40:])
     return {job["name"]: (json.loads((out / f"{job['name']}.json").read_text()),

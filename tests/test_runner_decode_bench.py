@@ -46,12 +46,15 @@ def test_ratios_pair_rounds_and_the_verdict_takes_the_worst(bench):
 
 def test_targets_table_rows(bench):
     report = bench.Report()
-    report.series[("small", "tp1")] = {"ours": [30.0, 40.0], "HF": [36.0, 42.0], "limit": [28.0, 38.0]}
+    report.series[("small", "tp1")] = {"ours": [30.0, 40.0], "ours compiled": [20.0, 30.0], "HF": [36.0, 42.0],
+                                       "limit": [28.0, 38.0]}
     report.series[("tiny", "tp2")] = {"ours TP2": [5.0], "ours TP1": [4.0], "limit": [0.3]}
     report.titles.update(tp1="TP1, 2 thread(s)", tp2="TP2, 2 ranks x 1 thread(s)")
     rows = bench.targets_table(report, 2)[2:]
     assert rows == [
         "| small | TP1, 2 thread(s) | ours / HF tok/s | 1.05–1.20x | ≥ 1.1x | MISS |",
+        "| small | TP1, 2 thread(s) | ours --compile / HF tok/s | 1.40–1.80x | ≥ 1.1x | PASS |",
+        "| small | TP1, 2 thread(s) | ours --compile / ours tok/s | 1.33–1.50x | — | n/a |",  # no target: shown
         "| small | TP1, 2 thread(s) | ours / vLLM tok/s | — | ≥ 1x | n/a |",  # not measured: shown, no verdict
         "| small | TP1, 2 thread(s) | ours: of the weight-streaming limit | 93–95% | ≥ 90% | PASS |",
         "| tiny | TP2, 2 ranks x 1 thread(s) | ours TP2 / ours TP1 tok/s | 0.80x | — | n/a |",  # no target for tiny

@@ -56,6 +56,7 @@ def models(tmp_path_factory):
 def _jobs(world: int, m: dict) -> list[dict]:
     jobs = []
     if world == 1:
+        jobs += [{"name": "grid-tp1-pp1-dp1-compiled", "options": _opts(m["grid"], compile=True)}]
         jobs += [{"name": "grid-ref", "options": _opts(m["grid"])},
                  {"name": "grid3-ref", "options": _opts(m["grid3"])},
                  {"name": "sample-ref", "options": _opts(m["grid"], **SAMPLING)}]
@@ -69,6 +70,7 @@ def _jobs(world: int, m: dict) -> list[dict]:
                  for mb in MICRO_BATCHES]
         jobs += [{"name": f"grid-tp{tp}-pp{pp}-dp1-gloo", "options": _opts(m["grid"], tp, pp, 1, no_shared_memory=True)}
                  for tp, pp in ((2, 1), (1, 2))]
+        jobs.append({"name": "grid-tp1-pp2-dp1-compiled", "options": _opts(m["grid"], 1, 2, 1, compile=True)})
     if world == 4:
         for kind in HF_KINDS:
             jobs.append({"name": f"{kind}-tp2-pp2", "options": _opts(m[kind], 2, 2, 1, m["hf_prompts"], 10)})
@@ -92,13 +94,14 @@ def launch(models, tmp_path_factory):
 
 
 RUNS = ([(tp, pp, dp, "") for tp, pp, dp in GRID] + [(1, 2, 1, f"-mb{mb}") for mb in MICRO_BATCHES]
-        + [(2, 1, 1, "-gloo"), (1, 2, 1, "-gloo")])
+        + [(2, 1, 1, "-gloo"), (1, 2, 1, "-gloo"), (1, 1, 1, "-compiled"), (1, 2, 1, "-compiled")])
 
 
 @pytest.mark.parametrize("tp,pp,dp,variant", RUNS, ids=[f"tp{t}-pp{p}-dp{d}{v}" for t, p, d, v in RUNS])
 def test_layout_matches_unsharded(launch, tp, pp, dp, variant):
     """Every layout, the default pipeline schedule (one micro-batch per stage) and others (-mb1: none, -mb3: one
-    per prompt), and TP and PP over gloo instead of shared memory (-gloo): the same tokens and logits as one rank."""
+    per prompt), TP and PP over gloo instead of shared memory (-gloo), and the stages under torch.compile
+    (-compiled, warmed up before the timed run): the same tokens and logits as one eager rank."""
     ref_name = "grid3-ref" if tp == 3 else "grid-ref"
     ref, ref_logits = launch(1)[ref_name]
     got, got_logits = launch(tp * pp * dp)[f"grid-tp{tp}-pp{pp}-dp{dp}{variant}"]
@@ -108,6 +111,7 @@ def test_layout_matches_unsharded(launch, tp, pp, dp, variant):
     for mine, theirs in zip(got_logits, ref_logits):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=FP32_LOGIT_TOL)
     assert got["text"] is not None and len(got["bytes_read_per_rank"]) == tp * pp * dp
+    assert ("compile_s_per_rank" in got["timing"]) == (variant == "-compiled")
     if tp * pp > 1:  # every model-parallel rank reads less than the whole model
         assert max(got["bytes_read_per_rank"]) < ref["bytes_read_per_rank"][0]
 

@@ -42,16 +42,34 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ weight.T (+ bias) for a plain or a packed weight."""
-    if weight.is_mkldnn:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-    return F.linear(x, weight, bias)
+@torch.library.custom_op("topoplan::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's product with a packed weight, as one opaque op: a compiled decode step (topoplan.runner.compiled)
+    calls it as it is, where inductor would lower the mkldnn op to a plain matrix product that cannot read a
+    packed weight."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _packed_linear_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           packed: bool | None = None) -> torch.Tensor:
+    """y = x @ weight.T (+ bias) for a plain or a packed weight. `packed` says which when known (a layer
+    `prepack` packed): torch.compile traces a packed weight as a plain tensor, so it cannot be asked."""
+    if not (weight.is_mkldnn if packed is None else packed):
+        return F.linear(x, weight, bias)
+    if torch.compiler.is_compiling():
+        return packed_linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # eager: no custom-op dispatch
 
 
 def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...]) -> int:
     """Pack, in place, the weight of every module of the given linear-layer types whose products of `rows`
-    rows run on oneDNN, except a weight another module shares (tied embeddings); returns how many."""
+    rows run on oneDNN, except a weight another module shares (tied embeddings), and set the module's `packed`;
+    returns how many."""
     owners: dict[int, int] = {}
     for module in model.modules():
         for param in module.parameters(recurse=False):
@@ -61,5 +79,6 @@ def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...]) ->
         weight = getattr(module, "weight", None)
         if isinstance(module, layers) and weight is not None and owners[id(weight)] == 1 and packs(weight, rows):
             module.weight = nn.Parameter(pack(weight), requires_grad=False)
+            module.packed = True
             count += 1
     return count

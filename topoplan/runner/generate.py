@@ -115,10 +115,12 @@ class MicroBatch:
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, *, eos_ids: tuple[int, ...] = (),
              pad_id: int = 0, sampling: Sampling = Sampling(), pipeline: Pipeline | SingleStage | None = None,
              micro_batches: int = 0, keep_logits: bool = False,
-             on_step: Callable[[int], None] | None = None) -> Generation:
+             on_step: Callable[[int], None] | None = None, cache_len: int | None = None) -> Generation:
     """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS.
 
-    `pad_id` fills the left padding; it is masked out, so any valid id will do. Stage 0 and the last stage
+    `pad_id` fills the left padding; it is masked out, so any valid id will do. `cache_len`: KV-cache positions
+    to allocate (default: the longest prompt plus `max_new_tokens`); a compiled stage's warm-up gives the real
+    run's, so the graphs it builds have the cache's shape. Stage 0 and the last stage
     return the tokens (the others return none); every stage returns its timings: prefill until it has handled
     step 0 of every micro-batch, decode the rest, per step of the whole batch."""
     pipeline = pipeline or SingleStage()
@@ -127,7 +129,7 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
     batch, width = len(prompts), max(len(p) for p in prompts)
     pad = torch.tensor([width - len(p) for p in prompts], device=device)
     padded = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
-    model.setup_cache(batch, width + max_new_tokens)
+    model.setup_cache(batch, cache_len or width + max_new_tokens)
     generators = ([torch.Generator(device=device).manual_seed(sampling.seed + i) for i in range(batch)]
                   if sampling.temperature > 0 else None)
     eos = torch.tensor(eos_ids, device=device, dtype=torch.long)

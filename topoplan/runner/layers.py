@@ -69,6 +69,8 @@ class ColumnParallelLinear(nn.Module):
     """y = x @ W.T (+ b), W stacking this rank's rows of each part: a block of each part's output features.
     `sizes` splits the output back into parts."""
 
+    packed = False  # the weight is oneDNN-packed (topoplan.runner.cpu_linear.prepack)
+
     def __init__(self, in_features: int, parts: Sequence[Part], bias: bool):
         super().__init__()
         self.parts = tuple(parts)
@@ -77,11 +79,13 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(sum(self.sizes))) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.packed)
 
 
 class RowParallelLinear(nn.Module):
     """y = sum over TP ranks of x[..., cols] @ W[:, cols].T, + b: one all-reduce per call."""
+
+    packed = False  # as ColumnParallelLinear.packed
 
     def __init__(self, in_features: int, cols: range, out_features: int, bias: bool, comm: TpComm):
         super().__init__()
@@ -91,7 +95,7 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.comm.all_reduce(linear(x, self.weight))
+        y = self.comm.all_reduce(linear(x, self.weight, packed=self.packed))
         return y + self.bias if self.bias is not None else y
 
 

@@ -62,6 +62,7 @@ class RunOptions:
     dump_logits: str | None = None  # rank 0 writes each step's logits here (torch.save), for checking
     micro_batches: int = 0  # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
     no_shared_memory: bool = False  # TP/EP collectives, PP messages by gloo even on one host (runner.shm)
+    compile: bool = False  # the stage's forward under torch.compile (topoplan.runner.compiled)
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""

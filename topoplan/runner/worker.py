@@ -21,9 +21,10 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, layer_split_json, split_layers
 from topoplan.rank_env import RankEnv
 from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
+from topoplan.runner.compiled import compile_stage
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
-from topoplan.runner.generate import Sampling, generate, micro_batch_rows
+from topoplan.runner.generate import Generation, Sampling, generate, micro_batch_rows
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
@@ -101,23 +102,31 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
               file=sys.stderr, flush=True)
 
-    dist.barrier()  # every rank has loaded: prefill's clock must not count waiting for the slowest load
-    d.timer.seconds = 0.0  # comm_ms counts generation only
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
+
+    def generation(new_tokens: int, **extra: Any) -> Generation:
+        return generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
+                        pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches, **extra)
+
+    compile_s = 0.0
+    if opts.compile and mine:  # a whole replica has prompts or none: its ranks warm up together
+        cache_len = max(len(prompts[i]) for i in mine) + opts.max_new_tokens  # the real run's (generate)
+        compile_s = compile_stage(model, lambda: generation(min(2, opts.max_new_tokens), cache_len=cache_len))
+    dist.barrier()  # every rank has loaded: prefill's clock must not count waiting for the slowest load
+    d.timer.seconds = 0.0  # comm_ms counts generation only
     generating = progress.task("generating")
     gen = None
     if mine:  # a replica given no prompt only joins the final gather
-        gen = generate(model, [prompts[i] for i in mine], opts.max_new_tokens, eos_ids=eos, sampling=sampling,
-                       pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
-                       keep_logits=opts.dump_logits is not None,
-                       on_step=lambda s: generating(s + 1, opts.max_new_tokens))
+        gen = generation(opts.max_new_tokens, keep_logits=opts.dump_logits is not None,
+                         on_step=lambda s: generating(s + 1, opts.max_new_tokens))
     record = {
         "rank": d.rank, "coords": (coords.tp_rank, coords.pp_rank, coords.dp_rank), "indices": mine,
         "layers": [int(i) for i in model.layers],  # the decoder layers this rank built and ran
         "tokens": gen.tokens if gen else [], "prefill_s": gen.prefill_s if gen else 0.0,
         "decode_s": gen.decode_s if gen else 0.0, "decode_steps": gen.decode_steps if gen else 0,
         "comm_s": d.timer.seconds, "bytes_read": report.bytes_read, "files": report.files, "load_s": load_s,
+        "compile_s": compile_s,
         "logits": gen.logits if gen and gen.logits else None,
     }
     gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
@@ -158,6 +167,7 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
             "comm_ms": 1000 * max(rec["comm_s"] for rec in records),
             "comm_ms_per_rank": [1000 * rec["comm_s"] for rec in records],
             "load_s_per_rank": [rec["load_s"] for rec in records],
+            **({"compile_s_per_rank": [rec["compile_s"] for rec in records]} if opts.compile else {}),
         },
         "bytes_read_per_rank": [rec["bytes_read"] for rec in records],
         "files_read_per_rank": [rec["files"] for rec in records],
