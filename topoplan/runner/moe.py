@@ -131,16 +131,20 @@ class MoE(nn.Module):
         device = h.device
         per_rank = -(-h.shape[0] // self.ep_size)  # slices padded to one size for the all-gather
         mine = range(min(self.ep_rank * per_rank, h.shape[0]), min((self.ep_rank + 1) * per_rank, h.shape[0]))
-        # one row per (token, expert) pair of my slice
+        # one row per (token, expert) pair of my slice, sorted by expert (so grouped by owner)
         rows = torch.arange(mine.start, mine.stop, device=device).repeat_interleave(self.top_k)
         expert = ids[mine.start:mine.stop].reshape(-1)
-        owner = expert // (self.n_experts // self.ep_size)
-        order = torch.argsort(owner, stable=True)  # grouped by destination rank
-        send = torch.bincount(owner, minlength=self.ep_size)
-        counts = comm.ep_all_gather(send[None]).tolist()  # counts[i][j]: rows member i sends member j
+        order = torch.argsort(expert, stable=True)
+        # table[i][e]: rows member i sends for expert e. Knowing it, every member knows the whole split and the
+        # expert of every row it receives, so only the hidden states travel.
+        table = comm.ep_all_gather(torch.bincount(expert, minlength=self.n_experts)[None]).tolist()
+        local = self.n_experts // self.ep_size
+        counts = [[sum(row[j * local:(j + 1) * local]) for j in range(self.ep_size)] for row in table]
         back_counts = [list(column) for column in zip(*counts)]  # the combine runs the other way
-        got_h = comm.all_to_all(h[rows[order]], counts)  # [R, D] rows for my experts
-        got_e = comm.all_to_all(expert[order], counts)  # [R] their expert ids
+        got_h = comm.all_to_all(h[rows[order]], counts)  # [R, D] rows for my experts, by sender, each by expert
+        held = list(self.local)
+        got_e = torch.tensor([e for row in table for e in held for _ in range(row[e])], dtype=torch.long,
+                             device=device)
         done = self.run_experts(got_h, got_e[:, None], torch.ones(len(got_e), 1, dtype=h.dtype, device=device))
         back = comm.all_to_all(done, back_counts)  # [n_mine*K, D] in `order`
         slot_weights = weights[mine.start:mine.stop].reshape(-1)[order]
