@@ -48,7 +48,7 @@ def test_busy_run_is_recorded(calibration):
     assert set(load["others_share"]) >= {"the 2-rank sweep", "the probes at 1 thread(s)"}
     assert load["busy"] == bool(load["warnings"])
     socket = json.loads(calibration.read_text())["cpu"]["threads"]["1"]
-    assert set(socket["spread"]) == {"overheads", "stream", "gemv", "gemm", "matmul"}
+    assert set(socket["spread"]) == {"overheads", "stream", "gemv", "gemm", "matmul", "call"}
 
 
 def test_file_is_accepted_by_the_planner(calibration):

@@ -4,7 +4,8 @@ Each layout vLLM runs here is served through `topoplan launch --engine vllm --de
 script, so what is measured is what launch starts) and timed over its OpenAI API with token-id prompts:
   prefill ms  = one request for the batch with `max_tokens` 1 (prompt processing and the first token);
   decode ms/token = (the same batch with `max_tokens` gen_len, minus prefill) / (gen_len - 1);
-greedy, `ignore_eos`, after one warm-up request, median of `repeats`. Both include one HTTP round trip on loopback.
+greedy, `ignore_eos`, after two warm-up requests (2 tokens, then the full length), median of `repeats`. Both
+include one HTTP round trip on loopback.
 
 The planner prices the same layouts as `topoplan validate` does (topoplan.bench.validate: this machine's CPU
 calibration for bandwidth and FLOP/s) with vLLM's own fixed costs in place of the runner's: `calibrate --engine
@@ -131,6 +132,7 @@ def measure_served(url: str, model: str, batch: int, prompt_len: int, gen_len: i
         return elapsed
 
     timed(2)  # warm-up: first-request allocations
+    timed(gen_len)  # and one full-length request: no timed decode is a new server's first long one
     prefill, decode = [], []
     for _ in range(repeats):
         first = timed(1)
