@@ -114,3 +114,18 @@ def test_validate_vllm_rows_have_validates_fields(monkeypatch, tmp_path: Path) -
     assert result["best_measured"]["tp"] == 1 and result["best_measured"]["pp"] == 1
     assert result["measured_order"] == ["tp=1,pp=1,dp=1", "tp=1,pp=2,dp=1", "tp=2,pp=1,dp=1"]
     assert result["drift"]["gemv_gbps_calibrated"] == 20.0 and result["drift"]["gemv_gbps_before"] > 0
+
+
+def test_calibrate_pools_every_pass_of_a_layout_before_taking_medians() -> None:
+    """A slow first serving (one pass) moves the fitted figure only as far as the median of all runs does."""
+    from topoplan.bench.vllm_cpu import pooled
+
+    first = [{"layout": Layout(), "prefill_ms": 0.0, "prefill_ms_runs": [100.0, 110.0, 120.0],
+              "decode_ms_per_token": 0.0, "decode_ms_runs": [34.0, 35.0, 36.0]}]
+    second = [{"layout": Layout(), "prefill_ms": 0.0, "prefill_ms_runs": [90.0, 95.0, 200.0],
+               "decode_ms_per_token": 0.0, "decode_ms_runs": [28.0, 28.5, 29.0]}]
+    (row,) = pooled([first, second])
+    assert row["layout"] == Layout()
+    assert row["decode_ms_per_token"] == pytest.approx((29.0 + 34.0) / 2)  # median of six runs
+    assert row["prefill_ms"] == pytest.approx((100.0 + 110.0) / 2)
+    assert len(row["decode_ms_runs"]) == 6

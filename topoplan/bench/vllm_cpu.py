@@ -196,11 +196,27 @@ def check_python(python: str) -> str:
     return found
 
 
+def pooled(passes: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per layout from several passes over the same layouts: the medians of every pass's runs."""
+    out = []
+    for rows in zip(*passes):
+        prefill = [ms for row in rows for ms in row["prefill_ms_runs"]]
+        decode = [ms for row in rows for ms in row["decode_ms_runs"]]
+        out.append({**rows[0], "prefill_ms": statistics.median(prefill), "prefill_ms_runs": prefill,
+                    "decode_ms_per_token": statistics.median(decode), "decode_ms_runs": decode})
+    return out
+
+
 def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
-                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
-                   force: bool = False) -> dict[str, Any]:
+                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, passes: int = 2,
+                   timeout_s: float = 300.0, force: bool = False) -> dict[str, Any]:
     """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration document with an
-    `engines.vllm` entry added (the input file's CPU entry prices the roofline)."""
+    `engines.vllm` entry added (the input file's CPU entry prices the roofline).
+
+    Every layout is served `passes` times, in passes over all of them, and fitted on the medians of all runs:
+    in three calibrate + validate pairs on 2026-12-03, one serving's TP1 decode in `calibrate` was 21-26%
+    slower than `validate`'s minutes later, with each serving's own runs within a few percent, so one serving
+    per layout is too few."""
     from topoplan.bench.cpu import load_cpu_entry
     from topoplan.jsonfile import read_json
 
@@ -212,8 +228,8 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     monitor = LoadMonitor("calibrate --engine vllm")
     monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
-    rows = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                           repeats=repeats, timeout_s=timeout_s)
+    rows = pooled([measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
+                                   repeats=repeats, timeout_s=timeout_s) for _ in range(passes)])
     zero = dict.fromkeys(OVERHEADS, 0.0)
     base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero,
                     micro_batched=False) for c in candidates]
