@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from runner_models import run_jobs, save_byte_model
 
+from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
 from topoplan.runner import cpu_linear
 from topoplan.runner.config import load_hf_config
 from topoplan.runner.generate import generate
@@ -19,12 +20,12 @@ pytestmark = pytest.mark.skipif(not cpu_linear.available(), reason="this torch b
 
 FP32_LOGIT_TOL = 1e-4  # absolute: the two kernels only sum in another order
 BIG = {"hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 4,
-       "head_dim": 64, "num_hidden_layers": 2}  # every linear weight but the 264-row head >= PACK_MIN_BYTES
+       "head_dim": 64, "num_hidden_layers": 2}  # every linear weight but the 264-row head >= STREAMED_WEIGHT_BYTES
 PROMPTS = [[256, 1, 2, 3, 4, 5, 6], [256, 9, 8], [256, 40, 41, 42]]
 
 
 def test_the_rule_packs_streamed_weights_unless_one_row_on_one_thread():
-    big = torch.empty(cpu_linear.PACK_MIN_BYTES // 4 // 256, 256)
+    big = torch.empty(STREAMED_WEIGHT_BYTES // 4 // 256, 256)
     cached = torch.empty(128, 256)  # 128 KiB: stays in a core's cache
     assert cpu_linear.packs(big, rows=2, threads=1) and cpu_linear.packs(big, rows=1, threads=2)
     assert not cpu_linear.packs(big, rows=1, threads=1)

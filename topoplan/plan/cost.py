@@ -40,8 +40,9 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
-# A weight product pays Calibration.matmul_call_us only when its weight streams from memory: one that fits
-# in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
+# A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
+# product pays Calibration.matmul_call_us, and the runner packs it for oneDNN (topoplan.runner.cpu_linear); one
+# that fits in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
 STREAMED_WEIGHT_BYTES = 1 << 20
 
 
@@ -204,15 +205,15 @@ class StageModel:
         each routed expert the rank runs (`experts_run`); the LM head."""
         m = self.m
 
-        def streamed(count: float, params: float) -> float:
-            return count if params * self.wb >= STREAMED_WEIGHT_BYTES else 0.0
+        def streamed(count: float, params: float, bytes_per_param: float = self.wb) -> float:
+            return count if params * bytes_per_param >= STREAMED_WEIGHT_BYTES else 0.0
 
         attention = streamed(2 * self.s.layers, m.attention_params / 2 / self.tp)
         mlp = streamed(2 * self.dense, m.mlp_params(m.intermediate) / 2 / self.tp)
         shared = streamed(2 * self.moe, m.mlp_params(m.shared_intermediate) / 2 / self.tp)
         whole = self.ep > 1  # EP ranks hold whole experts; without EP every rank holds a slice of each
         routed = streamed(2 * self.moe * self.experts_run(tokens), m.expert_params / 2 / (1 if whole else self.tp))
-        head = streamed(1, m.head_params * self.ab / self.wb / self.tp) if self.s.last else 0.0
+        head = streamed(1, m.head_params / self.tp, self.ab) if self.s.last else 0.0  # kept in the activation dtype
         return attention + mlp + shared + routed + head
 
     def kv_bytes_per_token(self) -> float:

@@ -7,7 +7,8 @@ torch.compile's freezing and vLLM's CPU backend take) with the weight reordered 
 after loading reads the weights at the memory limit for 1-8 rows on 2 threads, and is faster for 2+ rows
 on 1 thread; only one row on one thread is faster on MKL (benchmarks/cpu_linear.py measures both). A
 weight that fits in a core's cache is the other exception: there oneDNN's fixed cost per call dominates
-(the 4-layer `tiny` model decodes ~1.5x slower packed). So a rank packs each weight of at least PACK_MIN_BYTES
+(the 4-layer `tiny` model decodes ~1.5x slower packed). So a rank packs each weight of at least
+STREAMED_WEIGHT_BYTES (the planner's size at which a weight streams from memory, topoplan.plan.cost)
 unless it decodes one row on one thread. The reordered weight replaces the plain one (no second copy);
 `linear` takes either.
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PACK_MIN_BYTES = 1 << 20  # above a core's L2 (512 KiB on this VM): the weight streams from memory
+from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
 
 
 def available() -> bool:
@@ -31,10 +32,11 @@ def available() -> bool:
 
 def packs(weight: torch.Tensor, rows: int, threads: int | None = None) -> bool:
     """Whether products of `rows` rows with `weight` run on oneDNN at `threads` threads (default: this
-    process's): float32 CPU weights of PACK_MIN_BYTES or more, unless one row on one thread (module docstring)."""
+    process's): float32 CPU weights of STREAMED_WEIGHT_BYTES or more, unless one row on one thread (module
+    docstring)."""
     threads = torch.get_num_threads() if threads is None else threads
     return (weight.device.type == "cpu" and weight.dtype == torch.float32 and available()
-            and weight.numel() * weight.element_size() >= PACK_MIN_BYTES and (rows > 1 or threads > 1))
+            and weight.numel() * weight.element_size() >= STREAMED_WEIGHT_BYTES and (rows > 1 or threads > 1))
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
