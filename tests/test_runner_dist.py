@@ -117,6 +117,11 @@ def test_layout_matches_unsharded(launch, tp, pp, dp, variant):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=FP32_LOGIT_TOL)
     assert got["text"] is not None and len(got["bytes_read_per_rank"]) == tp * pp * dp
     assert ("compile_s_per_rank" in got["timing"]) == (variant == "-compiled")
+    # every rank of a replica given prompts ran an untimed warm-up generation before the timed one (a compiled
+    # stage's is in compile_s)
+    warm_up = got["timing"]["warm_up_s_per_rank"]
+    busy = tp * pp * min(dp, len(got["tokens"])) if variant != "-compiled" else 0
+    assert len(warm_up) == tp * pp * dp and sum(s > 0 for s in warm_up) == busy
     if tp * pp > 1:  # every model-parallel rank reads less than the whole model
         assert max(got["bytes_read_per_rank"]) < ref["bytes_read_per_rank"][0]
 
