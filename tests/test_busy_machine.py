@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 import topoplan.bench.launch
 from topoplan import cli
@@ -99,7 +100,7 @@ def test_spread_is_interquartile_over_median():
 def fake_probes(*_args, **_kwargs):
     return {"stream_gbps": 9.0, "gemv_gbps": 12.0, "gemm_tflops": 0.05, "matmul_tflops": {"1": 0.004, "64": 0.05},
             "layer_overhead_us": 100.0, "step_overhead_us": 300.0, "matmul_call_us": {"1": 20.0, "2": 40.0},
-            "spread": {}}
+            "moe_layer_overhead_us": 50.0, "expert_overhead_us": 10.0, "spread": {}}
 
 
 @pytest.fixture
@@ -176,3 +177,21 @@ def test_progress_steps_draw_on_a_terminal_only(monkeypatch, capsys):
     with cli.progress_steps(quiet=False) as on_step:  # stderr is pytest's capture, not a terminal
         assert on_step is None
     assert capsys.readouterr().err == ""
+
+
+def test_moe_overheads_split_the_moe_layers_extra_cost_into_per_layer_and_per_expert(monkeypatch):
+    """The MoE probe's slopes, one per expert count (top-n of n: exactly n experts run), less the dense layer's:
+    the difference per expert, the rest per layer. Slopes of 100 + 40 + 30 n us for n = 2 and 6 give 40 and 30."""
+    seen = []
+
+    def slope(device, dtype, shape, steps, layer_counts, repeats, noise):
+        seen.append(shape)
+        return 100.0 + 40.0 + 30.0 * shape.get("num_local_experts", 0), 999.0
+
+    monkeypatch.setattr(probes, "_layer_slope_us", slope)
+    assert probes.moe_overheads_us(torch.device("cpu"), torch.float32, 100.0) == (pytest.approx(40.0), 30.0)
+    assert [(s["model_type"], s["num_local_experts"], s["num_experts_per_tok"]) for s in seen] == [
+        ("mixtral", 2, 2), ("mixtral", 6, 6)]
+    # a probe whose MoE layer measured cheaper than the dense one (noise) gives 0, never a negative cost
+    monkeypatch.setattr(probes, "_layer_slope_us", lambda *args: (90.0, 0.0))
+    assert probes.moe_overheads_us(torch.device("cpu"), torch.float32, 100.0) == (0.0, 0.0)

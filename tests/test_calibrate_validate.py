@@ -62,6 +62,9 @@ def test_file_is_accepted_by_the_planner(calibration):
     # a weight product's fixed cost, probed with the runner's kernels for one row and for more
     assert set(socket["matmul_call_us"]) == {"1", "2"} and all(v >= 0 for v in socket["matmul_call_us"].values())
     assert cal.matmul_call_us == pytest.approx(socket["matmul_call_us"]["1"])
+    # an MoE layer's routing and per-expert overheads beyond a dense layer's, from the runner's own MoE layer
+    for name in ("moe_layer_overhead_us", "expert_overhead_us"):
+        assert socket[name] >= 0 and getattr(cal, name) == pytest.approx(socket[name])
     entry = load_cpu_entry(calibration)
     assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}

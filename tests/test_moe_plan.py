@@ -14,7 +14,7 @@ from topoplan.layout import Layout, RankGrid
 from topoplan.models import find_model, spec_from_config
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
-from topoplan.plan.cost import StageModel, Workload, stages_of
+from topoplan.plan.cost import CostModel, StageModel, Workload, stages_of
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.moe import imbalance
@@ -63,7 +63,7 @@ def test_decode_reads_the_experts_the_ep_groups_tokens_touch():
     m = find_model("dsv3")
     (stage,) = stages_of(m, 1)
     one = StageModel(m, stage, 1, 1, 1, 1, ep=8, replicas=8)  # tp1 dp8 ep8: 8 replicas' tokens meet in each layer
-    routed_read = one.decode(1, 100)[0].nbytes
+    dense, routed, _attention = one.decode(1, 100)
     touched = m.experts_touched(8)  # 8 tokens (one per replica), 8 experts each, over 256
     assert touched == pytest.approx(256 * (1 - (1 - 8 / 256) ** 8))
     # the busiest of 8 ranks (32 experts each, each in use with p = touched/256) runs 10.6 of them; a
@@ -73,7 +73,9 @@ def test_decode_reads_the_experts_the_ep_groups_tokens_touch():
     assert busiest == pytest.approx(10.66, rel=0.02)
     per_rank_routed = 58 * busiest * m.expert_params
     non_routed = m.matmul_params(3, 58, touched) - 58 * touched * m.expert_params + m.head_params
-    assert routed_read == pytest.approx(per_rank_routed + non_routed, rel=1e-4)
+    assert routed.nbytes == pytest.approx(per_rank_routed, rel=1e-4)
+    assert dense.nbytes == pytest.approx(non_routed, rel=1e-4)
+    assert routed.rows == pytest.approx(8 * 8 / touched)  # each expert in use multiplies its share of 64 pairs
 
 
 def test_streamed_products_count_the_runners_weight_products_by_hand():
@@ -252,3 +254,42 @@ def test_throughput_search_prices_ep_layouts_at_their_own_batch_all_to_alls_incl
                      limits=Limits(tpot_ms=ep8.decode_ms_per_token / 2))[Layout(1, 1, 8, 8)].cost
     assert 1 <= limited.batch < ep8.batch and not limited.slo_miss
     assert limited.decode_ms_per_token <= ep8.decode_ms_per_token / 2
+
+
+def test_each_moe_layer_pays_the_runners_routing_and_per_expert_overheads():
+    """Mixtral (32 MoE layers, top-2) decoding one token at TP1: exactly its 2 experts run in each layer, so the
+    step pays 32 x (moe_layer_overhead_us + 2 x expert_overhead_us) more; dense Llama layers pay nothing."""
+    def decode_ms(model: str, **overheads: float) -> float:
+        return priced(HGX_NV18, "h200", model, Workload(1, 128, 16), calibration=Calibration(**overheads),
+                      tp=1, pp=1, dp=1)[Layout()].cost.decode_ms_per_token
+
+    base = decode_ms("mixtral")
+    assert decode_ms("mixtral", moe_layer_overhead_us=100.0, expert_overhead_us=25.0) - base == pytest.approx(
+        32 * (100 + 2 * 25) / 1e3, rel=1e-9)
+    assert decode_ms("70b", moe_layer_overhead_us=100.0, expert_overhead_us=25.0) == decode_ms("70b")
+
+
+def test_routed_experts_are_priced_at_their_own_rows():
+    """A prefill of 64 x 8 tokens sends each of Mixtral's 8 experts 64 x 8 x 2 / 8 = 128 rows: on a device whose
+    FLOP rate depends on the rows (a CPU's probe curve) the experts' products run at the 128-row rate, the rest
+    at the 512-row rate; the routed work is its own roofline term (memory-bound experts beside compute-bound
+    attention projections)."""
+    m = find_model("mixtral")
+    (stage,) = stages_of(m, 1)
+    dense, routed, _attention = StageModel(m, stage, 1, 2, 2, 2).prefill(64, 8)
+    assert (dense.rows, routed.rows) == (512, pytest.approx(128, rel=1e-6))
+    assert routed.flops == pytest.approx(2 * m.expert_params * 32 * 512 * 2)
+    flat = DeviceSpec("cpu", 8e11, 100.0, {"bf16": 4.0}, 1.0)
+    curve = DeviceSpec("cpu", 8e11, 100.0, {"bf16": 4.0}, 1.0, tflops_by_rows=((1, 0.25), (128, 1.0), (512, 4.0)))
+    assert [curve.tflops_at("bf16", rows) for rows in (512, 128, None)] == [4.0, 1.0, 4.0]  # None: `tflops`
+    assert curve.tflops_at("bf16", 256) == pytest.approx(2.5)  # halfway in log2(rows) between 128 and 512
+    assert curve.tflops_at("bf16", 4096) == 4.0 and curve.tflops_at("bf16", 0.5) == 0.25  # the ends beyond them
+
+    def prefill_ms(device: DeviceSpec) -> float:
+        cal = Calibration(flop_efficiency=1.0, memory_bandwidth_efficiency=1.0, layer_overhead_us=0.0)
+        model = CostModel(m, device, Workload(64, 8, 1), cal, LinkPricer(read_topology(HGX_NV18), cal, 1.0))
+        return model._roofline_ms([dense, routed])
+
+    # the experts' FLOPs at 1 TFLOP/s instead of 4: 3/4 of their time at the flat rate more
+    extra = routed.flops / 1e12 * (1 - 1 / 4) * 1e3
+    assert prefill_ms(curve) - prefill_ms(flat) == pytest.approx(extra, rel=1e-6)

@@ -37,6 +37,8 @@ from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
 from topoplan.topology.links import parse_link_code
 
+# the runner's fixed costs the probes measure, each a Calibration field of the same name
+RUNNER_OVERHEADS = ("layer_overhead_us", "step_overhead_us", "moe_layer_overhead_us", "expert_overhead_us")
 SWEEP_OPS = "all_reduce,all_to_all,sendrecv"  # what the planner prices: TP all-reduces, MoE all-to-alls, hand-offs
 DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MBs: the range the planner prices
 
@@ -56,13 +58,16 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
     torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
     noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul", "call")}
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype, noise=noise["overheads"])
+    per_moe_layer, per_expert = probes.moe_overheads_us(device, torch_dtype, per_layer, noise=noise["overheads"])
     figures = {"stream_gbps": probes.stream_gbps(device, nbytes, noise=noise["stream"]),
                "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes, noise=noise["gemv"]),
                "gemm_tflops": probes.gemm_tflops(device, torch_dtype, noise=noise["gemm"]),
                "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB),
                                                      noise=noise["matmul"]),
                "layer_overhead_us": per_layer,
-               "step_overhead_us": per_step}
+               "step_overhead_us": per_step,
+               "moe_layer_overhead_us": per_moe_layer,
+               "expert_overhead_us": per_expert}
     if device.type == "cpu":  # a GPU's per-kernel launch is in layer_overhead_us already (its probe times them)
         figures["matmul_call_us"] = {str(rows): probes.matmul_call_us(device, torch_dtype, rows, noise=noise["call"])
                                      for rows in probes.CALL_ROWS}
@@ -172,8 +177,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             peak_tflops = spec.bf16_tflops if dtype in ("bf16", "fp16") else spec.bf16_tflops / 2
             cal = replace(cal, memory_bandwidth_efficiency=min(1.0, measured["gemv_gbps"] / spec.memory_bandwidth_gbps),
                           flop_efficiency=min(1.0, measured["gemm_tflops"] / peak_tflops))
-        cal = replace(cal, layer_overhead_us=measured["layer_overhead_us"],
-                      step_overhead_us=measured["step_overhead_us"])
+        cal = replace(cal, **{k: measured[k] for k in RUNNER_OVERHEADS})
     else:
         link_class = parse_link_code(CPU_LINK)[1].value
         for ranks in sorted({2, cores}) if cores >= 2 else []:
@@ -186,8 +190,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
         cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
-                      layer_overhead_us=socket["layer_overhead_us"], step_overhead_us=socket["step_overhead_us"],
-                      matmul_call_us=socket["matmul_call_us"]["1"])
+                      matmul_call_us=socket["matmul_call_us"]["1"], **{k: socket[k] for k in RUNNER_OVERHEADS})
         extra["cpu"] = entry
     constants = link_constants(fits, cal.collective_base_us)
     links = dict(cal.links)

@@ -17,24 +17,26 @@ entry into the three figures the roofline needs:
        beside it for comparison;
   FLOP/s per rank           = matmul[threads][rows] (compute does not contend), the FLOP rate of a
       product with `rows` rows (tokens) against a weight larger than the cache, interpolated in log2(rows):
-      the planner's device has one FLOP rate, and a CPU's rate for a decode step's few rows is a fraction
-      of its rate for prefill's many, so decode and prefill are priced with the device at their own rows;
+      a CPU's rate for a decode step's few rows is a fraction of its rate for prefill's many, so decode and
+      prefill are priced with the device at their own rows; the device also carries the whole curve
+      (`tflops_by_rows`), for an MoE layer's experts, which each multiply a fraction of the rows;
   memory per rank           = RAM x threads / cores.
-and `cpu_calibration` sets the planner's layer and step overheads to the probes' figures for that thread
-count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows: the runner's kernel for
-one row differs from the one for more (topoplan.runner.cpu_linear), so the probe measures both.
+and `cpu_calibration` sets the planner's layer, MoE-layer, per-expert and step overheads to the probes'
+figures for that thread count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows:
+the runner's kernel for one row differs from the one for more (topoplan.runner.cpu_linear), so the probe
+measures both.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
                               "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
                               "layer_overhead_us": .., "step_overhead_us": ..,
+                              "moe_layer_overhead_us": .., "expert_overhead_us": ..,
                               "matmul_call_us": {"1": .., "2": ..}},
                         "2": {...}}}
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,7 @@ from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.machine import CPU_LINK, cpu_topology  # noqa: F401  (re-exported: the bench's CPU machine)
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.device import DeviceSpec
+from topoplan.plan.device import DeviceSpec, rate_at_rows
 
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 
@@ -70,6 +72,8 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
         if not isinstance(calls, dict) or not calls or not all(
                 k.isdigit() and isinstance(v, (int, float)) and v >= 0 for k, v in calls.items()):
             missing.append("matmul_call_us (rows -> us, may be 0)")
+        missing += [f"{k} (may be 0)" for k in ("moe_layer_overhead_us", "expert_overhead_us")
+                    if k in (probes or {}) and (not isinstance(probes[k], (int, float)) or probes[k] < 0)]
         if missing:
             raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
     return entry
@@ -89,16 +93,9 @@ def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
     return layout.tp * layout.dp * busy_stages
 
 
-def matmul_rate(curve: dict[str, float], rows: float) -> float:
-    """TFLOP/s at `rows` rows: linear in log2(rows) between the probed points, the end values beyond them."""
-    points = sorted((int(k), v) for k, v in curve.items())
-    if rows <= points[0][0]:
-        return points[0][1]
-    for (r0, v0), (r1, v1) in zip(points, points[1:]):
-        if rows <= r1:
-            f = (math.log2(rows) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
-            return v0 + f * (v1 - v0)
-    return points[-1][1]
+def matmul_curve(curve: dict[str, float]) -> tuple[tuple[int, float], ...]:
+    """The probed (rows, TFLOP/s) points in order of rows."""
+    return tuple(sorted((int(k), v) for k, v in curve.items()))
 
 
 def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float) -> DeviceSpec:
@@ -106,12 +103,14 @@ def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float
     matrix products of `rows` rows (formulas above)."""
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
     bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
-    tflops = matmul_rate(mine["matmul_tflops"], rows)
+    curve = matmul_curve(mine["matmul_tflops"])
+    tflops = rate_at_rows(curve, rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
                       memory_bandwidth_gbps=bandwidth,
                       tflops={"fp32": tflops, "bf16": tflops, "fp16": tflops, "fp8": tflops},
-                      nic_gbps=1.0)  # unused: one machine, no network hop
+                      nic_gbps=1.0,  # unused: one machine, no network hop
+                      tflops_by_rows=curve)
 
 
 def call_us(curve: dict[str, float], rows: float) -> float:
@@ -121,11 +120,12 @@ def call_us(curve: dict[str, float], rows: float) -> float:
 
 
 def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float) -> Calibration:
-    """The calibration with the layer and step overheads measured at this thread count and the weight-product
-    cost at `rows` rows (a file without a per-thread `step_overhead_us` or `matmul_call_us` keeps the
-    top-level figure)."""
+    """The calibration with the layer, MoE and step overheads measured at this thread count and the
+    weight-product cost at `rows` rows (a file without a per-thread `step_overhead_us`, MoE overheads or
+    `matmul_call_us`, from before they were probed, keeps the top-level figure)."""
     probes = _probes(entry, threads)
     calls = probes.get("matmul_call_us")
-    return replace(calibration, layer_overhead_us=probes["layer_overhead_us"],
-                   step_overhead_us=probes.get("step_overhead_us", calibration.step_overhead_us),
+    optional = {k: probes[k] for k in ("step_overhead_us", "moe_layer_overhead_us", "expert_overhead_us")
+                if k in probes}
+    return replace(calibration, layer_overhead_us=probes["layer_overhead_us"], **optional,
                    matmul_call_us=call_us(calls, rows) if calls else calibration.matmul_call_us)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -85,37 +86,43 @@ def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB,
 CALL_ROWS = (1, 2)  # the runner's kernel choice differs at 1 row (topoplan.runner.cpu_linear.packs), not above
 
 
-def matmul_call_us(device: torch.device, dtype: torch.dtype, rows: int = 1, small: int = 1 * MiB,
-                   large: int = 16 * MiB, pool: int = 128 * MiB, repeats: int = 7,
-                   noise: list[float] | None = None) -> float:
-    """Fixed microseconds of one product of `rows` rows with a weight, beyond streaming the weight's bytes:
-    t = fixed + bytes / rate, with the kernel the runner picks for that many rows.
+CALL_SIZES_MIB = (2, 4, 8, 16)  # the weights of small models' layers and of MoE experts
 
-    A decode step runs a few large products per layer, but an MoE layer runs two per touched expert, each
-    a few MB: on this project's 2-core VM a 1 MiB packed product took ~100 us where its bytes alone need
-    ~50, a 64 MiB one ran at the GEMV rate. Pools of 1 MiB and of 16 MiB weights (each `pool` bytes, so
-    every product streams from memory) are timed one after the other in each sample, so a drift of the
-    machine's bandwidth between samples cancels in the intercept; the median over samples is kept."""
-    cols = 1024
+
+def matmul_call_us(device: torch.device, dtype: torch.dtype, rows: int = 1, sizes: tuple[int, ...] = CALL_SIZES_MIB,
+                   reference: int = 256 * MiB, cols: int = 2048, pool: int = 128 * MiB, repeats: int = 7,
+                   noise: list[float] | None = None) -> float:
+    """Microseconds one product of `rows` rows costs beyond streaming its weight at the GEMV rate, with the
+    kernel the runner picks for that many rows.
+
+    The planner prices a decode step's products as their bytes at `gemv_gbps` (one large weight) plus this
+    per product, so it is measured in those terms. A decode step of a small model or an MoE layer runs
+    products of a few MB, which on this project's 2-core VM run at 16-22 GB/s where one 256 MiB weight
+    streams at 25-30. In each sample a `reference`-byte weight (the GEMV rate at that moment) and pools of
+    weights of each of `sizes` MiB (each pool `pool` bytes, so every product streams from memory) are timed
+    back to back, so a drift of the machine's bandwidth between samples cancels; a sample's figure is the
+    median over the sizes of a product's time beyond its bytes at that rate, and the median over samples is
+    kept. (An intercept of t = fixed + bytes / rate through two sizes, the first version of this probe, swung
+    between 1 and 80 us from run to run: the excess is not a constant plus a rate.)"""
     size = torch.empty((), dtype=dtype).element_size()
 
-    def weights(nbytes: int) -> list[torch.Tensor]:
-        return [runner_weight(torch.randn(nbytes // (cols * size), cols, device=device).to(dtype), rows)
-                for _ in range(max(1, pool // nbytes))]
+    def weight(nbytes: int) -> torch.Tensor:
+        return runner_weight(torch.randn(nbytes // (cols * size), cols, device=device).to(dtype), rows)
 
-    pools = (weights(small), weights(large))
+    big, pools = weight(reference), {mib: [weight(mib * MiB) for _ in range(max(1, pool // (mib * MiB)))]
+                                     for mib in sizes}
     x = torch.randn(rows, cols, device=device).to(dtype)
-    for ws in pools:  # warm-up: oneDNN builds its kernels on first use
-        linear(x, ws[0])
+    for w in (big, *(ws[0] for ws in pools.values())):  # warm-up: oneDNN builds its kernels on first use
+        linear(x, w)
 
     def per_call(ws: list[torch.Tensor]) -> float:
         return median_us(lambda: [linear(x, w) for w in ws], device, 1, warmup=0) / len(ws)
 
-    def intercept() -> float:
-        t_small, t_large = per_call(pools[0]), per_call(pools[1])
-        return max(0.0, t_small - small * (t_large - t_small) / (large - small))
+    def excess() -> float:
+        us_per_byte = per_call([big]) / reference
+        return statistics.median(per_call(ws) - mib * MiB * us_per_byte for mib, ws in pools.items())
 
-    return robust_median(intercept, repeats, noise)
+    return max(0.0, robust_median(excess, repeats, noise))
 
 
 MATMUL_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # tokens per matmul: decode batches up to prefill chunks
@@ -153,15 +160,13 @@ def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats
     return 2 * n**3 / median_us(lambda: a @ b, device, repeats, noise=noise) / 1e6
 
 
-def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 40,
-                       layer_counts: tuple[int, int] = (1, 5), repeats: int = 3,
-                       noise: list[float] | None = None) -> tuple[float, float]:
-    """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
+PROBE_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2}
 
-    The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
-    the slope is what each layer's kernels cost to launch whatever the model's size (the planner's
-    layer_overhead_us), the intercept what a step costs outside the layers (embedding, head, mask,
-    sampling, Python)."""
+
+def _layer_slope_us(device: torch.device, dtype: torch.dtype, shape: dict[str, Any], steps: int,
+                    layer_counts: tuple[int, int], repeats: int, noise: list[float] | None) -> tuple[float, float]:
+    """(per-layer, per-step) microseconds of the runner's decode step for the built-in `tiny` config with
+    `shape`'s keys at negligible size: decode timed with few and with more layers, the slope and intercept."""
     from topoplan.runner.config import parse_hf_config
     from topoplan.runner.generate import generate
     from topoplan.runner.model import Shard, build_stage
@@ -169,8 +174,7 @@ def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 4
 
     times = []
     for layers in layer_counts:
-        raw = {**BUILTIN["tiny"], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-               "num_key_value_heads": 2, "num_hidden_layers": layers}
+        raw = {**BUILTIN["tiny"], **PROBE_MODEL, **shape, "num_hidden_layers": layers}
         model = build_stage(parse_hf_config(raw, source="<probe>"), Shard(), device, dtype)
         with torch.no_grad():
             for p in model.parameters():
@@ -184,3 +188,40 @@ def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 4
     (l0, l1), (t0, t1) = layer_counts, times
     per_layer = max(0.0, (t1 - t0) / (l1 - l0))
     return per_layer, max(0.0, t0 - l0 * per_layer)
+
+
+def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 40,
+                       layer_counts: tuple[int, int] = (1, 5), repeats: int = 3,
+                       noise: list[float] | None = None) -> tuple[float, float]:
+    """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
+
+    The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
+    the slope is what each layer's kernels cost to launch whatever the model's size (the planner's
+    layer_overhead_us), the intercept what a step costs outside the layers (embedding, head, mask,
+    sampling, Python)."""
+    return _layer_slope_us(device, dtype, {}, steps, layer_counts, repeats, noise)
+
+
+MOE_PROBE_EXPERTS = (2, 6)  # experts every token runs (top-k of k): the probe's touched count is exact
+
+
+def moe_overheads_us(device: torch.device, dtype: torch.dtype, dense_layer_us: float, steps: int = 40,
+                     layer_counts: tuple[int, int] = (1, 5), repeats: int = 3,
+                     noise: list[float] | None = None) -> tuple[float, float]:
+    """(per MoE layer, per expert it runs) fixed cost of the runner's MoE layer beyond a dense layer's
+    (`dense_layer_us`, runner_overheads_us), at negligible size.
+
+    A decode step's MoE layer runs the router, sorts the (token, expert) pairs, and for every expert it
+    runs slices the rows, calls the expert's two products and its activation, then adds the weighted
+    outputs back: dozens of small kernels a dense layer does not launch, a cost that does not shrink with
+    the model (on this project's 2-core VM ~1.5 ms of a 14 ms step of a 4-layer test Mixtral). Mixtral-
+    shaped probes with n experts of which every token runs all n (top-n of n, so exactly n run) give the
+    layer's slope at two n: the difference per expert, the rest per layer. The expert's products at this
+    size are small kernels; in a real model they stream their weights, priced by bytes and matmul_call_us."""
+    extra = []
+    for n in MOE_PROBE_EXPERTS:
+        shape = {"model_type": "mixtral", "num_local_experts": n, "num_experts_per_tok": n}
+        extra.append(_layer_slope_us(device, dtype, shape, steps, layer_counts, repeats, noise)[0] - dense_layer_us)
+    (n0, n1), (e0, e1) = MOE_PROBE_EXPERTS, extra
+    per_expert = max(0.0, (e1 - e0) / (n1 - n0))
+    return max(0.0, e0 - n0 * per_expert), per_expert

@@ -81,6 +81,12 @@ class Calibration:
     # products, two per routed expert a rank runs, the LM head); 0 by default: on a GPU it is a kernel launch,
     # in layer_overhead_us already. On CPU `topoplan calibrate` measures it (topoplan.bench.probes.matmul_call_us).
     matmul_call_us: float = 0.0
+    # an MoE layer's fixed cost beyond a dense layer's, and per routed expert it runs (routing, sorting the
+    # tokens by expert, each expert's slicing and activation, adding the outputs back); 0 by default: GPU
+    # engines' fitted layer overheads include their MoE layers. `topoplan calibrate` measures the runner's
+    # (topoplan.bench.probes.moe_overheads_us).
+    moe_layer_overhead_us: float = 0.0
+    expert_overhead_us: float = 0.0
     runtime_reserve: float = 0.10  # share of GPU memory kept for the runtime (CUDA context, workspaces)
     source: str = "defaults"
     measured_on: str | None = None  # "cpu" when the file has a `cpu` entry, else its `gpu` name, else None
@@ -96,7 +102,7 @@ class Calibration:
 
 _FRACTIONS = ("bus_efficiency", "memory_bandwidth_efficiency", "flop_efficiency", "runtime_reserve")
 _TIMES = ("collective_base_us", "layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us",
-          "step_overhead_per_rank_us", "matmul_call_us")
+          "step_overhead_per_rank_us", "matmul_call_us", "moe_layer_overhead_us", "expert_overhead_us")
 
 
 def _number(value: Any, where: str, path: Path, *, fraction: bool = False) -> float:

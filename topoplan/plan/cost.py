@@ -7,7 +7,8 @@ Each formula is in docs/planner.md with its source. Per pipeline stage:
     decode  = max(FLOPs / (peak x flop_eff), (weights read + KV read) / (HBM x mem_eff))
               + layers x overhead + 2 all-reduces per layer of batch x hidden x bytes
     (overhead per layer: layer_overhead_us, or decode_layer_overhead_us in decode under CUDA graphs; both
-    phases add matmul_call_us per weight product streamed from memory, StageModel.streamed_products)
+    phases add matmul_call_us per weight product streamed from memory, StageModel.streamed_products, and
+    per MoE layer moe_layer_overhead_us plus expert_overhead_us per routed expert the rank runs)
     with TP, the first stage's vocab-parallel embedding adds one all-reduce of its output and the last
     stage's vocab-parallel LM head one all-gather of batch x vocab logits (vLLM, Megatron-LM).
 A step crosses all stages in series plus p-1 hand-offs, and with p > 1 the sampled token ids go back from
@@ -130,6 +131,7 @@ class Work:
 
     flops: float
     nbytes: float
+    rows: float | None = None  # rows (tokens) each of its products multiplies; None: the phase's
 
 
 class StageModel:
@@ -177,26 +179,34 @@ class StageModel:
         touched = self.m.experts_touched(tokens * self.replicas)
         return moe.busiest_experts(touched, self.m.experts, self.ep) if self.ep > 1 else touched
 
-    def _read_bytes(self, tokens: float) -> float:
-        """Weights one rank's GEMMs read when each replica passes `tokens` tokens (MoE: the experts it runs,
-        `experts_run`); the LM head in the activation dtype."""
+    def _dense_gemms(self, tokens: float, head_rows: float) -> Work:
+        """One rank's products other than the routed experts for `tokens` tokens per replica (the LM head for
+        `head_rows` of them): 2 FLOPs per weight per token, the weights read once; the LM head in the
+        activation dtype."""
         m = self.m
         touched = m.experts_touched(tokens * self.replicas)
-        layers = m.matmul_params(self.dense, self.moe, touched) - self._routed(touched)  # all but routed experts
-        routed = self._routed(self.experts_run(tokens)) / (1 if self.ep > 1 else self.tp)
-        head = m.head_params * self.ab / self.tp if self.s.last else 0.0
-        return (layers / self.tp + routed) * self.wb + head
+        params = m.matmul_params(self.dense, self.moe, touched) - self._routed(touched)  # all but routed experts
+        head = m.head_params / self.tp if self.s.last else 0.0
+        return Work(2.0 * (params / self.tp * tokens + head * head_rows), params / self.tp * self.wb + head * self.ab,
+                    tokens)
 
-    def _gemm_flops(self, tokens: float, head_rows: float) -> float:
-        """One rank's GEMM FLOPs for `tokens` tokens per replica (the LM head for `head_rows` of them): 2 per
-        active weight, routed experts scaled by the busiest EP rank's share."""
+    def _routed_gemms(self, tokens: float) -> Work:
+        """One rank's routed-expert products for `tokens` tokens per replica: the experts it runs
+        (`experts_run`) read once, 2 FLOPs per expert weight per (token, expert) pair, scaled with EP by the
+        busiest rank's share; each product multiplies the rows its expert got (tokens x k / experts in use)."""
         m = self.m
-        active, routed = m.matmul_params(self.dense, self.moe, m.experts_per_token), self._routed(m.experts_per_token)
-        head = 2.0 * m.head_params * head_rows / self.tp if self.s.last else 0.0
-        routed_flops = 2.0 * routed * tokens * self.replicas / self.experts_over
+        pairs = tokens * self.replicas * m.experts_per_token
+        flops = 2.0 * m.expert_params * self.moe * pairs / self.experts_over
         if self.ep > 1:
-            routed_flops *= self.imbalance(tokens * self.replicas * m.experts_per_token)
-        return 2.0 * (active - routed) * tokens / self.tp + routed_flops + head
+            flops *= self.imbalance(pairs)
+        nbytes = self._routed(self.experts_run(tokens)) / (1 if self.ep > 1 else self.tp) * self.wb
+        return Work(flops, nbytes, pairs / m.experts_touched(tokens * self.replicas))
+
+    def _gemms(self, tokens: float, head_rows: float) -> list[Work]:
+        """The stage's products for `tokens` tokens per replica: the routed experts apart (their few rows each
+        make them memory-bound where the rest may be compute-bound: separate kernels, separate rooflines)."""
+        dense = self._dense_gemms(tokens, head_rows)
+        return [dense, self._routed_gemms(tokens)] if self.moe else [dense]
 
     def streamed_products(self, tokens: float) -> float:
         """Weight products one rank runs per step for `tokens` tokens per replica whose weight streams from
@@ -227,12 +237,12 @@ class StageModel:
         """GEMMs and attention on one rank to prefill `batch` prompts (causal: s(s+1)/2 query-key pairs)."""
         tokens = batch * prompt
         kv_write = tokens * self.kv_bytes_per_token()
-        return [Work(self._gemm_flops(tokens, batch), self._read_bytes(tokens)),
+        return [*self._gemms(tokens, batch),
                 Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
         """GEMMs and attention on one rank for one decode step of `batch` sequences at `context` tokens."""
-        return [Work(self._gemm_flops(batch, batch), self._read_bytes(batch)),
+        return [*self._gemms(batch, batch),
                 Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
 
@@ -247,13 +257,16 @@ class CostModel:
         self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
         # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
         self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
-        self.peak_flops = device.tflops[self.compute] * 1e12 * calibration.flop_efficiency
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
 
+    def _flop_rate(self, rows: float | None) -> float:
+        """FLOP/s of products of `rows` rows (the device's rate at those rows where it knows one)."""
+        return self.device.tflops_at(self.compute, rows) * 1e12 * self.cal.flop_efficiency
+
     def _roofline_ms(self, work: list[Work]) -> float:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
-        return sum(max(w.flops / self.peak_flops, w.nbytes / self.mem_bw) for w in work) * 1e3
+        return sum(max(w.flops / self._flop_rate(w.rows), w.nbytes / self.mem_bw) for w in work) * 1e3
 
     def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None) -> float:
         """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences; `group` is
@@ -270,6 +283,9 @@ class CostModel:
             overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
             t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
             t += sm.streamed_products(tokens) * self.cal.matmul_call_us / 1e3
+            if sm.moe:
+                per_layer = self.cal.moe_layer_overhead_us + sm.experts_run(tokens) * self.cal.expert_overhead_us
+                t += sm.moe * per_layer / 1e3
             t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
             if group is not None:
                 t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
@@ -445,7 +461,8 @@ class CostModel:
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
         work = [w for sm in models for w in sm.decode(cost.batch, context)]
-        compute, memory = sum(w.flops for w in work) / self.peak_flops, sum(w.nbytes for w in work) / self.mem_bw
+        compute = sum(w.flops / self._flop_rate(w.rows) for w in work)
+        memory = sum(w.nbytes for w in work) / self.mem_bw
         out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
                    f"{sum(w.nbytes for w in work) / 1e9:.2f} GB read per GPU per step")
         weights = self.work.weights

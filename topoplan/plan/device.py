@@ -6,6 +6,7 @@ planned for; `from_gpu` adapts a catalog GpuSpec.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from topoplan.dtypes import DType
@@ -32,6 +33,10 @@ class DeviceSpec:
     kv_dtypes: tuple[str, ...] | None = None  # KV-cache dtypes it takes; None: any
     dtype_note: str = ""  # why (the support table's source), for the error and the reasons
     nvlink_domain_gpus: int = 0  # GPUs one multi-node NVLink domain holds (GB200 NVL72: 72); 0: none known
+    # (rows, TFLOP/s) of a product of that many rows against a weight larger than the cache (a CPU's probes,
+    # topoplan.bench.cpu): the rate of products with other rows than the phase's (an MoE layer's experts each
+    # get a fraction of the tokens); empty: `tflops` at any rows
+    tflops_by_rows: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
@@ -44,6 +49,12 @@ class DeviceSpec:
         nic = nic_gbps if nic_gbps is not None else NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
         return cls(gpu.key, gpu.memory_bytes, gpu.memory_bandwidth_gbps, tflops, nic, support.weight_only,
                    support.kv, f"{gpu.key} ({gpu.arch}): {support.source}", gpu.nvlink_domain_gpus)
+
+    def tflops_at(self, dtype: str, rows: float | None) -> float:
+        """TFLOP/s of products of `rows` rows: `tflops_by_rows` interpolated when known, else `tflops[dtype]`."""
+        if rows is None or not self.tflops_by_rows:
+            return self.tflops[dtype]
+        return rate_at_rows(self.tflops_by_rows, rows)
 
     def _supported(self) -> str:
         weight_only = f"; weight-only: {', '.join(self.weight_only)}" if self.weight_only else ""
@@ -69,3 +80,15 @@ class DeviceSpec:
         if self.kv_dtypes is not None and kv.short not in self.kv_dtypes:
             raise TopoplanError(f"--kv-dtype {kv.short}: {self.name} keeps the KV cache in "
                                 f"{', '.join(self.kv_dtypes)} ({self.dtype_note})")
+
+
+def rate_at_rows(points: tuple[tuple[int, float], ...], rows: float) -> float:
+    """The rate at `rows` rows from sorted (rows, rate) points: linear in log2(rows) between them, the end
+    values beyond them."""
+    if rows <= points[0][0]:
+        return points[0][1]
+    for (r0, v0), (r1, v1) in zip(points, points[1:]):
+        if rows <= r1:
+            f = (math.log2(rows) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
+            return v0 + f * (v1 - v0)
+    return points[-1][1]
