@@ -107,7 +107,11 @@ def fake_probes(*_args, **_kwargs):
 def no_measuring(monkeypatch):
     monkeypatch.setattr(calibrate_module, "sweep_link", lambda *a, **k: [])
     monkeypatch.setattr(calibrate_module, "probe_all", fake_probes)
+    monkeypatch.setattr(calibrate_module, "spawn_json", lambda *a, **k: {"wait_us": FAKE_WAITS})
     monkeypatch.setattr(calibrate_module.torch.cuda, "is_available", lambda: False)
+
+
+FAKE_WAITS = {"2": 40.0, "8": 60.0, "32": 200.0}
 
 
 def test_calibrate_refuses_a_busy_machine_before_measuring(monkeypatch):
@@ -131,9 +135,19 @@ def test_calibrate_reports_its_steps(no_measuring):
     calibrate_module.calibrate(probe_mib=8, sources=sources(load=0.1, others_per_call=0.0),
                                on_step=lambda label, done, total: seen.append((label, done, total)))
     cores = len(calibrate_module.cpu_cores())
-    total = (len({2, cores}) if cores >= 2 else 0) + len({1, cores})
+    total = (len({2, cores}) + 1 if cores >= 2 else 0) + len({1, cores})  # sweeps, synchronisation, probes
     assert seen[-1] == ("done", total, total)
     assert [done for _, done, _ in seen] == list(range(total + 1))
+    assert ("the synchronisation probe" in [label for label, _, _ in seen]) == (cores >= 2)
+
+
+@pytest.mark.skipif(len(calibrate_module.cpu_cores()) < 2, reason="one core has no collective to wait in")
+def test_calibrate_adds_the_synchronisation_wait_to_the_collective_base(no_measuring):
+    """No sweep fit here, so the base is the default 25 us; the probe's median wait (60 us of 40, 60, 200) is
+    added: what a collective waits inside a step is the base's "rank skew", which a back-to-back sweep lacks."""
+    document = calibrate_module.calibrate(probe_mib=8, sources=sources(load=0.1, others_per_call=0.0))
+    assert document["collective_base_us"] == pytest.approx(25.0 + 60.0)
+    assert document["measured"]["sync_wait_us"] == FAKE_WAITS
 
 
 def test_cli_calibrate_busy_is_one_line_exit_2_and_nothing_written(no_measuring, monkeypatch, capsys, tmp_path):

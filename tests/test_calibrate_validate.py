@@ -65,6 +65,10 @@ def test_file_is_accepted_by_the_planner(calibration):
     # an MoE layer's routing and per-expert overheads beyond a dense layer's, from the runner's own MoE layer
     for name in ("moe_layer_overhead_us", "expert_overhead_us"):
         assert socket[name] >= 0 and getattr(cal, name) == pytest.approx(socket[name])
+    # what a collective waits inside a step, per stretch of compute before it (MiB): part of the base
+    waits = raw["measured"]["sync_wait_us"]
+    assert set(waits) == {"2", "8", "32"} and all(w >= 0 for w in waits.values())
+    assert cal.collective_base_us >= sorted(waits.values())[1]
     entry = load_cpu_entry(calibration)
     assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}

@@ -1,7 +1,8 @@
 """`topoplan calibrate`: measure this machine and write the calibration file the planner reads.
 
 1. a short all_reduce + all_to_all + sendrecv sweep over each link class present (on CPU: gloo between processes, one
-   per core; on GPUs: one pair of GPUs per `topo -m` link class, NCCL);
+   per core; on GPUs: one pair of GPUs per `topo -m` link class, NCCL); on CPU also what a collective waits
+   inside a step beyond its back-to-back time (topoplan.bench.sync_wait), added to `collective_base_us`;
 2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the runner's per-layer and per-step
    fixed overheads;
 3. least-squares alpha/beta per link class and group size (topoplan.bench.fit), turned into the planner's
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -144,7 +146,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     if gpu:
         total = (len(pairs) if torch.cuda.device_count() >= 2 else 0) + 1  # a sweep per link class, the probes
     else:
-        total = (len({2, cores}) if cores >= 2 else 0) + len({1, cores})  # sweeps at 2 and all cores, probes
+        # sweeps at 2 and all cores, the synchronisation probe, the probes
+        total = (len({2, cores}) + 1 if cores >= 2 else 0) + len({1, cores})
     done = [0]
 
     def step(label: str) -> None:
@@ -156,6 +159,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     fits: list[CollectiveFit] = []
     cal = Calibration()
     extra: dict[str, Any] = {}
+    waits: dict[str, float] = {}  # the synchronisation probe's (CPU): stretch MiB -> us
     if gpu:
         from topoplan.hardware import lookup_gpu
 
@@ -185,6 +189,11 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             step(label)
             with monitor.window(label):
                 fits += sweep_link(ranks, link_class, sizes, iters, warmup, "gloo")
+        if cores >= 2:
+            step("the synchronisation probe")
+            with monitor.window("the synchronisation probe"):
+                waits = spawn_json(cores, "topoplan.bench.sync_wait", [], echo=False,
+                                   what="synchronisation probe")["wait_us"]
         entry = cpu_entry(dtype, probe_mib, monitor, step)
         socket = entry["threads"][str(entry["cores"])]
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
@@ -198,6 +207,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         links[link_class] = LinkCalibration(alpha, constants.bandwidth_gbps.get(link_class))
     cal = replace(cal, links=links, collective_base_us=constants.base_us if constants.base_us is not None
                   else cal.collective_base_us)
+    if waits:  # the base is "launch, enqueue, rank skew": the back-to-back sweep's fit holds no skew
+        cal = replace(cal, collective_base_us=cal.collective_base_us + statistics.median(waits.values()))
     if on_step:
         on_step("done", total, total)
     if monitor.busy and not force:
@@ -209,7 +220,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         "seconds": round(time.time() - started, 1), "load_average": list(os.getloadavg()),
         "load": monitor.report(),
         "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters, "probe_mib": probe_mib,
-        "base_from_fit": constants.base_us is not None, "fits": [f.to_json() for f in fits]}}
+        "base_from_fit": constants.base_us is not None, "sync_wait_us": waits, "fits": [f.to_json() for f in fits]}}
     parse_calibration(json.loads(json.dumps(document)), Path("<calibration>"))  # the planner must accept it
     return document
 
