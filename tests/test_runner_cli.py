@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from runner_models import save_hf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +78,8 @@ def test_text_prompt_uses_tokenizer_json(tmp_path):
     (["--model", "tiny"], "no prompt"),
     (["--model", "tiny", "--prompt-ids", "1,a"], "expected comma-separated token ids"),
     (["--model", "tiny", "--tp", "0", "--prompt", "x"], "tp must be at least 1"),
+    (["--model", "tiny", "--prompt", "x", "--cuda-graphs", "--compile"], "--cuda-graphs and --compile: pick one"),
+    (["--model", "tiny", "--prompt", "x", "--cuda-graphs", "--backend", "gloo"], "it needs the nccl backend"),
 ])
 def test_unworkable_runs_fail_in_one_line(tmp_path, args, message):
     result = topoplan("run", *args, cache=tmp_path)
@@ -125,3 +128,11 @@ def test_token_id_outside_the_vocabulary_is_a_user_error(tmp_path):
     rank = subprocess.run([sys.executable, "-m", "topoplan.runner", "--prompt-ids", "1,264"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert rank.returncode == 2 and rank.stderr.strip() == f"topoplan-runner: rank 0: error: {message}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here runs --cuda-graphs")
+def test_cuda_graphs_without_a_gpu_is_one_line(tmp_path):
+    result = topoplan("run", "--model", "tiny", "--prompt", "x", "--cuda-graphs", cache=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "topoplan-runner: rank 0: error: --cuda-graphs records GPU kernels; this rank runs on cpu (backend gloo)"]

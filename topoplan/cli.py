@@ -374,6 +374,9 @@ def run(
     compile_step: bool = typer.Option(False, "--compile", help="Compile each stage's forward with torch.compile "
                                       "before generating (fewer, fused kernels per decode step; tens of seconds "
                                       "of start-up, reported as compile_s; docs/runner.md)."),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="GPUs: record each micro-batch's decode step "
+                                     "once as a CUDA graph and replay it every step (fixed-shape step over the "
+                                     "whole KV cache; docs/runner.md)."),
     save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
                              "an existing one), then exit; takes no other option."),
 ) -> None:
@@ -385,7 +388,8 @@ def run(
         opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
                           temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out,
-                          micro_batches=micro_batches, no_shared_memory=not shared_memory, compile=compile_step)
+                          micro_batches=micro_batches, no_shared_memory=not shared_memory, compile=compile_step,
+                          cuda_graphs=cuda_graphs)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint

@@ -11,10 +11,9 @@ timed generation (`compile_s_per_rank` in the run's JSON): two steps of the real
 KV-cache length (a module buffer's size is a constant to the compiler, so another length would build new
 graphs), so prefill and decode timings are the compiled step's.
 
-On a GPU the same compilation runs without CUDA graphs: a decode step attends over a slice of the cache that
-grows by one position per step, so a CUDA graph (torch.compile's "reduce-overhead") would be recorded again
-at every step. Graph replay needs a static-shape step (attention over the whole cache under a mask, as
-vLLM's paged attention has), which the runner does not have yet.
+On a GPU the same compilation runs without CUDA graphs: the eager decode step attends over a slice of the
+cache that grows by one position per step, so a CUDA graph (torch.compile's "reduce-overhead") would be
+recorded again at every step. `--cuda-graphs` records the fixed-shape step of topoplan.runner.graphs instead.
 """
 
 from __future__ import annotations

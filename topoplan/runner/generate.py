@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from topoplan.runner.graphs import Capture, StaticDecodeStep
 from topoplan.runner.model import Transformer
 from topoplan.runner.pipeline import SKIP, STOP, Pipeline, SingleStage
 
@@ -115,12 +116,15 @@ class MicroBatch:
 def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, *, eos_ids: tuple[int, ...] = (),
              pad_id: int = 0, sampling: Sampling = Sampling(), pipeline: Pipeline | SingleStage | None = None,
              micro_batches: int = 0, keep_logits: bool = False,
-             on_step: Callable[[int], None] | None = None, cache_len: int | None = None) -> Generation:
+             on_step: Callable[[int], None] | None = None, cache_len: int | None = None,
+             static_decode: bool = False, capture: Capture | None = None) -> Generation:
     """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS.
 
     `pad_id` fills the left padding; it is masked out, so any valid id will do. `cache_len`: KV-cache positions
     to allocate (default: the longest prompt plus `max_new_tokens`); a compiled stage's warm-up gives the real
-    run's, so the graphs it builds have the cache's shape. Stage 0 and the last stage
+    run's, so the graphs it builds have the cache's shape. `static_decode`: decode steps with fixed shapes
+    (topoplan.runner.graphs), recorded by `capture` on their first call when given (CUDA graphs). Stage 0 and
+    the last stage
     return the tokens (the others return none); every stage returns its timings: prefill until it has handled
     step 0 of every micro-batch, decode the rest, per step of the whole batch."""
     pipeline = pipeline or SingleStage()
@@ -129,7 +133,8 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
     batch, width = len(prompts), max(len(p) for p in prompts)
     pad = torch.tensor([width - len(p) for p in prompts], device=device)
     padded = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
-    model.setup_cache(batch, cache_len or width + max_new_tokens)
+    cache_len = cache_len or width + max_new_tokens
+    model.setup_cache(batch, cache_len)
     generators = ([torch.Generator(device=device).manual_seed(sampling.seed + i) for i in range(batch)]
                   if sampling.temperature > 0 else None)
     eos = torch.tensor(eos_ids, device=device, dtype=torch.long)
@@ -148,19 +153,28 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
         mb.finished |= torch.isin(new, eos)
         mb.tokens = new[:, None]
 
-    def run_item(step: int, mb: MicroBatch, x: torch.Tensor) -> None:
+    statics: dict[int, StaticDecodeStep] = {}  # per micro-batch (its first row), with static_decode
+
+    def forward(step: int, mb: MicroBatch, x: torch.Tensor) -> torch.Tensor:
         slot = 0 if step == 0 else width + step - 1
+        if step > 0 and static_decode:
+            if mb.rows.start not in statics:
+                statics[mb.rows.start] = StaticDecodeStep(model, x, pad[mb.rows], mb.rows, cache_len, capture)
+            return statics[mb.rows.start](x, slot)
         n_new = x.shape[1]
         positions = (torch.arange(slot, slot + n_new, device=device)[None, :] - pad[mb.rows, None]).clamp(min=0)
         mask = (None if plain_decode and step > 0
                 else attention_mask(pad[mb.rows], slot, n_new, model.config.sliding_window))
-        y = model(x, positions, mask, slot, mb.rows)
+        return model(x, positions, mask, slot, mb.rows)
+
+    def run_item(step: int, mb: MicroBatch, x: torch.Tensor) -> None:
+        y = forward(step, mb, x)
         if not pipeline.is_last:
             pipeline.send_on(y)
             return
         new = pick_tokens(y, sampling, generators[mb.rows] if generators else None)
         if keep_logits:  # the steps that produced each sequence's tokens, up to its EOS
-            rows = y.float().cpu()
+            rows = y.to("cpu", torch.float32, copy=True)  # a recorded step rewrites y next step
             for i, k in mb.open_rows():
                 logits_rows[i].append(rows[k])
         if not pipeline.is_first:

@@ -103,8 +103,15 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, slot: int, k: torch.Tensor, v: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new keys and values of batch rows `rows` (a pipeline micro-batch, or all) at `slot`."""
+    def update(self, slot: int | torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new keys and values of batch rows `rows` (a pipeline micro-batch, or all) at `slot`; return
+        the keys and values up to them. A tensor `slot` ([1]: a static-shape step, topoplan.runner.graphs)
+        writes by index and returns the whole cache, so no shape depends on it."""
+        if isinstance(slot, torch.Tensor):
+            self.k[rows].index_copy_(2, slot, k)
+            self.v[rows].index_copy_(2, slot, v)
+            return self.k[rows], self.v[rows]
         end = slot + k.shape[2]
         self.k[rows, :, slot:end] = k
         self.v[rows, :, slot:end] = v
@@ -127,7 +134,7 @@ class Attention(nn.Module):
         self.cache: KVCache | None = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                slot: int, rows: slice) -> torch.Tensor:
+                slot: int | torch.Tensor, rows: slice) -> torch.Tensor:
         b, n, _ = x.shape
         q, k, v = self.qkv_proj(x).split(self.qkv_proj.sizes, dim=-1)
         q = q.view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
@@ -180,7 +187,7 @@ class DecoderLayer(nn.Module):
             self.mlp = MLP(config, shard)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                slot: int, rows: slice) -> torch.Tensor:
+                slot: int | torch.Tensor, rows: slice) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, slot, rows)
         return x + getattr(self, self.mlp_name)(self.post_attention_layernorm(x))
 
@@ -218,7 +225,7 @@ class Transformer(nn.Module):
             attn = layer.self_attn
             attn.cache = KVCache(batch, attn.n_local_kv_heads, max_len, attn.head_dim, weight.dtype, weight.device)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, slot: int,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, slot: int | torch.Tensor,
                 rows: slice = slice(None)) -> torch.Tensor:
         """x: token ids [B, L] on the first stage, else hidden states [B, L, D]. positions: [B, L] RoPE
         positions; mask: [B, 1, L, slot+L] True where a query may attend (None: everything cached); rows: which

@@ -63,6 +63,7 @@ class RunOptions:
     micro_batches: int = 0  # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
     no_shared_memory: bool = False  # TP/EP collectives, PP messages by gloo even on one host (runner.shm)
     compile: bool = False  # the stage's forward under torch.compile (topoplan.runner.compiled)
+    cuda_graphs: bool = False  # decode steps recorded once as CUDA graphs and replayed (topoplan.runner.graphs)
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""
@@ -98,6 +99,11 @@ class RunOptions:
             raise TopoplanError(f"--micro-batches {self.micro_batches}: expected 0 (one per stage) or more")
         if self.max_new_tokens < 1:
             raise TopoplanError(f"--max-new-tokens {self.max_new_tokens}: expected at least 1")
+        if self.cuda_graphs and self.compile:
+            raise TopoplanError("--cuda-graphs and --compile: pick one (a compiled step is not recorded as a graph "
+                                "here; docs/runner.md)")
+        if self.cuda_graphs and self.backend == "gloo":
+            raise TopoplanError("--cuda-graphs records GPU kernels: it needs the nccl backend, not gloo")
         if not self.prompt and not self.prompt_ids:
             raise TopoplanError("no prompt: pass --prompt TEXT or --prompt-ids 1,2,3 (repeat for a batch)")
         self.prompt_token_ids  # parses, raising on a malformed list

@@ -25,6 +25,7 @@ from topoplan.runner.compiled import compile_stage
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
 from topoplan.runner.dist import Dist, init_dist, usable_dtype
 from topoplan.runner.generate import Generation, Sampling, generate, micro_batch_rows
+from topoplan.runner.graphs import cuda_graph_capture
 from topoplan.runner.model import Shard, build_stage
 from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
@@ -84,6 +85,9 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     """Load, generate, gather. Returns the result dict on rank 0 (see docs/runner.md), None elsewhere."""
     progress = progress or Progress(False)
     layout, coords = d.layout, d.coords
+    if opts.cuda_graphs and d.device.type != "cuda":
+        raise TopoplanError(f"--cuda-graphs records GPU kernels; this rank runs on {d.device.type} (backend "
+                            f"{d.backend})")
     folder = model_folder(opts.model)
     config = load_hf_config(folder)
     check_tp(config, layout.tp, source=str(layout), ep=layout.ep)
@@ -105,9 +109,12 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
 
+    graphs = {"static_decode": True, "capture": cuda_graph_capture} if opts.cuda_graphs else {}
+
     def generation(new_tokens: int, **extra: Any) -> Generation:
         return generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
-                        pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches, **extra)
+                        pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
+                        **graphs, **extra)
 
     compile_s = warm_up_s = 0.0
     if mine:  # a whole replica has prompts or none: its ranks warm up together
