@@ -140,3 +140,16 @@ def test_plan_on_a_machine_without_gpus_points_to_device_cpu(tmp_path: Path):
     assert done.stderr.startswith("topoplan: error: no topology from this machine: NVML could not start")
     assert done.stderr.endswith("; on a machine without GPUs, `plan --device cpu --calibration FILE` plans its "
                                 "CPU-process layouts\n")
+
+
+@pytest.mark.parametrize("value, message", [
+    (float("nan"), "NaN is not JSON (expected a finite number"),  # the file reader refuses it first
+    (-1.0, "moe_layer_overhead_us (may be 0)"), (True, "moe_layer_overhead_us (may be 0)"),
+    ("1", "moe_layer_overhead_us (may be 0)")])
+def test_a_bad_moe_overhead_in_the_cpu_entry_is_one_line(tmp_path: Path, value, message):
+    path = calibration(tmp_path)
+    raw = json.loads(path.read_text())
+    raw["cpu"]["threads"]["1"]["moe_layer_overhead_us"] = value
+    path.write_text(json.dumps(raw))
+    done = plan("--model", "small", "--calibration", str(path), "--json")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr

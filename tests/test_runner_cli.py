@@ -130,6 +130,15 @@ def test_token_id_outside_the_vocabulary_is_a_user_error(tmp_path):
     assert rank.returncode == 2 and rank.stderr.strip() == f"topoplan-runner: rank 0: error: {message}"
 
 
+def test_cuda_graphs_refuse_an_moe_checkpoint(tmp_path):
+    folder = save_hf("mixtral", tmp_path / "mixtral")
+    result = topoplan("run", "--model", str(folder), "--prompt-ids", "1,2,3", "--cuda-graphs", cache=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "topoplan-runner: rank 0: error: --cuda-graphs: an MoE layer reads its experts' row counts on the host, "
+        "which a CUDA graph cannot record; run MoE checkpoints without it"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here runs --cuda-graphs")
 def test_cuda_graphs_without_a_gpu_is_one_line(tmp_path):
     result = topoplan("run", "--model", "tiny", "--prompt", "x", "--cuda-graphs", cache=tmp_path)

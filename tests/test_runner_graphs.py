@@ -1,8 +1,11 @@
 """The static-shape decode step that CUDA graphs record (topoplan.runner.graphs): the same tokens and logits as
-transformers and as the eager step, and, through a stand-in for the GPU's capture, recorded once per
-micro-batch and replayed on every later step with its inputs copied into the tensors it owns."""
+transformers and as the eager step, and, through a stand-in for the GPU's capture that forbids host reads,
+recorded once per micro-batch (in the runner's warm-up) and replayed on every later step with its inputs
+copied into the tensors it owns; an MoE step cannot be recorded."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -40,22 +43,45 @@ def test_static_decode_matches_transformers_and_the_eager_step(tmp_path, kind):
     torch.testing.assert_close(torch.stack(static.logits), torch.stack(eager.logits), rtol=0, atol=FP32_LOGIT_TOL)
 
 
+class HostRead(RuntimeError):
+    """A step read a tensor's value on the host while being recorded or replayed."""
+
+
+@contextlib.contextmanager
+def no_host_reads():
+    """Make every host read of a tensor's value (.item(), .tolist(), bool(), int()) raise, as a CUDA stream
+    capture does; a replay would also freeze the value read at recording."""
+    def refuse(*_args, **_kwargs):
+        raise HostRead("a host read of a tensor's value inside a recorded step")
+
+    names = ("item", "tolist", "__bool__", "__int__")
+    saved = {name: getattr(torch.Tensor, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.Tensor, name, refuse)
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
 class ReplayingCapture:
     """A stand-in for cuda_graph_capture: records which steps were captured and, on replay, runs the captured
-    step again and writes its result into the tensor the capture returned (a CUDA graph's replay rewrites its
-    recorded output). A step that read its input from anywhere but its own tensors would go wrong here as on a
-    GPU only if it read Python values; the shapes being fixed is checked by the output tensor staying one."""
+    step again with host reads forbidden (as during a CUDA capture) and writes its result into the tensor the
+    capture returned (a CUDA graph's replay rewrites its recorded output); the result's shape must not change."""
 
     def __init__(self):
         self.captured, self.replays = [], 0
 
     def __call__(self, step):
-        out = step()
+        with no_host_reads():
+            out = step()
         self.captured.append(out)
 
         def replay():
             self.replays += 1
-            result = step()
+            with no_host_reads():
+                result = step()
             assert result.shape == out.shape  # a fixed-shape step
             out.copy_(result)
             return out
@@ -63,8 +89,9 @@ class ReplayingCapture:
         return replay
 
 
-def test_each_micro_batch_is_captured_once_and_replayed_every_later_step(tmp_path):
-    _hf, model = load(tmp_path, "llama")
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_each_micro_batch_is_captured_once_and_replayed_every_later_step(tmp_path, kind):
+    _hf, model = load(tmp_path, kind)
     eager = generate(model, PROMPTS, 8, keep_logits=True, micro_batches=2)
     capture = ReplayingCapture()
     graphed = generate(model, PROMPTS, 8, keep_logits=True, micro_batches=2, static_decode=True, capture=capture)
@@ -75,12 +102,37 @@ def test_each_micro_batch_is_captured_once_and_replayed_every_later_step(tmp_pat
     assert len(capture.captured) == 2 and capture.replays == 2 * 7
 
 
+def test_a_warm_up_records_and_the_next_generation_only_replays(tmp_path):
+    """As the runner does: an untimed generation records the steps; the timed one, given the same `statics` and
+    reusing the KV cache's buffers, replays them (other prompts of the same shapes: the padding is an input)."""
+    _hf, model = load(tmp_path, "llama")
+    capture, statics = ReplayingCapture(), {}
+    generate(model, PROMPTS, 2, static_decode=True, capture=capture, statics=statics, cache_len=20)
+    cache = model.layers["0"].self_attn.cache.k
+    others = [[1, 40, 41, 42], [1, 50, 51, 52, 53, 54, 55, 56, 57], [1, 60]]  # other lengths: other padding
+    eager = generate(model, others, 8, keep_logits=True, cache_len=20)
+    timed = generate(model, others, 8, keep_logits=True, static_decode=True, capture=capture, statics=statics,
+                     cache_len=20)
+    assert model.layers["0"].self_attn.cache.k is cache  # the buffers the recording points at
+    assert len(capture.captured) == 1  # recorded in the warm-up only
+    assert timed.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(timed.logits), torch.stack(eager.logits), rtol=0, atol=FP32_LOGIT_TOL)
+
+
+def test_an_moe_step_cannot_be_recorded(tmp_path):
+    """Routing reads each expert's row count on the host (topoplan.runner.moe): a capture forbids that, which is
+    why `run --cuda-graphs` refuses MoE checkpoints."""
+    _hf, model = load(tmp_path, "mixtral")
+    with pytest.raises(HostRead):
+        generate(model, PROMPTS, 3, static_decode=True, capture=ReplayingCapture())
+
+
 def test_static_step_writes_the_slot_it_is_given_and_nothing_else(tmp_path):
     _hf, model = load(tmp_path, "llama")
     model.setup_cache(1, 16)
     attn = model.layers["0"].self_attn
     step = StaticDecodeStep(model, torch.tensor([[7]]), torch.tensor([0]), slice(0, 1), 16)
-    step(torch.tensor([[7]]), 5)
+    step(torch.tensor([[7]]), 5, torch.tensor([0]))
     written = attn.cache.k[0].abs().sum(dim=(0, 2))  # per cache position
     assert written[5] > 0 and written[:5].sum() == 0 and written[6:].sum() == 0
 

@@ -51,6 +51,11 @@ from topoplan.plan.device import DeviceSpec, rate_at_rows
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 
 
+def _non_negative(value: Any) -> bool:
+    """A number of at least 0 (JSON's true is not one; read_json refuses NaN and infinities)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
 def load_cpu_entry(path: str | Path) -> dict[str, Any]:
     """The `cpu` entry of a calibration file, checked."""
     path = Path(path)
@@ -73,7 +78,7 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
                 k.isdigit() and isinstance(v, (int, float)) and v >= 0 for k, v in calls.items()):
             missing.append("matmul_call_us (rows -> us, may be 0)")
         missing += [f"{k} (may be 0)" for k in ("moe_layer_overhead_us", "expert_overhead_us")
-                    if k in (probes or {}) and (not isinstance(probes[k], (int, float)) or probes[k] < 0)]
+                    if k in (probes or {}) and not _non_negative(probes[k])]
         if missing:
             raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
     return entry
@@ -93,17 +98,12 @@ def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
     return layout.tp * layout.dp * busy_stages
 
 
-def matmul_curve(curve: dict[str, float]) -> tuple[tuple[int, float], ...]:
-    """The probed (rows, TFLOP/s) points in order of rows."""
-    return tuple(sorted((int(k), v) for k, v in curve.items()))
-
-
 def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float) -> DeviceSpec:
     """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus, for
     matrix products of `rows` rows (formulas above)."""
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
     bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
-    curve = matmul_curve(mine["matmul_tflops"])
+    curve = tuple(sorted((int(k), v) for k, v in mine["matmul_tflops"].items()))  # (rows, TFLOP/s) by rows
     tflops = rate_at_rows(curve, rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],

@@ -58,6 +58,8 @@ ENGINE_ARGS = ("--skip-tokenizer-init", "--dtype", "float32")
 DEFAULT_PORT = 8765
 # the fitted constants, named as in topoplan.plan.calibration.Calibration and the engine profiles' Overheads
 OVERHEADS = ("layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us", "step_overhead_per_rank_us")
+# the bundled runner's MoE-layer costs the `cpu` entry measured: not vLLM's, whose MoE layer was not measured
+RUNNER_ONLY = {"moe_layer_overhead_us": 0.0, "expert_overhead_us": 0.0}
 START_TIMEOUT_S = 900.0
 
 
@@ -230,7 +232,7 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     candidates = vllm_candidates(model, batch)
     rows = pooled([measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                    repeats=repeats, timeout_s=timeout_s) for _ in range(passes)])
-    zero = dict.fromkeys(OVERHEADS, 0.0)
+    zero = dict.fromkeys(OVERHEADS, 0.0) | RUNNER_ONLY
     base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero,
                     micro_batched=False) for c in candidates]
     fitted = fit_overheads(spec.layers, rows, base)
@@ -267,7 +269,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
                             "--engine vllm --calibration FILE`")
     python = check_python(python)
-    entry, overheads = load_cpu_entry(calibration), engine_overheads(calibration)
+    entry, overheads = load_cpu_entry(calibration), engine_overheads(calibration) | RUNNER_ONLY
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     monitor = LoadMonitor("validate --engine vllm")

@@ -117,14 +117,15 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
              pad_id: int = 0, sampling: Sampling = Sampling(), pipeline: Pipeline | SingleStage | None = None,
              micro_batches: int = 0, keep_logits: bool = False,
              on_step: Callable[[int], None] | None = None, cache_len: int | None = None,
-             static_decode: bool = False, capture: Capture | None = None) -> Generation:
+             static_decode: bool = False, capture: Capture | None = None,
+             statics: dict[tuple, StaticDecodeStep] | None = None) -> Generation:
     """Generate up to `max_new_tokens` per prompt; stop early once every sequence has produced an EOS.
 
     `pad_id` fills the left padding; it is masked out, so any valid id will do. `cache_len`: KV-cache positions
     to allocate (default: the longest prompt plus `max_new_tokens`); a compiled stage's warm-up gives the real
     run's, so the graphs it builds have the cache's shape. `static_decode`: decode steps with fixed shapes
-    (topoplan.runner.graphs), recorded by `capture` on their first call when given (CUDA graphs). Stage 0 and
-    the last stage
+    (topoplan.runner.graphs), recorded by `capture` on their first call when given (CUDA graphs), kept in
+    `statics` when given so a later generation of the same shapes replays them. Stage 0 and the last stage
     return the tokens (the others return none); every stage returns its timings: prefill until it has handled
     step 0 of every micro-batch, decode the rest, per step of the whole batch."""
     pipeline = pipeline or SingleStage()
@@ -153,14 +154,15 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
         mb.finished |= torch.isin(new, eos)
         mb.tokens = new[:, None]
 
-    statics: dict[int, StaticDecodeStep] = {}  # per micro-batch (its first row), with static_decode
+    steps = statics if statics is not None else {}  # with static_decode: per micro-batch and shape
 
     def forward(step: int, mb: MicroBatch, x: torch.Tensor) -> torch.Tensor:
         slot = 0 if step == 0 else width + step - 1
         if step > 0 and static_decode:
-            if mb.rows.start not in statics:
-                statics[mb.rows.start] = StaticDecodeStep(model, x, pad[mb.rows], mb.rows, cache_len, capture)
-            return statics[mb.rows.start](x, slot)
+            key = (mb.rows.start, mb.rows.stop, cache_len, tuple(x.shape), x.dtype)
+            if key not in steps:
+                steps[key] = StaticDecodeStep(model, x, pad[mb.rows], mb.rows, cache_len, capture)
+            return steps[key](x, slot, pad[mb.rows])
         n_new = x.shape[1]
         positions = (torch.arange(slot, slot + n_new, device=device)[None, :] - pad[mb.rows, None]).clamp(min=0)
         mask = (None if plain_decode and step > 0

@@ -13,7 +13,12 @@ eagerly, or by replaying what `capture` recorded.
 function whose result is one fixed output tensor. `cuda_graph_capture` warms the step up on a side stream
 (cuBLAS and NCCL set themselves up outside capture) and records it with `torch.cuda.graph`; tests pass a
 stand-in that re-runs the step on replay. A stage's collectives are inside the step: NCCL records into CUDA
-graphs; gloo and the shared-memory collectives cannot, which is why the option needs CUDA.
+graphs; gloo and the shared-memory collectives cannot, which is why the option needs CUDA. An MoE layer cannot be
+recorded: it reads each expert's row count on the host to slice the rows (topoplan.runner.moe), a read a
+capture forbids and a replay would freeze, so `--cuda-graphs` refuses MoE checkpoints.
+
+The steps outlive one generation (`generate(statics=...)`): the runner's untimed warm-up records them and the
+timed generation replays them, its KV cache the same buffers (Transformer.setup_cache keeps them).
 """
 
 from __future__ import annotations
@@ -44,8 +49,9 @@ class StaticDecodeStep:
 
     def __init__(self, model: Transformer, x: torch.Tensor, pad: torch.Tensor, rows: slice, cache_len: int,
                  capture: Capture | None = None):
-        self.model, self.pad, self.rows, self.cache_len = model, pad, rows, cache_len
+        self.model, self.rows, self.cache_len = model, rows, cache_len
         self.x = torch.zeros_like(x)
+        self.pad = torch.zeros_like(pad)  # each row's left padding
         self.slot = torch.zeros(1, dtype=torch.long, device=x.device)
         self._capture, self._replay = capture, None
 
@@ -54,10 +60,13 @@ class StaticDecodeStep:
         mask = static_decode_mask(self.pad, self.slot, self.cache_len, self.model.config.sliding_window)
         return self.model(self.x, positions, mask, self.slot, self.rows)
 
-    def __call__(self, x: torch.Tensor, slot: int) -> torch.Tensor:
-        """The step's output for input `x` writing cache position `slot`; the first call records the step when a
-        capture was given. With a capture, the result is the same tensor every call: use it before the next."""
+    def __call__(self, x: torch.Tensor, slot: int, pad: torch.Tensor) -> torch.Tensor:
+        """The step's output for input `x` writing cache position `slot` of rows left-padded by `pad`; the first
+        call records the step when a capture was given (a generation reusing the step, with the same KV cache
+        buffers, replays that recording). With a capture, the result is the same tensor every call: use it
+        before the next."""
         self.x.copy_(x)
+        self.pad.copy_(pad)
         self.slot.fill_(slot)
         if self._capture is None:
             return self._step()

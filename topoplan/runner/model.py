@@ -220,10 +220,18 @@ class Transformer(nn.Module):
         return prepack(self, rows, (ColumnParallelLinear, RowParallelLinear))
 
     def setup_cache(self, batch: int, max_len: int) -> None:
+        """A KV cache of `batch` x `max_len` positions per layer, emptied; the buffers of the same shape are kept
+        (a recorded CUDA graph of a decode step points at them: topoplan.runner.graphs)."""
         weight = next(self.parameters())
         for layer in self.layers.values():
             attn = layer.self_attn
-            attn.cache = KVCache(batch, attn.n_local_kv_heads, max_len, attn.head_dim, weight.dtype, weight.device)
+            shape = (batch, attn.n_local_kv_heads, max_len, attn.head_dim)
+            if attn.cache is not None and attn.cache.k.shape == shape and attn.cache.k.dtype == weight.dtype:
+                attn.cache.k.zero_()
+                attn.cache.v.zero_()
+            else:
+                attn.cache = KVCache(batch, attn.n_local_kv_heads, max_len, attn.head_dim, weight.dtype,
+                                     weight.device)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, slot: int | torch.Tensor,
                 rows: slice = slice(None)) -> torch.Tensor:

@@ -85,11 +85,14 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     """Load, generate, gather. Returns the result dict on rank 0 (see docs/runner.md), None elsewhere."""
     progress = progress or Progress(False)
     layout, coords = d.layout, d.coords
+    folder = model_folder(opts.model)
+    config = load_hf_config(folder)
+    if opts.cuda_graphs and config.n_experts:
+        raise TopoplanError("--cuda-graphs: an MoE layer reads its experts' row counts on the host, which a CUDA "
+                            "graph cannot record; run MoE checkpoints without it")
     if opts.cuda_graphs and d.device.type != "cuda":
         raise TopoplanError(f"--cuda-graphs records GPU kernels; this rank runs on {d.device.type} (backend "
                             f"{d.backend})")
-    folder = model_folder(opts.model)
-    config = load_hf_config(folder)
     check_tp(config, layout.tp, source=str(layout), ep=layout.ep)
     dtype = usable_dtype(opts.dtype, d.device)
     codec = tokenizer_for(folder, config, need_encode=bool(opts.prompt))
@@ -109,7 +112,8 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     eos = () if opts.ignore_eos else config.eos_token_ids
     sampling = Sampling(opts.temperature, opts.top_p, opts.seed)
 
-    graphs = {"static_decode": True, "capture": cuda_graph_capture} if opts.cuda_graphs else {}
+    # recorded in the warm-up, replayed by the timed generation (same shapes, same KV cache buffers)
+    graphs = {"static_decode": True, "capture": cuda_graph_capture, "statics": {}} if opts.cuda_graphs else {}
 
     def generation(new_tokens: int, **extra: Any) -> Generation:
         return generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
