@@ -26,7 +26,7 @@ import torch
 
 from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
-from topoplan.bench.cpu import CPU_LINK
+from topoplan.bench.cpu import CPU_LINK, MOE_OVERHEADS
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
@@ -40,7 +40,7 @@ from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibr
 from topoplan.topology.links import parse_link_code
 
 # the runner's fixed costs the probes measure, each a Calibration field of the same name
-RUNNER_OVERHEADS = ("layer_overhead_us", "step_overhead_us", "moe_layer_overhead_us", "expert_overhead_us")
+RUNNER_OVERHEADS = ("layer_overhead_us", "step_overhead_us", *MOE_OVERHEADS)
 SWEEP_OPS = "all_reduce,all_to_all,sendrecv"  # what the planner prices: TP all-reduces, MoE all-to-alls, hand-offs
 DEFAULT_SIZES = "1K:4M"  # decode's all-reduces are KB-sized, prefill's up to MBs: the range the planner prices
 

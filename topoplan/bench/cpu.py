@@ -49,6 +49,8 @@ from topoplan.plan.calibration import Calibration
 from topoplan.plan.device import DeviceSpec, rate_at_rows
 
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
+# the runner's MoE-layer costs (Calibration fields of the same names); absent from files written before them
+MOE_OVERHEADS = ("moe_layer_overhead_us", "expert_overhead_us")
 
 
 def _non_negative(value: Any) -> bool:
@@ -77,7 +79,7 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
         if not isinstance(calls, dict) or not calls or not all(
                 k.isdigit() and isinstance(v, (int, float)) and v >= 0 for k, v in calls.items()):
             missing.append("matmul_call_us (rows -> us, may be 0)")
-        missing += [f"{k} (may be 0)" for k in ("moe_layer_overhead_us", "expert_overhead_us")
+        missing += [f"{k} (may be 0)" for k in MOE_OVERHEADS
                     if k in (probes or {}) and not _non_negative(probes[k])]
         if missing:
             raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
@@ -125,7 +127,6 @@ def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: in
     `matmul_call_us`, from before they were probed, keeps the top-level figure)."""
     probes = _probes(entry, threads)
     calls = probes.get("matmul_call_us")
-    optional = {k: probes[k] for k in ("step_overhead_us", "moe_layer_overhead_us", "expert_overhead_us")
-                if k in probes}
+    optional = {k: probes[k] for k in ("step_overhead_us", *MOE_OVERHEADS) if k in probes}
     return replace(calibration, layer_overhead_us=probes["layer_overhead_us"], **optional,
                    matmul_call_us=call_us(calls, rows) if calls else calibration.matmul_call_us)

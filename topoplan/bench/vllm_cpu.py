@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from topoplan.bench.cpu import MOE_OVERHEADS
 from topoplan.bench.cpu_plan import Candidate, cpu_candidates
 from topoplan.bench.load import LoadMonitor
 from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
@@ -59,7 +60,7 @@ DEFAULT_PORT = 8765
 # the fitted constants, named as in topoplan.plan.calibration.Calibration and the engine profiles' Overheads
 OVERHEADS = ("layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us", "step_overhead_per_rank_us")
 # the bundled runner's MoE-layer costs the `cpu` entry measured: not vLLM's, whose MoE layer was not measured
-RUNNER_ONLY = {"moe_layer_overhead_us": 0.0, "expert_overhead_us": 0.0}
+RUNNER_ONLY = dict.fromkeys(MOE_OVERHEADS, 0.0)
 START_TIMEOUT_S = 900.0
 
 
