@@ -98,14 +98,11 @@ class MicroBatch:
     rows: slice
     tokens: torch.Tensor  # [b, L]: the (padded) prompts, then each step's new token
     finished: torch.Tensor  # [b] bool
+    done: bool = False  # every one finished (kept with `finished`: asked several times a step)
 
     @property
     def size(self) -> int:
         return self.rows.stop - self.rows.start
-
-    @property
-    def done(self) -> bool:
-        return bool(self.finished.all())
 
     def open_rows(self) -> list[tuple[int, int]]:
         """(row of the batch, position in this micro-batch) of each sequence still generating."""
@@ -151,7 +148,9 @@ def generate(model: Transformer, prompts: list[list[int]], max_new_tokens: int, 
         tokens = new.tolist()
         for i, k in mb.open_rows():
             out.tokens[i].append(tokens[k])
-        mb.finished |= torch.isin(new, eos)
+        if eos_ids:
+            mb.finished |= torch.isin(new, eos)
+            mb.done = bool(mb.finished.all())
         mb.tokens = new[:, None]
 
     steps = statics if statics is not None else {}  # with static_decode: per micro-batch and shape

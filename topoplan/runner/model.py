@@ -77,9 +77,19 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     return inv_freq
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [..., 1, Dh] of the RoPE angles of `positions` [...] (fp32, as HF computes them), for
+    `apply_rotary`: the sin of the first half negated, so HF's rotate_half (cat(-x2, x1)) becomes a roll."""
+    freqs = positions.unsqueeze(-1).float() * inv_freq  # [..., Dh/2]
+    cos, sin = freqs.cos(), freqs.sin()
+    return torch.cat((cos, cos), dim=-1).unsqueeze(-2).to(dtype), torch.cat((-sin, sin), dim=-1).unsqueeze(-2).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's x * cos + rotate_half(x) * sin for x [B, L, heads, Dh], in three ops: the per-token cost of a
+    small model is its op count."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class RMSNorm(nn.Module):
@@ -89,7 +99,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """HF's LlamaRMSNorm (normalise in fp32, cast back, scale) in one fused op instead of six."""
+        """HF's LlamaRMSNorm (normalise in fp32, cast back, scale) in one fused op instead of six; in fp32 the
+        scale joins the op too (HF's order matters only for a cast between them)."""
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, eps=self.eps)
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
@@ -108,14 +121,15 @@ class KVCache(nn.Module):
         """Write the new keys and values of batch rows `rows` (a pipeline micro-batch, or all) at `slot`; return
         the keys and values up to them. A tensor `slot` ([1]: a static-shape step, topoplan.runner.graphs)
         writes by index and returns the whole cache, so no shape depends on it."""
+        keys, values = self.k[rows], self.v[rows]  # views (narrow and copy_: a third of indexed assignment's cost)
         if isinstance(slot, torch.Tensor):
-            self.k[rows].index_copy_(2, slot, k)
-            self.v[rows].index_copy_(2, slot, v)
-            return self.k[rows], self.v[rows]
-        end = slot + k.shape[2]
-        self.k[rows, :, slot:end] = k
-        self.v[rows, :, slot:end] = v
-        return self.k[rows, :, :end], self.v[rows, :, :end]
+            keys.index_copy_(2, slot, k)
+            values.index_copy_(2, slot, v)
+            return keys, values
+        n = k.shape[2]
+        keys.narrow(2, slot, n).copy_(k)
+        values.narrow(2, slot, n).copy_(v)
+        return keys.narrow(2, 0, slot + n), values.narrow(2, 0, slot + n)
 
 
 class Attention(nn.Module):
@@ -136,11 +150,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                 slot: int | torch.Tensor, rows: slice) -> torch.Tensor:
         b, n, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(self.qkv_proj.sizes, dim=-1)
-        q = q.view(b, n, self.n_local_heads, self.head_dim).transpose(1, 2)  # [B, H, L, Dh]
-        k = k.view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, Dh]
+        q_size, k_size, v_size = self.qkv_proj.sizes
+        qk, v = self.qkv_proj(x).split((q_size + k_size, v_size), dim=-1)  # q and k rotate together
+        qk = apply_rotary(qk.view(b, n, self.n_local_heads + self.n_local_kv_heads, self.head_dim), cos, sin)
+        q, k = qk.transpose(1, 2).split((self.n_local_heads, self.n_local_kv_heads), dim=1)  # [B, H(kv), L, Dh]
         v = v.view(b, n, self.n_local_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         assert self.cache is not None, "call Transformer.setup_cache first"
         k, v = self.cache.update(slot, k, v, rows)  # [B, Hkv, S, Dh]
         # GQA without copying K/V: the `group` query heads sharing a KV head become extra query rows.
@@ -208,6 +222,7 @@ class Transformer(nn.Module):
             vocab_part = Part("", config.vocab_size, vocab_rows)  # vocab-parallel head
             self.lm_head = ColumnParallelLinear(config.dim, [vocab_part], bias=False)
         self.inv_freq = rope_inv_freq(config)  # a plain CPU tensor (explicit device: not meta-built)
+        self.rope_cos = self.rope_sin = torch.empty(0, device="cpu")  # per position, built by setup_cache
 
     def tie_weights(self) -> None:
         """Tied embeddings on a stage that both embeds and predicts: one tensor, loaded once."""
@@ -223,6 +238,9 @@ class Transformer(nn.Module):
         """A KV cache of `batch` x `max_len` positions per layer, emptied; the buffers of the same shape are kept
         (a recorded CUDA graph of a decode step points at them: topoplan.runner.graphs)."""
         weight = next(self.parameters())
+        if self.rope_cos.shape[0] != max_len or self.rope_cos.dtype != weight.dtype:  # kept like the cache
+            self.rope_cos, self.rope_sin = rotary_tables(torch.arange(max_len, device=weight.device), self.inv_freq,
+                                                         weight.dtype)  # [max_len, 1, Dh]: a step indexes them
         for layer in self.layers.values():
             attn = layer.self_attn
             shape = (batch, attn.n_local_kv_heads, max_len, attn.head_dim)
@@ -241,9 +259,7 @@ class Transformer(nn.Module):
         or on the last stage the full-vocabulary logits of the last position, [B, V]."""
         if self.shard.first:
             x = self.embed_tokens(x)
-        freqs = positions.unsqueeze(-1).float() * self.inv_freq  # [B, L, Dh/2], fp32 as HF
-        angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [B, 1, L, Dh]
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # [B, L, 1, Dh]
         for layer in self.layers.values():
             x = layer(x, cos, sin, mask, slot, rows)
         if not self.shard.last:
