@@ -9,7 +9,10 @@ default every CPU this process may use):
   TP1       our TP1 on T threads (eager, and with --compile) | HF generate on T threads | vLLM-CPU TP1
   TP2       our TP2 (2 ranks x T/2 threads) | our TP1 on T threads | vLLM-CPU TP2
   1 thread  our TP1 on 1 thread (eager, and with --compile) | HF generate on 1 thread
-  PP2       our PP2 (2 ranks x T/2 threads) at batch --batch: micro-batched (--micro-batches 0, auto) vs not (1)
+  PP2       our PP2 (2 ranks x T/2 threads) at each batch of --batch (default 4 and 64): micro-batched
+            (--micro-batches 0, auto) vs not (1). Micro-batches overlap the stages, which pays where a pass costs
+            more for more rows: little at batch 4 on a CPU (its passes are bound by reading the weights, whatever
+            the rows), much at 64 (bound by arithmetic).
 vLLM-CPU is served through `topoplan launch --engine vllm --device cpu` (topoplan.bench.vllm_cpu), whose CPU
 split gives TP1 every core and TP2 one core per rank: so it races only when T is every core (and not on
 `tiny`: VLLM_CANNOT).
@@ -122,7 +125,7 @@ PERCENT_SLOWS = ("limit",)  # ratios against these print as percentages
 class Settings:
     tokens: int
     prompt_len: int
-    batch: int
+    batches: list[int]  # of the PP2 groups
     threads: int
     rounds: int
     device: torch.device
@@ -133,10 +136,11 @@ class Settings:
 
 @dataclass
 class Report:
-    """Everything measured: per (model, group) each engine's ms per round; the load readings; the notes."""
+    """Everything measured: per (model, group title) each engine's ms per round; per title the group's key (its
+    targets) and batch; the load readings; the notes."""
 
     series: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
-    titles: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
     batches: dict[str, int] = field(default_factory=dict)
     stream_bytes: dict[str, int] = field(default_factory=dict)
     loads: list[float] = field(default_factory=list)
@@ -307,7 +311,7 @@ def groups_for(name: str, s: Settings, engines: set[str], wanted: list[str], wor
         chosen = {label: fn for label, (engine, fn) in cells.items() if engine in engines}
         return Group(key, title, chosen, partial(read_once_ms, weights, s, threads), vllm if serve else None, batch)
 
-    pp2 = partial(ours, threads=half, pp=2, batch=s.batch)
+    pp2 = partial(ours, threads=half, pp=2)
     groups = [
         group("tp1", f"TP1, {t} thread(s)", {"ours": ("ours", partial(ours, threads=t)),
                                              "ours compiled": ("compiled", partial(ours, threads=t, compile_step=True)),
@@ -318,9 +322,10 @@ def groups_for(name: str, s: Settings, engines: set[str], wanted: list[str], wor
         group("1thread", "TP1, 1 thread", {"ours": ("ours", partial(ours, threads=1)),
                                            "ours compiled": ("compiled", partial(ours, threads=1, compile_step=True)),
                                            "HF": ("hf", partial(hf_ms, hf, s, 1))}, 1),
-        group("pp2", f"PP2 batch {s.batch}, 2 ranks x {half} thread(s)",
-              {"micro-batched": ("ours", partial(pp2, micro_batches=0)),
-               "not micro-batched": ("ours", partial(pp2, micro_batches=1))}, t, batch=s.batch),
+        *(group("pp2", f"PP2 batch {b}, 2 ranks x {half} thread(s)",
+                {"micro-batched": ("ours", partial(pp2, batch=b, micro_batches=0)),
+                 "not micro-batched": ("ours", partial(pp2, batch=b, micro_batches=1))}, t, batch=b)
+          for b in s.batches),
     ]
     groups = [g for g in groups if g.key in wanted]
     return folder, [g for g in groups if g.cells or g.vllm]
@@ -385,8 +390,8 @@ def run_group(name: str, group: Group, folder: Path, s: Settings, report: Report
             if url is not None:
                 cells[group.vllm[0]] = partial(vllm_ms, url, folder, s)
         if cells:
-            report.series[(name, group.key)] = race({**cells, "limit": group.limit}, s.rounds, report)
-    report.titles[group.key], report.batches[group.key] = group.title, group.batch
+            report.series[(name, group.title)] = race({**cells, "limit": group.limit}, s.rounds, report)
+    report.keys[group.title], report.batches[group.title] = group.key, group.batch
 
 
 # -- the tables -------------------------------------------------------------------------------------------------
@@ -394,8 +399,8 @@ def run_group(name: str, group: Group, folder: Path, s: Settings, report: Report
 def figures_table(report: Report, rounds: int) -> list[str]:
     lines = [f"| model | layout | engine | ms/token (per step) | tokens/s | weight streaming ({rounds} round(s)) |",
              "|---|---|---|---|---|---|"]
-    for (model, key), series in report.series.items():
-        batch, limit = report.batches[key], series.get("limit", [])
+    for (model, title), series in report.series.items():
+        batch, limit = report.batches[title], series.get("limit", [])
         for label, ms in series.items():
             if label == "limit":
                 rate = [report.stream_bytes[model] / (m / 1000) / 1e9 for m in ms]
@@ -403,7 +408,7 @@ def figures_table(report: Report, rounds: int) -> list[str]:
             else:
                 stream = ratio_text(paired_ratios(ms, limit), percent=True) if limit else "—"
             tok_s = [1000 * batch / m for m in ms]
-            lines.append(f"| {model} | {report.titles[key]} | {label} | {span(ms)} | {span(tok_s, '{:.1f}')} | "
+            lines.append(f"| {model} | {title} | {label} | {span(ms)} | {span(tok_s, '{:.1f}')} | "
                          f"{stream} |")
     return lines
 
@@ -411,13 +416,13 @@ def figures_table(report: Report, rounds: int) -> list[str]:
 def targets_table(report: Report, rounds: int) -> list[str]:
     lines = [f"| model | layout | figure | range over {rounds} round(s) | target | worst round |",
              "|---|---|---|---|---|---|"]
-    for (model, key), series in report.series.items():
-        for target in (t for t in TARGETS if t.group == key):
+    for (model, title), series in report.series.items():
+        for target in (t for t in TARGETS if t.group == report.keys[title]):
             ratios = paired_ratios(series.get(target.fast, []), series.get(target.slow, []))
             if target.minimum.get(model) is None and (not ratios or target.slow in PERCENT_SLOWS):
                 continue
             text = ratio_text(ratios, target.slow in PERCENT_SLOWS)
-            lines.append(f"| {model} | {report.titles[key]} | {target.figure} | {text} | {target_text(target, model)}"
+            lines.append(f"| {model} | {title} | {target.figure} | {text} | {target_text(target, model)}"
                          f" | {verdict(ratios, target.minimum.get(model), target.strict)} |")
     return lines
 
@@ -452,6 +457,13 @@ def csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def batches(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item] or [0]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a comma list of batch sizes, like 4,64") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=csv(MODELS), default=list(MODELS))
@@ -459,7 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layouts", type=csv(GROUPS), default=list(GROUPS), help="groups to race (see above)")
     parser.add_argument("--tokens", type=int, default=64, help="decode tokens timed (N)")
     parser.add_argument("--prompt-len", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=4, help="sequences of the PP2 micro-batching race")
+    parser.add_argument("--batch", type=batches, default=[4, 64],
+                        help="sequences of the PP2 micro-batching races: a comma list (default 4,64)")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (ranges over these)")
     parser.add_argument("--threads", type=int, default=len(cpu_cores()), help="threads in total per layout")
     parser.add_argument("--vllm-python", default=os.environ.get("TOPOPLAN_VLLM_PYTHON"),
@@ -468,7 +481,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where `big` is built and kept (default under the system temp folder)")
     parser.add_argument("--cuda", action="store_true", help="TP1 on NCCL and HF on GPU 0; no vLLM, TP2, PP2")
     args = parser.parse_args(argv)
-    if min(args.tokens, args.prompt_len, args.batch, args.repeat, args.threads) < 1:
+    if min(args.tokens, args.prompt_len, *args.batch, args.repeat, args.threads) < 1:
         parser.error("--tokens, --prompt-len, --batch, --repeat and --threads must be at least 1")
     return args
 

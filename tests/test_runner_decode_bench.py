@@ -46,10 +46,10 @@ def test_ratios_pair_rounds_and_the_verdict_takes_the_worst(bench):
 
 def test_targets_table_rows(bench):
     report = bench.Report()
-    report.series[("small", "tp1")] = {"ours": [30.0, 40.0], "ours compiled": [20.0, 30.0], "HF": [36.0, 42.0],
-                                       "limit": [28.0, 38.0]}
-    report.series[("tiny", "tp2")] = {"ours TP2": [5.0], "ours TP1": [4.0], "limit": [0.3]}
-    report.titles.update(tp1="TP1, 2 thread(s)", tp2="TP2, 2 ranks x 1 thread(s)")
+    report.series[("small", "TP1, 2 thread(s)")] = {"ours": [30.0, 40.0], "ours compiled": [20.0, 30.0],
+                                                    "HF": [36.0, 42.0], "limit": [28.0, 38.0]}
+    report.series[("tiny", "TP2, 2 ranks x 1 thread(s)")] = {"ours TP2": [5.0], "ours TP1": [4.0], "limit": [0.3]}
+    report.keys.update({"TP1, 2 thread(s)": "tp1", "TP2, 2 ranks x 1 thread(s)": "tp2"})
     rows = bench.targets_table(report, 2)[2:]
     assert rows == [
         "| small | TP1, 2 thread(s) | ours / HF tok/s | 1.05–1.20x | ≥ 1.1x | MISS |",
@@ -63,12 +63,29 @@ def test_targets_table_rows(bench):
 
 def test_figures_table_counts_a_batch_per_step(bench):
     report = bench.Report(stream_bytes={"tiny": 2_000_000})
-    report.series[("tiny", "pp2")] = {"micro-batched": [10.0], "not micro-batched": [20.0], "limit": [1.0]}
-    report.titles["pp2"], report.batches["pp2"] = "PP2 batch 4", 4
+    for batch, ms in ((4, 10.0), (64, 40.0)):  # two PP2 groups of one model: each its own rows and batch
+        title = f"PP2 batch {batch}"
+        report.series[("tiny", title)] = {"micro-batched": [ms], "not micro-batched": [2 * ms], "limit": [1.0]}
+        report.keys[title], report.batches[title] = "pp2", batch
     rows = bench.figures_table(report, 1)[2:]
     assert rows == ["| tiny | PP2 batch 4 | micro-batched | 10.00 | 400.0 | 10% |",
                     "| tiny | PP2 batch 4 | not micro-batched | 20.00 | 200.0 | 5% |",
-                    "| tiny | PP2 batch 4 | limit | 1.00 | 4000.0 | read once: 2.00 GB/s |"]
+                    "| tiny | PP2 batch 4 | limit | 1.00 | 4000.0 | read once: 2.00 GB/s |",
+                    "| tiny | PP2 batch 64 | micro-batched | 40.00 | 1600.0 | 2% |",
+                    "| tiny | PP2 batch 64 | not micro-batched | 80.00 | 800.0 | 1% |",
+                    "| tiny | PP2 batch 64 | limit | 1.00 | 64000.0 | read once: 2.00 GB/s |"]
+    targets = bench.targets_table(report, 1)[2:]
+    assert targets == ["| tiny | PP2 batch 4 | micro-batched / not tok/s | 2.00x | ≥ 1.5x | PASS |",
+                       "| tiny | PP2 batch 64 | micro-batched / not tok/s | 2.00x | ≥ 1.5x | PASS |"]
+
+
+def test_batch_list_parses(bench):
+    assert bench.parse_args(["--batch", "4,64"]).batch == [4, 64]
+    assert bench.parse_args([]).batch == [4, 64]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--batch", "4,x"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--batch", "0"])
 
 
 def test_big_is_memory_bound_and_byte_vocabulary(bench):
