@@ -70,6 +70,7 @@ class ColumnParallelLinear(nn.Module):
     `sizes` splits the output back into parts."""
 
     packed = False  # the weight is oneDNN-packed (topoplan.runner.cpu_linear.prepack)
+    weight_t: torch.Tensor | None = None  # or kept transposed, this its contiguous [in, out] view (prepack)
 
     def __init__(self, in_features: int, parts: Sequence[Part], bias: bool):
         super().__init__()
@@ -79,13 +80,14 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(sum(self.sizes))) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.packed)
+        return linear(x, self.weight, self.bias, self.packed, self.weight_t)
 
 
 class RowParallelLinear(nn.Module):
     """y = sum over TP ranks of x[..., cols] @ W[:, cols].T, + b: one all-reduce per call."""
 
     packed = False  # as ColumnParallelLinear.packed
+    weight_t: torch.Tensor | None = None  # as ColumnParallelLinear.weight_t
 
     def __init__(self, in_features: int, cols: range, out_features: int, bias: bool, comm: TpComm):
         super().__init__()
@@ -95,7 +97,7 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.comm.all_reduce(linear(x, self.weight, packed=self.packed))
+        y = self.comm.all_reduce(linear(x, self.weight, packed=self.packed, weight_t=self.weight_t))
         return y + self.bias if self.bias is not None else y
 
 
