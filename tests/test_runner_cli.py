@@ -36,6 +36,7 @@ def test_run_json_contract_and_tp2_equals_tp1(tmp_path):
     assert set(b["timing"]) >= {"prefill_ms", "decode_ms_per_token", "tokens_per_s", "comm_ms"}
     assert b["timing"]["comm_ms"] > 0 and a["timing"]["comm_ms"] == 0
     assert len(b["bytes_read_per_rank"]) == 2 and max(b["bytes_read_per_rank"]) < a["bytes_read_per_rank"][0]
+    assert b["cpu_kernel_per_rank"] == [{"kernel": None, "mkl_ms": 0.0, "onednn_ms": 0.0}] * 2  # no weight streams
     assert two.stderr == ""  # --json is quiet
 
 

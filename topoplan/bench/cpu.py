@@ -23,7 +23,7 @@ entry into the three figures the roofline needs:
   memory per rank           = RAM x threads / cores.
 and `cpu_calibration` sets the planner's layer, MoE-layer, per-expert and step overheads to the probes'
 figures for that thread count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows:
-the runner's kernel for one row differs from the one for more (topoplan.runner.cpu_linear), so the probe
+the runner's kernel for one row may differ from the one for more (topoplan.runner.cpu_linear), so the probe
 measures both.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",

@@ -83,7 +83,7 @@ def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB,
     return real / median_us(lambda: linear(x, w), device, repeats, noise=noise) / 1e3
 
 
-CALL_ROWS = (1, 2)  # the runner's kernel choice differs at 1 row (topoplan.runner.cpu_linear.packs), not above
+CALL_ROWS = (1, 2)  # the runner's kernel may differ between 1 row and more (measured: topoplan.runner.cpu_linear)
 
 
 CALL_SIZES_MIB = (2, 4, 8, 16)  # the weights of small models' layers and of MoE experts
@@ -147,9 +147,9 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...
 
 
 def runner_weight(w: torch.Tensor, rows: int) -> torch.Tensor:
-    """The weight as the runner multiplies `rows` rows by it at this thread count (topoplan.runner.cpu_linear):
-    the probes measure the kernel that runs."""
-    return cpu_linear.pack(w) if cpu_linear.packs(w, rows) else w
+    """The weight as the runner multiplies `rows` rows by it at this thread count (topoplan.runner.cpu_linear:
+    the faster kernel, timed): the probes measure the kernel that runs."""
+    return cpu_linear.faster_weight(w, rows)
 
 
 def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 5,

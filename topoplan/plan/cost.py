@@ -42,7 +42,8 @@ from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 # A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
-# product pays Calibration.matmul_call_us, and the runner packs it for oneDNN (topoplan.runner.cpu_linear); one
+# product pays Calibration.matmul_call_us, and the runner times MKL and packed oneDNN on it and keeps the faster
+# (topoplan.runner.cpu_linear); one
 # that fits in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
 STREAMED_WEIGHT_BYTES = 1 << 20
 

@@ -1,27 +1,32 @@
-"""The runner's matrix product on CPU: oneDNN with the weight reordered once, where it beats torch's default.
+"""The runner's matrix product on CPU: MKL (torch's F.linear) or oneDNN with the weight reordered once, whichever
+this machine runs faster, measured on the rank's own weights.
 
-torch's F.linear on CPU calls MKL. On this project's 2-core AMD EPYC VM (torch 2.13, MKL 2024.2) MKL's
-kernels for the few rows of a decode step are far off the memory limit: 2 rows take twice as long as 1,
-and 2 threads stream a vector product no faster than 1. oneDNN (the `mkldnn` ops torch ships, the path
-torch.compile's freezing and vLLM's CPU backend take) with the weight reordered into its blocked layout once
-after loading reads the weights at the memory limit for 1-8 rows on 2 threads, and is faster for 2+ rows
-on 1 thread; only one row on one thread is faster on MKL (benchmarks/cpu_linear.py measures both). A
-weight that fits in a core's cache is the other exception: there oneDNN's fixed cost per call dominates
-(the 4-layer `tiny` model decodes ~1.5x slower packed). So a rank packs each weight of at least
-STREAMED_WEIGHT_BYTES (the planner's size at which a weight streams from memory, topoplan.plan.cost)
-unless it decodes one row on one thread. The reordered weight replaces the plain one (no second copy);
-`linear` takes either.
+Why measured: which kernel streams a decode step's few rows faster depends on the CPU. On the project's 2-core AMD
+EPYC VM (torch 2.13, MKL 2024.2) MKL's skinny products were far off the memory limit (2 rows took twice as long
+as 1, 2 threads streamed no faster than 1) and oneDNN (torch's `mkldnn` ops, the path torch.compile's freezing
+and vLLM's CPU backend take), with each weight reordered into its blocked layout, was 1.3-3x faster at 2-8 rows;
+on the 2-core Intel Xeon VM (AVX-512, AMX) of 2026-12-05 MKL was 12-17% faster at 1 and 2 rows and oneDNN
+1.4-1.8x faster at 4 and 8 (benchmarks/cpu_linear.py). A rule fixed on one of them is wrong on the other, so
+`prepack` times one pass of the rank's decode-sized products over its streamed weights with each kernel and
+keeps the faster (about eight passes over the weights at start-up: a fifth of a second for 760 MB here).
 
-A weight under that size is stored transposed instead ([in, out] contiguous, seen through its [out, in]
-transpose, so its shape and name stay HF's): there a call's fixed cost is what a product costs, and MKL's
-x @ W^T with W^T contiguous costs half of F.linear's (~2.6 against ~5.4 us for `tiny`'s 384 x 128 on one
-thread here; weights that stream cost the same either way).
+Which weights: float32 CPU weights of at least STREAMED_WEIGHT_BYTES (the planner's size at which a weight
+streams from memory, topoplan.plan.cost) are the candidates; the reordered weight replaces the plain one (no
+second copy is kept; if MKL wins they are reordered back, bit for bit). A weight under that size stays in a
+core's cache, where oneDNN's fixed cost per call dominates (the 4-layer `tiny` decodes ~1.5x slower packed):
+it is stored transposed instead ([in, out] contiguous, seen through its [out, in] transpose, so its shape and
+name stay HF's), since there a call's fixed cost is what a product costs, and MKL's x @ W^T with W^T contiguous
+costs half of F.linear's (~2.6 against ~5.4 us for `tiny`'s 384 x 128 on one thread; weights that stream cost
+the same either way). `linear` takes all three forms.
 
-`topoplan calibrate` probes with the same choice (topoplan.bench.probes), so the planner prices the kernel
-that runs.
+`topoplan calibrate` probes with the same measured choice (topoplan.bench.probes), so the planner prices the
+kernel that runs.
 """
 
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,19 +34,19 @@ from torch import nn
 
 from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
 
+TIMED_PASSES = 3  # per kernel, after an untimed one; the fastest counts (the others met a busier moment)
+
 
 def available() -> bool:
     """Whether this torch build has the oneDNN linear ops."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def packs(weight: torch.Tensor, rows: int, threads: int | None = None) -> bool:
-    """Whether products of `rows` rows with `weight` run on oneDNN at `threads` threads (default: this
-    process's): float32 CPU weights of STREAMED_WEIGHT_BYTES or more, unless one row on one thread (module
-    docstring)."""
-    threads = torch.get_num_threads() if threads is None else threads
+def streams(weight: torch.Tensor) -> bool:
+    """Whether `weight` is a candidate for oneDNN: a float32 CPU weight of STREAMED_WEIGHT_BYTES or more (one that
+    streams from memory), in a build that has the ops."""
     return (weight.device.type == "cpu" and weight.dtype == torch.float32 and available()
-            and weight.numel() * weight.element_size() >= STREAMED_WEIGHT_BYTES and (rows > 1 or threads > 1))
+            and weight.numel() * weight.element_size() >= STREAMED_WEIGHT_BYTES)
 
 
 def transposes(weight: torch.Tensor) -> bool:
@@ -84,25 +89,73 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # eager: no custom-op dispatch
 
 
-def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...]) -> int:
-    """Pack, in place, the weight of every module of the given linear-layer types whose products of `rows`
-    rows run on oneDNN, and set the module's `packed`; store the others that stay in cache transposed, and set
-    the module's `weight_t` (module docstring). A weight another module shares (tied embeddings) is left as it
-    is. Returns how many were packed."""
+def pass_ms(weights: list[torch.Tensor], rows: int) -> float:
+    """ms of the fastest of TIMED_PASSES passes of `rows`-row products over every weight (plain or packed, as
+    they are), after an untimed pass: what a decode step of `rows` sequences spends in them."""
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    best = float("inf")
+    for timed in range(TIMED_PASSES + 1):
+        start = time.perf_counter()
+        for w in weights:
+            linear(inputs[w.shape[1]], w)
+        if timed:
+            best = min(best, time.perf_counter() - start)
+    return 1000 * best
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """What `prepack` chose for the streamed weights, and the pass times it chose by (0: not measured)."""
+
+    onednn: bool
+    weights: int  # streamed weights the choice covers
+    mkl_ms: float = 0.0
+    onednn_ms: float = 0.0
+
+
+def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...], onednn: bool | None = None
+            ) -> KernelChoice:
+    """Prepare, in place, the weight of every module of the given linear-layer types for products of `rows` rows
+    (module docstring): the streamed ones packed for oneDNN when `onednn` says so, or when None when a timed pass
+    over them is faster packed (setting each module's `packed`); the ones that stay in cache transposed (setting
+    its `weight_t`). A weight another module shares (tied embeddings) is left as it is."""
     owners: dict[int, int] = {}
     for module in model.modules():
         for param in module.parameters(recurse=False):
             owners[id(param)] = owners.get(id(param), 0) + 1
-    count = 0
+    streamed = []
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if not isinstance(module, layers) or weight is None or owners[id(weight)] != 1:
             continue
-        if packs(weight, rows):
-            module.weight = nn.Parameter(pack(weight), requires_grad=False)
-            module.packed = True
-            count += 1
+        if streams(weight):
+            streamed.append(module)
         elif transposes(weight):
             module.weight = nn.Parameter(weight.detach().t().contiguous().t(), requires_grad=False)
             module.weight_t = module.weight.detach().t()  # a view of the same storage
-    return count
+    if not streamed:
+        return KernelChoice(False, 0)
+    mkl_ms = pass_ms([m.weight for m in streamed], rows) if onednn is None else 0.0
+    _set_packed(streamed, True)
+    onednn_ms = pass_ms([m.weight for m in streamed], rows) if onednn is None else 0.0
+    chosen = onednn_ms < mkl_ms if onednn is None else onednn
+    if not chosen:
+        _set_packed(streamed, False)
+    return KernelChoice(chosen, len(streamed), mkl_ms, onednn_ms)
+
+
+def _set_packed(modules: list[nn.Module], packed: bool) -> None:
+    """Each module's weight reordered for oneDNN, or back to plain (exactly the loaded values), one at a time."""
+    for module in modules:
+        weight = pack(module.weight) if packed else module.weight.detach().to_dense()
+        module.weight = nn.Parameter(weight, requires_grad=False)
+        module.packed = packed
+
+
+def faster_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """`weight` as the runner would multiply `rows` rows by it at this thread count: packed when a timed pass is
+    faster so, for a streamed weight (for the probes of topoplan.bench.probes, which must price what runs)."""
+    if not streams(weight):
+        return weight
+    packed = pack(weight)
+    return packed if pass_ms([packed], rows) < pass_ms([weight], rows) else weight

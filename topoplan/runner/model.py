@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from topoplan.runner.config import ModelConfig
-from topoplan.runner.cpu_linear import prepack
+from topoplan.runner.cpu_linear import KernelChoice, prepack
 from topoplan.runner.layers import (
     ColumnParallelLinear,
     NoComm,
@@ -229,10 +229,10 @@ class Transformer(nn.Module):
         if self.config.tie_word_embeddings and self.shard.first and self.shard.last:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def pack_for_decode(self, rows: int) -> int:
-        """Reorder the linear layers' weights for the CPU kernel that serves decode steps of `rows` rows
-        (topoplan.runner.cpu_linear); returns how many were packed."""
-        return prepack(self, rows, (ColumnParallelLinear, RowParallelLinear))
+    def pack_for_decode(self, rows: int, onednn: bool | None = None) -> KernelChoice:
+        """Lay the linear layers' weights out for the CPU kernel that serves decode steps of `rows` rows fastest
+        here, measured unless `onednn` says which (topoplan.runner.cpu_linear.prepack)."""
+        return prepack(self, rows, (ColumnParallelLinear, RowParallelLinear), onednn)
 
     def setup_cache(self, batch: int, max_len: int) -> None:
         """A KV cache of `batch` x `max_len` positions per layer, emptied; the buffers of the same shape are kept

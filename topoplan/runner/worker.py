@@ -103,7 +103,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     model = build_stage(config, shard_of(config, d), d.device, dtype)
     report = load_stage_weights(model, folder, config.tie_word_embeddings, on_tensor=progress.task("loading"))
     micro_batches = micro_batch_rows(len(mine), layout.pp, opts.micro_batches)  # the split generate makes
-    model.pack_for_decode(max(1, max(r.stop - r.start for r in micro_batches)))
+    kernel = model.pack_for_decode(max(1, max(r.stop - r.start for r in micro_batches)))
     load_s = time.perf_counter() - start
     if d.rank == 0 and not opts.json and progress.bar is None:
         print(f"topoplan-runner: {layout}: loaded in {load_s:.2f} s; generating {len(prompts)} prompt(s)",
@@ -150,6 +150,8 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         "decode_s": gen.decode_s if gen else 0.0, "decode_steps": gen.decode_steps if gen else 0,
         "comm_s": d.timer.seconds, "bytes_read": report.bytes_read, "files": report.files, "load_s": load_s,
         "compile_s": compile_s, "warm_up_s": warm_up_s,
+        "cpu_kernel": {"kernel": ("onednn" if kernel.onednn else "mkl") if kernel.weights else None,
+                       "mkl_ms": kernel.mkl_ms, "onednn_ms": kernel.onednn_ms},
         "logits": gen.logits if gen and gen.logits else None,
     }
     gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
@@ -195,6 +197,7 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
         },
         "bytes_read_per_rank": [rec["bytes_read"] for rec in records],
         "files_read_per_rank": [rec["files"] for rec in records],
+        "cpu_kernel_per_rank": [rec["cpu_kernel"] for rec in records],
     }
     if opts.dump_logits:
         with atomic_path(opts.dump_logits) as tmp:
