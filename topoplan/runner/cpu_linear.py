@@ -7,8 +7,8 @@ as 1, 2 threads streamed no faster than 1) and oneDNN (torch's `mkldnn` ops, the
 and vLLM's CPU backend take), with each weight reordered into its blocked layout, was 1.3-3x faster at 2-8 rows;
 on the 2-core Intel Xeon VM (AVX-512, AMX) of 2026-12-05 MKL was 12-17% faster at 1 and 2 rows and oneDNN
 1.4-1.8x faster at 4 and 8 (benchmarks/cpu_linear.py). A rule fixed on one of them is wrong on the other, so
-`prepack` times one pass of the rank's decode-sized products over its streamed weights with each kernel and
-keeps the faster (about eight passes over the weights at start-up: a fifth of a second for 760 MB here).
+`prepack` times a pass of the rank's decode-sized products over its streamed weights (the first PROBE_BYTES of
+them, so the probe's cost is bounded whatever the model's size) with each kernel and keeps the faster.
 
 Which weights: float32 CPU weights of at least STREAMED_WEIGHT_BYTES (the planner's size at which a weight
 streams from memory, topoplan.plan.cost) are the candidates; the reordered weight replaces the plain one (no
@@ -35,6 +35,7 @@ from torch import nn
 from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
 
 TIMED_PASSES = 3  # per kernel, after an untimed one; the fastest counts (the others met a busier moment)
+PROBE_BYTES = 256 << 20  # of streamed weights timed by `prepack`: 0.3-0.5 s of reordering and passes on the 2-core VM
 
 
 def available() -> bool:
@@ -135,13 +136,29 @@ def prepack(model: nn.Module, rows: int, layers: tuple[type[nn.Module], ...], on
             module.weight_t = module.weight.detach().t()  # a view of the same storage
     if not streamed:
         return KernelChoice(False, 0)
-    mkl_ms = pass_ms([m.weight for m in streamed], rows) if onednn is None else 0.0
-    _set_packed(streamed, True)
-    onednn_ms = pass_ms([m.weight for m in streamed], rows) if onednn is None else 0.0
-    chosen = onednn_ms < mkl_ms if onednn is None else onednn
-    if not chosen:
-        _set_packed(streamed, False)
-    return KernelChoice(chosen, len(streamed), mkl_ms, onednn_ms)
+    mkl_ms = onednn_ms = 0.0
+    if onednn is None:
+        probed = _first_bytes(streamed, PROBE_BYTES)
+        mkl_ms = pass_ms([m.weight for m in probed], rows)
+        _set_packed(probed, True)
+        onednn_ms = pass_ms([m.weight for m in probed], rows)
+        onednn = onednn_ms < mkl_ms
+        if not onednn:
+            _set_packed(probed, False)
+    if onednn:
+        _set_packed([m for m in streamed if not m.packed], True)
+    return KernelChoice(onednn, len(streamed), mkl_ms, onednn_ms)
+
+
+def _first_bytes(modules: list[nn.Module], budget: int) -> list[nn.Module]:
+    """The leading modules whose weights add up to `budget` bytes (at least one)."""
+    out, total = [], 0
+    for module in modules:
+        if out and total + module.weight.numel() * module.weight.element_size() > budget:
+            break
+        out.append(module)
+        total += module.weight.numel() * module.weight.element_size()
+    return out
 
 
 def _set_packed(modules: list[nn.Module], packed: bool) -> None:
