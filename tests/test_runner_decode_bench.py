@@ -61,7 +61,40 @@ def test_targets_table_rows(bench):
     ]
 
 
-def test_figures_table_counts_a_batch_per_step(bench):
+def test_busy_targets_compare_the_ratio_to_vllm_busy_and_quiet_round_by_round(bench):
+    report = bench.Report()
+    title = "TP1, 2 thread(s), quiet and beside 1 spinning process(es)"
+    # round 1: quiet ours 10 / vLLM 12 ms (1.2x), busy 20 / 30 (1.5x); round 2: quiet 10 / 11 (1.1x), busy 30 / 22
+    report.series[("small", title)] = {"ours": [10.0, 10.0], "vLLM": [12.0, 11.0], "ours busy": [20.0, 30.0],
+                                       "vLLM busy": [30.0, 22.0], "limit": [9.0, 9.0]}
+    report.keys[title] = "busy"
+    rows = bench.targets_table(report, 2)[2:]
+    assert rows == [
+        f"| small | {title} | ours: busy / quiet tok/s | 0.33–0.50x | — | n/a |",
+        f"| small | {title} | vLLM: busy / quiet tok/s | 0.40–0.50x | — | n/a |",
+        f"| small | {title} | ours / vLLM tok/s, busy | 0.73–1.50x | — | n/a |",
+        f"| small | {title} | ours / vLLM: busy over quiet | 0.67–1.25x | ≥ 1x | MISS |",  # round 2: 0.73 / 1.1
+    ]
+
+
+def test_a_busy_cell_runs_beside_spinning_processes(bench):
+    """The spinners are running while the cell is measured and gone after it."""
+    import os
+
+    def busy_cpu_seconds() -> float:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        return (fields[0] + fields[2]) / os.sysconf("SC_CLK_TCK")  # user + system, all CPUs
+
+    def cell() -> float:
+        before = busy_cpu_seconds()
+        import time
+        time.sleep(0.5)
+        return busy_cpu_seconds() - before
+
+    spun = bench.under_load(cell, 1)
+    assert spun >= 0.3  # one process spun a core for most of the half second this cell slept
+
     report = bench.Report(stream_bytes={"tiny": 2_000_000})
     for batch, ms in ((4, 10.0), (64, 40.0)):  # two PP2 groups of one model: each its own rows and batch
         title = f"PP2 batch {batch}"
@@ -105,7 +138,7 @@ def test_options(bench, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args(["--models", "huge"])
     assert exit_info.value.code == 2
-    assert bench.wanted_groups(args) == ["tp1", "1thread"]  # 3 threads do not split over 2 ranks
+    assert bench.wanted_groups(args) == ["tp1", "1thread", "busy"]  # 3 threads do not split over 2 ranks
     assert "TP2: skipped" in capsys.readouterr().out
 
 
