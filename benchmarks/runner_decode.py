@@ -29,7 +29,7 @@ paired by round. A vLLM server starts once per (model, layout) and serves all th
 Timings are decode only, in ms per token (per step of the whole batch for PP2):
   ours  the runner's `timing.decode_ms_per_token` (wall time of the decode steps, the slowest rank's), from
         `python -m topoplan.runner --json --ignore-eos` started through topoplan.runner.spawn, each rank
-        pinned to its own CPUs with OMP_NUM_THREADS to match (as `topoplan run` does);
+        pinned to its own CPUs with `topoplan run`'s thread environment (topoplan.runner.local.thread_env);
   HF    (generate(N+1 new tokens) - generate(1 new token)) / N, in this process after a 2-token warm-up,
         torch.set_num_threads(T) (not pinned: OpenMP's threads already exist), greedy, no EOS stop;
   vLLM  topoplan.bench.vllm_cpu.measure_served at batch 1: (completion of N+1 tokens - completion of 1) / N
@@ -75,6 +75,7 @@ from topoplan.cpuset import cpu_cores  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
 from topoplan.layout import Layout  # noqa: E402
 from topoplan.runner.builtin import BUILTIN  # noqa: E402
+from topoplan.runner.local import thread_env  # noqa: E402
 from topoplan.runner.options import RunOptions  # noqa: E402
 from topoplan.runner.spawn import spawn_ranks  # noqa: E402
 from topoplan.runner.tiny import builtin_folder, save_checkpoint  # noqa: E402
@@ -225,7 +226,7 @@ def ours_ms(model: str, s: Settings, *, threads: int, tp: int = 1, pp: int = 1, 
     opts = RunOptions(model=model, tp=tp, pp=pp, prompt_ids=prompts(batch, s.prompt_len), max_new_tokens=s.tokens + 1,
                       ignore_eos=True, json=True, backend=s.backend, micro_batches=micro_batches, compile=compile_step)
     pin = s.device.type == "cpu"
-    env = {"OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(s.inductor_cache)}
+    env = {**thread_env(threads), "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(s.inductor_cache)}
     result = spawn_ranks(tp * pp, [sys.executable, "-m", "topoplan.runner", *opts.to_argv()],
                          env_per_rank=lambda r: env,
                          cpus_per_rank=(lambda r: rank_cpus(r, threads)) if pin else None,

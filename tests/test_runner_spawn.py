@@ -79,6 +79,20 @@ def test_local_ranks_get_their_own_cpus_from_the_start():
         assert any(line == f"[rank 1] {json.dumps(sorted(ranks[1].cpus))}" for line in result.stderr)
 
 
+def test_local_ranks_spin_briefly_at_barriers_unless_the_user_says_otherwise(monkeypatch):
+    """GOMP_SPINCOUNT bounds how long an OpenMP thread spins before it sleeps (a busy host); a user's own
+    GOMP_SPINCOUNT or OMP_WAIT_POLICY is inherited by the ranks, not overridden."""
+    from topoplan.runner.local import GOMP_SPIN_COUNT, local_ranks
+
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    assert all(r.env["GOMP_SPINCOUNT"] == str(GOMP_SPIN_COUNT) for r in local_ranks(2, progress=False))
+    for name, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "1000")):
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            assert all("GOMP_SPINCOUNT" not in r.env for r in local_ranks(2, progress=False))
+
+
 def test_more_ranks_than_cpus_are_not_pinned():
     from topoplan.cpuset import cpu_cores
     from topoplan.runner.local import local_ranks

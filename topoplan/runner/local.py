@@ -6,6 +6,7 @@ line from this process rather than one per rank. Imports no torch (the ranks do)
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -71,6 +72,24 @@ def check_run(opts: RunOptions) -> Layout:
     return layout
 
 
+# How long a thread of torch's OpenMP pool (GNU libgomp in torch's CPU builds) spins at a barrier before it sleeps.
+# libgomp's default, 300,000 spins, lets a waiting thread hold its core while the sibling it waits for has been
+# descheduled by another process's work: on the 2-core VM, beside one process spinning a core, `small` decoded at
+# 117-225 ms a token instead of 16 (vLLM-CPU: 42). At 10,000 spins: 39-44 ms busy and the same 16 ms quiet;
+# 3,000 cost 15% quiet (`tiny` 45%); OMP_WAIT_POLICY=PASSIVE (no spin) cost 23% quiet (docs/runner.md).
+GOMP_SPIN_COUNT = 10_000
+SPIN_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # a user's own setting of either is kept
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """A local CPU rank's threading environment: torch's intra-op pool of `threads` threads (one per CPU the rank
+    owns), and a bounded spin at its barriers (GOMP_SPIN_COUNT) unless the caller's environment sets one."""
+    env = {"OMP_NUM_THREADS": str(threads)}
+    if not any(name in os.environ for name in SPIN_SETTINGS):
+        env["GOMP_SPINCOUNT"] = str(GOMP_SPIN_COUNT)
+    return env
+
+
 @dataclass(frozen=True)
 class LocalRank:
     """What one local rank is started with: its extra environment and the CPUs it is pinned to."""
@@ -81,7 +100,7 @@ class LocalRank:
 
 def local_ranks(world: int, progress: bool) -> list[LocalRank]:
     """Each local rank's own CPUs, split as `topoplan launch` splits a GPU's affinity set (whole cores
-    first, no CPU twice), and OMP_NUM_THREADS to match, so ranks never fight over cores."""
+    first, no CPU twice), and OMP_NUM_THREADS to match, so ranks never fight over cores (`thread_env`)."""
     cpus = cpu_cores()
     shares = None
     if len(cpus) >= world:
@@ -90,7 +109,7 @@ def local_ranks(world: int, progress: bool) -> list[LocalRank]:
     for rank in range(world):
         share = shares[rank].cpus if shares else None
         threads = len(share) if share else max(1, len(cpus) // world)
-        env = {"OMP_NUM_THREADS": str(threads)}  # torch's intra-op pool: one thread per CPU the rank owns
+        env = thread_env(threads)
         if progress and rank == 0:
             env["TOPOPLAN_PROGRESS"] = "1"  # rank 0's stderr is a pipe to our terminal: draw the bar anyway
         ranks.append(LocalRank(env, share))
