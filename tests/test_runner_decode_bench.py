@@ -1,10 +1,13 @@
 """benchmarks/runner_decode.py's bookkeeping (no timing): ranges, ratios paired by round, verdicts on the worst
-round, the targets table, the size of the model it builds, and its option checks."""
+round, the targets table, the size of the model it builds, its option checks, and that a busy cell runs beside
+its spinning processes."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,8 +81,7 @@ def test_busy_targets_compare_the_ratio_to_vllm_busy_and_quiet_round_by_round(be
 
 
 def test_a_busy_cell_runs_beside_spinning_processes(bench):
-    """The spinners are running while the cell is measured and gone after it."""
-    import os
+    """The spinners are running while the cell is measured."""
 
     def busy_cpu_seconds() -> float:
         with open("/proc/stat") as stat:
@@ -88,13 +90,14 @@ def test_a_busy_cell_runs_beside_spinning_processes(bench):
 
     def cell() -> float:
         before = busy_cpu_seconds()
-        import time
         time.sleep(0.5)
         return busy_cpu_seconds() - before
 
     spun = bench.under_load(cell, 1)
     assert spun >= 0.3  # one process spun a core for most of the half second this cell slept
 
+
+def test_figures_table_counts_a_batch_per_step(bench):
     report = bench.Report(stream_bytes={"tiny": 2_000_000})
     for batch, ms in ((4, 10.0), (64, 40.0)):  # two PP2 groups of one model: each its own rows and batch
         title = f"PP2 batch {batch}"
