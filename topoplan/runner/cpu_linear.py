@@ -43,18 +43,24 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def _nbytes(weight: torch.Tensor) -> int:
+    return weight.numel() * weight.element_size()
+
+
+def _cpu_float32(weight: torch.Tensor) -> bool:
+    return weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
 def streams(weight: torch.Tensor) -> bool:
     """Whether `weight` is a candidate for oneDNN: a float32 CPU weight of STREAMED_WEIGHT_BYTES or more (one that
     streams from memory), in a build that has the ops."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and available()
-            and weight.numel() * weight.element_size() >= STREAMED_WEIGHT_BYTES)
+    return _cpu_float32(weight) and available() and _nbytes(weight) >= STREAMED_WEIGHT_BYTES
 
 
 def transposes(weight: torch.Tensor) -> bool:
     """Whether `weight` [out, in] is kept as its contiguous transpose (module docstring): a float32 CPU weight that
     stays in a core's cache (under STREAMED_WEIGHT_BYTES)."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.layout == torch.strided
-            and weight.numel() * weight.element_size() < STREAMED_WEIGHT_BYTES)
+    return _cpu_float32(weight) and weight.layout == torch.strided and _nbytes(weight) < STREAMED_WEIGHT_BYTES
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -154,10 +160,10 @@ def _first_bytes(modules: list[nn.Module], budget: int) -> list[nn.Module]:
     """The leading modules whose weights add up to `budget` bytes (at least one)."""
     out, total = [], 0
     for module in modules:
-        if out and total + module.weight.numel() * module.weight.element_size() > budget:
+        total += _nbytes(module.weight)
+        if out and total > budget:
             break
         out.append(module)
-        total += module.weight.numel() * module.weight.element_size()
     return out
 
 
