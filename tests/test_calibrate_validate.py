@@ -48,7 +48,7 @@ def test_busy_run_is_recorded(calibration):
     assert set(load["others_share"]) >= {"the 2-rank sweep", "the probes at 1 thread(s)"}
     assert load["busy"] == bool(load["warnings"])
     socket = json.loads(calibration.read_text())["cpu"]["threads"]["1"]
-    assert set(socket["spread"]) == {"overheads", "stream", "gemv", "gemm", "matmul", "call"}
+    assert set(socket["spread"]) == {"overheads", "stream", "gemv", "gemm", "matmul", "call", "streamed"}
 
 
 def test_file_is_accepted_by_the_planner(calibration):
@@ -62,6 +62,10 @@ def test_file_is_accepted_by_the_planner(calibration):
     # a weight product's fixed cost, probed with the runner's kernels for one row and for more
     assert set(socket["matmul_call_us"]) == {"1", "2"} and all(v >= 0 for v in socket["matmul_call_us"].values())
     assert cal.matmul_call_us == pytest.approx(socket["matmul_call_us"]["1"])
+    # the layer overhead at the cached probe's layer size (hidden 64) and at a `small`-sized layer that streams
+    curve = socket["layer_overhead_by_bytes"]
+    assert set(curve) == {"147456", "47185920"} and curve["147456"] == socket["layer_overhead_us"]
+    assert curve["47185920"] >= 0
     # an MoE layer's routing and per-expert overheads beyond a dense layer's, from the runner's own MoE layer
     for name in ("moe_layer_overhead_us", "expert_overhead_us"):
         assert socket[name] >= 0 and getattr(cal, name) == pytest.approx(socket[name])
@@ -78,7 +82,7 @@ def test_file_is_accepted_by_the_planner(calibration):
 def price(calibration: Path, tp: int, pp: int, cal=None):
     spec = model_spec("tiny")
     entry = load_cpu_entry(calibration)
-    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2)
+    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2, spec.layer_matmul_params * 4)
     result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
                   tp=tp, pp=pp, dp=1)
     return result.layouts[0].cost, spec

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from topoplan.bench.cpu import layer_overhead_us
 from topoplan.cpuset import cpu_cores
 from topoplan.models import find_model
 
@@ -19,11 +20,14 @@ CORES = len(cpu_cores())
 GEMV_ALL, GEMV_ONE = 10.0, 6.0  # GB/s: every core streaming, one core
 
 
-def calibration(tmp_path: Path, cores: int = CORES, call_us: dict[str, float] | None = None) -> Path:
+def calibration(tmp_path: Path, cores: int = CORES, call_us: dict[str, float] | None = None,
+                by_bytes: dict[str, float] | None = None) -> Path:
     """A `cpu` entry for this machine's core count: memory-bound figures, tiny overheads, and the planner's
-    memory efficiency at 1, so the decode time can be worked out by hand."""
+    memory efficiency at 1, so the decode time can be worked out by hand. `by_bytes`: the layer overhead's
+    curve by a layer's bytes (none: the file predates it)."""
     probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 1.0, "step_overhead_us": 1.0,
-              "matmul_tflops": {"1": 0.5, "64": 1.0}, "matmul_call_us": call_us or {"1": 0.0}}
+              "matmul_tflops": {"1": 0.5, "64": 1.0}, "matmul_call_us": call_us or {"1": 0.0},
+              **({"layer_overhead_by_bytes": by_bytes} if by_bytes else {})}
     threads = {"1": {**probes, "gemv_gbps": GEMV_ONE}, str(CORES): {**probes, "gemv_gbps": GEMV_ALL},
                str(cores): {**probes, "gemv_gbps": GEMV_ALL}}
     path = tmp_path / "cal.json"
@@ -72,6 +76,38 @@ def test_each_streamed_weight_product_adds_the_probed_call_cost_at_the_steps_row
     calls = {"1": 100.0, "2": 300.0}
     assert tp1_decode(calls, 1) - tp1_decode(None, 1) == pytest.approx(33 * 0.1, rel=1e-6)
     assert tp1_decode(calls, 4) - tp1_decode(None, 4) == pytest.approx(33 * 0.3, rel=1e-6)  # "2": 2 rows and more
+
+
+def test_layer_overhead_is_read_at_the_layers_bytes_between_the_cached_and_the_streamed_probe():
+    """Linear in log2(bytes) between the probes, their values beyond them; a file without the curve keeps the
+    cached probe's figure."""
+    probes = {"layer_overhead_us": 100.0, "layer_overhead_by_bytes": {"1000": 100.0, "64000": 400.0}}
+    assert layer_overhead_us(probes, 500) == 100.0 and layer_overhead_us(probes, 1000) == 100.0
+    assert layer_overhead_us(probes, 8000) == pytest.approx(250.0)  # 3 of the 6 doublings
+    assert layer_overhead_us(probes, 64000) == 400.0 and layer_overhead_us(probes, 1e9) == 400.0
+    assert layer_overhead_us({"layer_overhead_us": 100.0}, 1e9) == 100.0
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")
+def test_each_layer_pays_the_overhead_at_the_bytes_its_rank_streams(tmp_path: Path):
+    """`small`'s layer is 11.8 M fp32 weights (47,185,920 B): TP1's rank streams all of it, at the curve's top
+    (400 us), a TP2 rank half, one doubling below (250 us on a curve from 1 to 400 us over 2 doublings);
+    8 layers a step. The curve set to the warm figure everywhere is the file without it."""
+    layer = find_model("small").layer_matmul_params * 4
+    assert layer == 47185920
+    curve = {str(int(layer // 4)): 1.0, str(int(layer)): 400.0}
+
+    def decode(tp: int, by_bytes: dict[str, float] | None) -> float:
+        folder = tmp_path / f"{tp}-{bool(by_bytes)}"
+        folder.mkdir()
+        done = plan("--model", "small", "--calibration", str(calibration(folder, by_bytes=by_bytes)), "--tp",
+                    str(tp), "--pp", "1", "--dp", str(CORES // tp), "--batch", "1", "--prompt-len", "16",
+                    "--gen-len", "16", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["layouts"][0]["decode_ms_per_token"]
+
+    assert decode(1, curve) - decode(1, None) == pytest.approx(8 * (400.0 - 1.0) / 1e3, rel=1e-6)
+    assert decode(2, curve) - decode(2, None) == pytest.approx(8 * (200.5 - 1.0) / 1e3, rel=1e-6)
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")
@@ -153,3 +189,14 @@ def test_a_bad_moe_overhead_in_the_cpu_entry_is_one_line(tmp_path: Path, value, 
     path.write_text(json.dumps(raw))
     done = plan("--model", "small", "--calibration", str(path), "--json")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
+@pytest.mark.parametrize("curve", [{"x": 1.0}, {"0": 1.0}, {"1000": -1.0}, {"1000": True}, {}, [1.0]])
+def test_a_bad_layer_overhead_curve_is_one_line(tmp_path: Path, curve):
+    path = calibration(tmp_path)
+    raw = json.loads(path.read_text())
+    raw["cpu"]["threads"]["1"]["layer_overhead_by_bytes"] = curve
+    path.write_text(json.dumps(raw))
+    done = plan("--model", "small", "--calibration", str(path), "--json")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "cpu.threads.1: expected positive layer_overhead_by_bytes (bytes -> us, may be 0)" in done.stderr

@@ -164,6 +164,12 @@ class ModelSpec:
         """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
         return self.kv_elements_per_token_layer(tp) * self.layers * dtype_of(dtype).bytes
 
+    @cached_property
+    def layer_matmul_params(self) -> float:
+        """The weights of one layer's products, on average over the layers (all routed experts): how much a
+        layer streams through the caches."""
+        return self.matmul_params(self.dense_layers, self.moe_layers, self.experts) / self.layers
+
     def matmul_params(self, dense_layers: int, moe_layers: int, experts: float) -> float:
         """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use
         per MoE layer (dense layers: without their norms). The planner's cost model prices stages with this."""

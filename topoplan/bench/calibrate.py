@@ -58,7 +58,8 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
 def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any]:
     """Every probe's figure, and under "spread" each probe's worst interquartile spread / median (probes.py)."""
     torch_dtype, nbytes = dtype_of(dtype).torch(), probe_mib * probes.MiB
-    noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul", "call")}
+    noise: dict[str, list[float]] = {name: [] for name in ("overheads", "stream", "gemv", "gemm", "matmul", "call",
+                                                           "streamed")}
     per_layer, per_step = probes.runner_overheads_us(device, torch_dtype, noise=noise["overheads"])
     per_moe_layer, per_expert = probes.moe_overheads_us(device, torch_dtype, per_layer, noise=noise["overheads"])
     figures = {"stream_gbps": probes.stream_gbps(device, nbytes, noise=noise["stream"]),
@@ -73,6 +74,10 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
     if device.type == "cpu":  # a GPU's per-kernel launch is in layer_overhead_us already (its probe times them)
         figures["matmul_call_us"] = {str(rows): probes.matmul_call_us(device, torch_dtype, rows, noise=noise["call"])
                                      for rows in probes.CALL_ROWS}
+        streamed = probes.streamed_layer_overhead_us(device, torch_dtype, noise=noise["streamed"])
+        cached_bytes, streamed_bytes = (probes.layer_bytes(shape, torch_dtype)
+                                        for shape in (probes.PROBE_MODEL, probes.STREAMED_PROBE_MODEL))
+        figures["layer_overhead_by_bytes"] = {str(cached_bytes): per_layer, str(streamed_bytes): streamed}
     return figures | {"spread": {name: round(max(values), 3) for name, values in noise.items() if values}}
 
 

@@ -24,12 +24,17 @@ entry into the three figures the roofline needs:
 and `cpu_calibration` sets the planner's layer, MoE-layer, per-expert and step overheads to the probes'
 figures for that thread count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows:
 the runner's kernel for one row may differ from the one for more (topoplan.runner.cpu_linear), so the probe
-measures both.
+measures both. The layer overhead depends on how much a layer streams: a layer whose weights stay in cache runs
+its small kernels warm, one that streams tens of MB between them runs them cold, at ~3x the cost on the 2-core
+Intel VM (topoplan.bench.probes.streamed_layer_overhead_us). `layer_overhead_by_bytes` holds the figure at the
+cached probe's and the streamed probe's layer sizes, and a rank's layer of B bytes is priced between them,
+linear in log2(B) (the ends beyond them).
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
                               "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
                               "layer_overhead_us": .., "step_overhead_us": ..,
+                              "layer_overhead_by_bytes": {"147456": .., "47185920": ..},
                               "moe_layer_overhead_us": .., "expert_overhead_us": ..,
                               "matmul_call_us": {"1": .., "2": ..}},
                         "2": {...}}}
@@ -46,7 +51,7 @@ from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.machine import CPU_LINK, cpu_topology  # noqa: F401  (re-exported: the bench's CPU machine)
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.device import DeviceSpec, rate_at_rows
+from topoplan.plan.device import DeviceSpec, log_interpolate
 
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 # the runner's MoE-layer costs (Calibration fields of the same names); absent from files written before them
@@ -75,10 +80,11 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
         if not isinstance(curve, dict) or not curve or not all(
                 k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in curve.items()):
             missing.append("matmul_tflops (rows -> TFLOP/s)")
-        calls = (probes or {}).get("matmul_call_us", {"1": 0})  # optional: files from before it was probed
-        if not isinstance(calls, dict) or not calls or not all(
-                k.isdigit() and isinstance(v, (int, float)) and v >= 0 for k, v in calls.items()):
-            missing.append("matmul_call_us (rows -> us, may be 0)")
+        for name, unit in (("matmul_call_us", "rows"), ("layer_overhead_by_bytes", "bytes")):
+            curve = (probes or {}).get(name, {"1": 0})  # optional: files from before they were probed
+            if not isinstance(curve, dict) or not curve or not all(
+                    k.isdigit() and int(k) > 0 and _non_negative(v) for k, v in curve.items()):
+                missing.append(f"{name} ({unit} -> us, may be 0)")
         missing += [f"{k} (may be 0)" for k in MOE_OVERHEADS
                     if k in (probes or {}) and not _non_negative(probes[k])]
         if missing:
@@ -106,7 +112,7 @@ def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
     bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
     curve = tuple(sorted((int(k), v) for k, v in mine["matmul_tflops"].items()))  # (rows, TFLOP/s) by rows
-    tflops = rate_at_rows(curve, rows)
+    tflops = log_interpolate(curve, rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
                       memory_bandwidth_gbps=bandwidth,
@@ -121,12 +127,23 @@ def call_us(curve: dict[str, float], rows: float) -> float:
     return next((v for r, v in reversed(points) if r <= rows), points[0][1])
 
 
-def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float) -> Calibration:
-    """The calibration with the layer, MoE and step overheads measured at this thread count and the
-    weight-product cost at `rows` rows (a file without a per-thread `step_overhead_us`, MoE overheads or
-    `matmul_call_us`, from before they were probed, keeps the top-level figure)."""
+def layer_overhead_us(probes: dict[str, Any], layer_bytes: float) -> float:
+    """A layer's fixed cost for a rank that holds `layer_bytes` of its weights (module docstring); the cached
+    probe's figure in a file from before the streamed probe."""
+    curve = probes.get("layer_overhead_by_bytes")
+    if not curve:
+        return probes["layer_overhead_us"]
+    return log_interpolate(tuple(sorted((int(k), v) for k, v in curve.items())), layer_bytes)
+
+
+def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float,
+                    layer_bytes: float) -> Calibration:
+    """The calibration with the layer, MoE and step overheads measured at this thread count (the layer's for
+    a rank's `layer_bytes` of each layer) and the weight-product cost at `rows` rows (a file without a
+    per-thread `step_overhead_us`, MoE overheads or `matmul_call_us`, from before they were probed, keeps the
+    top-level figure)."""
     probes = _probes(entry, threads)
     calls = probes.get("matmul_call_us")
     optional = {k: probes[k] for k in ("step_overhead_us", *MOE_OVERHEADS) if k in probes}
-    return replace(calibration, layer_overhead_us=probes["layer_overhead_us"], **optional,
+    return replace(calibration, layer_overhead_us=layer_overhead_us(probes, layer_bytes), **optional,
                    matmul_call_us=call_us(calls, rows) if calls else calibration.matmul_call_us)

@@ -20,6 +20,7 @@ from typing import Any
 
 from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
+from topoplan.dtypes import dtype_of
 from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
@@ -76,9 +77,10 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
     `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
+    layer_bytes = spec.layer_matmul_params / layout.tp * dtype_of(CPU_DTYPE).bytes  # what a rank streams per layer
 
     def at(rows: int, busy_stages: int) -> LayoutCost:
-        cal = replace(cpu_calibration(calibration, entry, cand.threads, rows), **(overheads or {}))
+        cal = replace(cpu_calibration(calibration, entry, cand.threads, rows, layer_bytes), **(overheads or {}))
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost

@@ -163,28 +163,50 @@ def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats
 PROBE_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
+STREAMED_PROBE_MODEL = {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+                        "num_key_value_heads": 8}  # the built-in `small`'s layer: 45 MB of fp32 weights
+
+
+def _probe_stage(device: torch.device, dtype: torch.dtype, shape: dict[str, Any], layers: int) -> torch.nn.Module:
+    """The runner's model for the built-in `tiny` config with `shape`'s keys and `layers` layers, random weights,
+    prepared for one-row decode as the runner prepares it."""
+    from topoplan.runner.config import parse_hf_config
+    from topoplan.runner.model import Shard, build_stage
+    from topoplan.runner.tiny import BUILTIN
+
+    raw = {**BUILTIN["tiny"], **shape, "num_hidden_layers": layers}
+    model = build_stage(parse_hf_config(raw, source="<probe>"), Shard(), device, dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    model.pack_for_decode(1)
+    return model
+
+
+def layer_bytes(shape: dict[str, Any], dtype: torch.dtype) -> int:
+    """Bytes of one decoder layer's weight matrices for a probe `shape`, as the planner counts a layer's."""
+    from topoplan.models import spec_from_config
+    from topoplan.runner.tiny import BUILTIN
+
+    spec = spec_from_config({**BUILTIN["tiny"], **shape}, "<probe>", "<probe>")
+    return round(spec.layer_matmul_params) * torch.empty((), dtype=dtype).element_size()
+
+
+def _decode_step_us(model: torch.nn.Module, steps: int) -> float:
+    from topoplan.runner.generate import generate
+
+    gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
+    return gen.decode_s / gen.decode_steps * 1e6
+
+
 def _layer_slope_us(device: torch.device, dtype: torch.dtype, shape: dict[str, Any], steps: int,
                     layer_counts: tuple[int, int], repeats: int, noise: list[float] | None) -> tuple[float, float]:
     """(per-layer, per-step) microseconds of the runner's decode step for the built-in `tiny` config with
     `shape`'s keys at negligible size: decode timed with few and with more layers, the slope and intercept."""
-    from topoplan.runner.config import parse_hf_config
-    from topoplan.runner.generate import generate
-    from topoplan.runner.model import Shard, build_stage
-    from topoplan.runner.tiny import BUILTIN
-
     times = []
     for layers in layer_counts:
-        raw = {**BUILTIN["tiny"], **PROBE_MODEL, **shape, "num_hidden_layers": layers}
-        model = build_stage(parse_hf_config(raw, source="<probe>"), Shard(), device, dtype)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.normal_(0.0, 0.05)
-        model.pack_for_decode(1)  # as the runner runs it
-        def step_us(model: torch.nn.Module = model) -> float:
-            gen = generate(model, [[1, 2, 3, 4, 5, 6, 7, 8]], steps + 1)
-            return gen.decode_s / gen.decode_steps * 1e6
-
-        times.append(robust_median(step_us, repeats, noise))
+        model = _probe_stage(device, dtype, {**PROBE_MODEL, **shape}, layers)
+        times.append(robust_median(lambda model=model: _decode_step_us(model, steps), repeats, noise))
     (l0, l1), (t0, t1) = layer_counts, times
     per_layer = max(0.0, (t1 - t0) / (l1 - l0))
     return per_layer, max(0.0, t0 - l0 * per_layer)
@@ -196,10 +218,46 @@ def runner_overheads_us(device: torch.device, dtype: torch.dtype, steps: int = 4
     """(per-layer, per-step) fixed cost of the runner's own decode step, at negligible size.
 
     The runner's model (topoplan.runner) at hidden 64 is timed decoding with few and with more layers:
-    the slope is what each layer's kernels cost to launch whatever the model's size (the planner's
-    layer_overhead_us), the intercept what a step costs outside the layers (embedding, head, mask,
-    sampling, Python)."""
+    the slope is what each layer's kernels cost to launch while everything stays in cache (the planner's
+    layer_overhead_us; streamed_layer_overhead_us is the same for layers that stream), the intercept what
+    a step costs outside the layers (embedding, head, mask, sampling, Python)."""
     return _layer_slope_us(device, dtype, {}, steps, layer_counts, repeats, noise)
+
+
+def streamed_layer_overhead_us(device: torch.device, dtype: torch.dtype, steps: int = 24,
+                               layer_counts: tuple[int, int] = (1, 3), repeats: int = 5,
+                               noise: list[float] | None = None) -> float:
+    """Microseconds a decode layer costs beyond streaming its weights, when they do stream: for a model whose
+    layers are larger than the caches.
+
+    runner_overheads_us times a model whose weights stay in cache. A real model's layer streams tens of MB
+    through the caches between its small kernels (norms, rotary, attention, activation, adds), which then run
+    on cold caches: on this project's 2-core Intel VM, one `small`-sized layer (45 MB) at one row cost 380-440
+    us beyond its products where the cached probe's cost 110-120 (docs/bench.md). Here decode steps of a
+    `small`-layer model with few and with more layers are each timed back to back with a pass of the same
+    products alone (its weights in order, as the runner holds them); per layer, the slope of the step's time
+    beyond the pass. It holds the cold small kernels and whatever the products lose between them."""
+    from topoplan.runner.layers import ColumnParallelLinear, RowParallelLinear
+
+    models = {n: _probe_stage(device, dtype, STREAMED_PROBE_MODEL, n) for n in layer_counts}
+    products = {n: [m for m in model.layers.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
+                for n, model in models.items()}
+    inputs = {width: torch.randn(1, 1, width, device=device, dtype=dtype)
+              for width in {m.weight.shape[1] for ms in products.values() for m in ms}}
+
+    def run_pass(modules: list[torch.nn.Module]) -> None:
+        for m in modules:
+            linear(inputs[m.weight.shape[1]], m.weight, packed=m.packed, weight_t=m.weight_t)
+
+    def slope() -> float:
+        beyond = [_decode_step_us(models[n], steps) - median_us(lambda n=n: run_pass(products[n]), device, 5)
+                  for n in layer_counts]
+        (l0, l1), (b0, b1) = layer_counts, beyond
+        return (b1 - b0) / (l1 - l0)
+
+    for model in models.values():  # warm-up: kernels' first-call set-up
+        _decode_step_us(model, 2)
+    return max(0.0, robust_median(slope, repeats, noise))
 
 
 MOE_PROBE_EXPERTS = (2, 6)  # experts every token runs (top-k of k): the probe's touched count is exact

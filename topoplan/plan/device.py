@@ -54,7 +54,7 @@ class DeviceSpec:
         """TFLOP/s of products of `rows` rows: `tflops_by_rows` interpolated when known, else `tflops[dtype]`."""
         if rows is None or not self.tflops_by_rows:
             return self.tflops[dtype]
-        return rate_at_rows(self.tflops_by_rows, rows)
+        return log_interpolate(self.tflops_by_rows, rows)
 
     def _supported(self) -> str:
         weight_only = f"; weight-only: {', '.join(self.weight_only)}" if self.weight_only else ""
@@ -82,13 +82,13 @@ class DeviceSpec:
                                 f"{', '.join(self.kv_dtypes)} ({self.dtype_note})")
 
 
-def rate_at_rows(points: tuple[tuple[int, float], ...], rows: float) -> float:
-    """The rate at `rows` rows from sorted (rows, rate) points: linear in log2(rows) between them, the end
-    values beyond them."""
-    if rows <= points[0][0]:
+def log_interpolate(points: tuple[tuple[int, float], ...], x: float) -> float:
+    """The value at `x` from sorted (x, value) points (a rate by rows, an overhead by bytes): linear in log2(x)
+    between them, the end values beyond them."""
+    if x <= points[0][0]:
         return points[0][1]
-    for (r0, v0), (r1, v1) in zip(points, points[1:]):
-        if rows <= r1:
-            f = (math.log2(rows) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
+    for (x0, v0), (x1, v1) in zip(points, points[1:]):
+        if x <= x1:
+            f = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
             return v0 + f * (v1 - v0)
     return points[-1][1]
