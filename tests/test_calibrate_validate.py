@@ -16,6 +16,7 @@ from topoplan.plan.calibration import load_calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import Workload
 from topoplan.plan.rank import plan
+from topoplan.runner import cpu_linear
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +67,11 @@ def test_file_is_accepted_by_the_planner(calibration):
     curve = socket["layer_overhead_by_bytes"]
     assert set(curve) == {"147456", "47185920"} and curve["147456"] == socket["layer_overhead_us"]
     assert curve["47185920"] >= 0
+    # the FLOP-rate curve of each kernel the runner may keep (oneDNN where this torch has it); the plain curve
+    # is the faster of them at each row count
+    kernels = socket["matmul_tflops_by_kernel"]
+    assert set(kernels) == ({"mkl", "onednn"} if cpu_linear.available() else {"mkl"})
+    assert socket["matmul_tflops"] == {rows: max(c[rows] for c in kernels.values()) for rows in kernels["mkl"]}
     # an MoE layer's routing and per-expert overheads beyond a dense layer's, from the runner's own MoE layer
     for name in ("moe_layer_overhead_us", "expert_overhead_us"):
         assert socket[name] >= 0 and getattr(cal, name) == pytest.approx(socket[name])

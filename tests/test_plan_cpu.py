@@ -21,13 +21,15 @@ GEMV_ALL, GEMV_ONE = 10.0, 6.0  # GB/s: every core streaming, one core
 
 
 def calibration(tmp_path: Path, cores: int = CORES, call_us: dict[str, float] | None = None,
-                by_bytes: dict[str, float] | None = None) -> Path:
+                by_bytes: dict[str, float] | None = None, curve: dict[str, float] | None = None,
+                by_kernel: dict[str, dict[str, float]] | None = None) -> Path:
     """A `cpu` entry for this machine's core count: memory-bound figures, tiny overheads, and the planner's
     memory efficiency at 1, so the decode time can be worked out by hand. `by_bytes`: the layer overhead's
-    curve by a layer's bytes (none: the file predates it)."""
+    curve by a layer's bytes, `by_kernel` the FLOP-rate curves per kernel (none: the file predates them)."""
     probes = {"stream_gbps": 9.0, "gemm_tflops": 0.05, "layer_overhead_us": 1.0, "step_overhead_us": 1.0,
-              "matmul_tflops": {"1": 0.5, "64": 1.0}, "matmul_call_us": call_us or {"1": 0.0},
-              **({"layer_overhead_by_bytes": by_bytes} if by_bytes else {})}
+              "matmul_tflops": curve or {"1": 0.5, "64": 1.0}, "matmul_call_us": call_us or {"1": 0.0},
+              **({"layer_overhead_by_bytes": by_bytes} if by_bytes else {}),
+              **({"matmul_tflops_by_kernel": by_kernel} if by_kernel else {})}
     threads = {"1": {**probes, "gemv_gbps": GEMV_ONE}, str(CORES): {**probes, "gemv_gbps": GEMV_ALL},
                str(cores): {**probes, "gemv_gbps": GEMV_ALL}}
     path = tmp_path / "cal.json"
@@ -108,6 +110,30 @@ def test_each_layer_pays_the_overhead_at_the_bytes_its_rank_streams(tmp_path: Pa
 
     assert decode(1, curve) - decode(1, None) == pytest.approx(8 * (400.0 - 1.0) / 1e3, rel=1e-6)
     assert decode(2, curve) - decode(2, None) == pytest.approx(8 * (200.5 - 1.0) / 1e3, rel=1e-6)
+
+
+# TFLOP/s by rows, low enough that a 64-token prefill of `small` is compute-bound (GEMV 10 GB/s)
+MKL = {"1": 0.05, "64": 0.05, "4096": 0.05}  # faster at 1 row,
+ONEDNN = {"1": 0.025, "64": 0.1, "4096": 0.1}  # faster from 4 rows on (8 rows: 0.025 + 3/6 x 0.075 = 0.0625)
+
+
+@pytest.mark.parametrize(("batch", "kernel"), [(1, MKL), (8, ONEDNN)])
+def test_prefill_runs_on_the_kernel_the_runner_keeps_for_its_decode_rows(tmp_path: Path, batch, kernel):
+    """The runner holds every weight for the kernel faster at its decode step's rows and multiplies prefill's
+    rows with it too: with per-kernel curves, TP1's prefill (and decode) cost what a file whose only curve is
+    that kernel's gives; batch 1 decodes 1 row (MKL's), batch 8 decodes 8 (oneDNN's)."""
+    def tp1(**curves: dict) -> tuple[float, float]:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        done = plan("--model", "small", "--calibration", str(calibration(folder, **curves)), "--tp", "1", "--pp",
+                    "1", "--dp", "1", "--batch", str(batch), "--prompt-len", "64", "--gen-len", "16", "--json")
+        assert done.returncode == 0, done.stderr
+        layout = json.loads(done.stdout)["layouts"][0]
+        return layout["prefill_ms"], layout["decode_ms_per_token"]
+
+    both = tp1(curve={k: max(MKL[k], ONEDNN[k]) for k in MKL}, by_kernel={"mkl": MKL, "onednn": ONEDNN})
+    assert both == tp1(curve=kernel)
+    assert both != tp1(curve=ONEDNN if kernel is MKL else MKL)  # the other kernel's rate prices prefill otherwise
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")
@@ -200,3 +226,15 @@ def test_a_bad_layer_overhead_curve_is_one_line(tmp_path: Path, curve):
     done = plan("--model", "small", "--calibration", str(path), "--json")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "cpu.threads.1: expected positive layer_overhead_by_bytes (bytes -> us, may be 0)" in done.stderr
+
+
+@pytest.mark.parametrize("by_kernel", [{}, {"mkl": {}}, {"mkl": {"1": 0.0}}, {"mkl": {"x": 1.0}}, [1.0],
+                                       {"mkl": {"1": True}}])
+def test_a_bad_per_kernel_curve_is_one_line(tmp_path: Path, by_kernel):
+    path = calibration(tmp_path)
+    raw = json.loads(path.read_text())
+    raw["cpu"]["threads"]["1"]["matmul_tflops_by_kernel"] = by_kernel
+    path.write_text(json.dumps(raw))
+    done = plan("--model", "small", "--calibration", str(path), "--json")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "cpu.threads.1: expected positive matmul_tflops_by_kernel (kernel -> rows -> TFLOP/s)" in done.stderr

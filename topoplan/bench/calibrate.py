@@ -65,12 +65,18 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
     figures = {"stream_gbps": probes.stream_gbps(device, nbytes, noise=noise["stream"]),
                "gemv_gbps": probes.gemv_gbps(device, torch_dtype, nbytes, noise=noise["gemv"]),
                "gemm_tflops": probes.gemm_tflops(device, torch_dtype, noise=noise["gemm"]),
-               "matmul_tflops": probes.matmul_tflops(device, torch_dtype, nbytes=min(nbytes, 64 * probes.MiB),
-                                                     noise=noise["matmul"]),
                "layer_overhead_us": per_layer,
                "step_overhead_us": per_step,
                "moe_layer_overhead_us": per_moe_layer,
                "expert_overhead_us": per_expert}
+    matmul_bytes = min(nbytes, 64 * probes.MiB)
+    if device.type == "cpu" and torch_dtype == torch.float32:  # the runner's CPU dtype, where it picks a kernel
+        by_kernel = probes.matmul_tflops_by_kernel(nbytes=matmul_bytes, noise=noise["matmul"])
+        figures["matmul_tflops_by_kernel"] = by_kernel
+        figures["matmul_tflops"] = {m: max(curve[m] for curve in by_kernel.values()) for m in by_kernel["mkl"]}
+    else:
+        figures["matmul_tflops"] = probes.matmul_tflops(device, torch_dtype, nbytes=matmul_bytes,
+                                                        noise=noise["matmul"])
     if device.type == "cpu":  # a GPU's per-kernel launch is in layer_overhead_us already (its probe times them)
         figures["matmul_call_us"] = {str(rows): probes.matmul_call_us(device, torch_dtype, rows, noise=noise["call"])
                                      for rows in probes.CALL_ROWS}

@@ -19,7 +19,9 @@ entry into the three figures the roofline needs:
       product with `rows` rows (tokens) against a weight larger than the cache, interpolated in log2(rows):
       a CPU's rate for a decode step's few rows is a fraction of its rate for prefill's many, so decode and
       prefill are priced with the device at their own rows; the device also carries the whole curve
-      (`tflops_by_rows`), for an MoE layer's experts, which each multiply a fraction of the rows;
+      (`tflops_by_rows`), for an MoE layer's experts, which each multiply a fraction of the rows. The curve is
+      the one of the kernel the runner holds its weights for: the faster at the decode step's rows
+      (`matmul_tflops_by_kernel`; topoplan.runner.cpu_linear), which then multiplies prefill's rows too;
   memory per rank           = RAM x threads / cores.
 and `cpu_calibration` sets the planner's layer, MoE-layer, per-expert and step overheads to the probes'
 figures for that thread count, and its per-product cost (`matmul_call_us`) to the probe's at the step's rows:
@@ -33,6 +35,7 @@ The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
                               "matmul_tflops": {"1": .., "2": .., ..., "256": ..},
+                              "matmul_tflops_by_kernel": {"mkl": {"1": .., ...}, "onednn": {"1": .., ...}},
                               "layer_overhead_us": .., "step_overhead_us": ..,
                               "layer_overhead_by_bytes": {"147456": .., "47185920": ..},
                               "moe_layer_overhead_us": .., "expert_overhead_us": ..,
@@ -63,6 +66,12 @@ def _non_negative(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
+def _rate_curve(curve: Any) -> bool:
+    """A non-empty {rows: positive number} map."""
+    return isinstance(curve, dict) and bool(curve) and all(
+        k.isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for k, v in curve.items())
+
+
 def load_cpu_entry(path: str | Path) -> dict[str, Any]:
     """The `cpu` entry of a calibration file, checked."""
     path = Path(path)
@@ -76,10 +85,11 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
                             source=path)
     for count, probes in threads.items():
         missing = [k for k in PROBES if not isinstance((probes or {}).get(k), (int, float)) or probes[k] <= 0]
-        curve = (probes or {}).get("matmul_tflops")
-        if not isinstance(curve, dict) or not curve or not all(
-                k.isdigit() and isinstance(v, (int, float)) and v > 0 for k, v in curve.items()):
+        if not _rate_curve((probes or {}).get("matmul_tflops")):
             missing.append("matmul_tflops (rows -> TFLOP/s)")
+        by_kernel = (probes or {}).get("matmul_tflops_by_kernel", {"mkl": {"1": 1}})  # optional: older files
+        if not isinstance(by_kernel, dict) or not by_kernel or not all(map(_rate_curve, by_kernel.values())):
+            missing.append("matmul_tflops_by_kernel (kernel -> rows -> TFLOP/s)")
         for name, unit in (("matmul_call_us", "rows"), ("layer_overhead_by_bytes", "bytes")):
             curve = (probes or {}).get(name, {"1": 0})  # optional: files from before they were probed
             if not isinstance(curve, dict) or not curve or not all(
@@ -106,12 +116,28 @@ def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
     return layout.tp * layout.dp * busy_stages
 
 
-def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float) -> DeviceSpec:
+def _points(curve: dict[str, float]) -> tuple[tuple[int, float], ...]:
+    return tuple(sorted((int(k), v) for k, v in curve.items()))
+
+
+def runner_curve(probes: dict[str, Any], decode_rows: float) -> tuple[tuple[int, float], ...]:
+    """(rows, TFLOP/s) of the kernel a runner rank whose decode step multiplies `decode_rows` rows holds its
+    weights for: the one faster at those rows (module docstring); in a file without the per-kernel curves, the
+    faster kernel at each row count."""
+    by_kernel = probes.get("matmul_tflops_by_kernel")
+    if not by_kernel:
+        return _points(probes["matmul_tflops"])
+    return max((_points(curve) for curve in by_kernel.values()), key=lambda c: log_interpolate(c, decode_rows))
+
+
+def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float,
+               decode_rows: float | None = None) -> DeviceSpec:
     """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus, for
-    matrix products of `rows` rows (formulas above)."""
+    matrix products of `rows` rows, its weights held for the kernel faster at `decode_rows` (default `rows`)
+    (formulas above)."""
     mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
     bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
-    curve = tuple(sorted((int(k), v) for k, v in mine["matmul_tflops"].items()))  # (rows, TFLOP/s) by rows
+    curve = runner_curve(mine, rows if decode_rows is None else decode_rows)
     tflops = log_interpolate(curve, rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
                       memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
@@ -133,7 +159,7 @@ def layer_overhead_us(probes: dict[str, Any], layer_bytes: float) -> float:
     curve = probes.get("layer_overhead_by_bytes")
     if not curve:
         return probes["layer_overhead_us"]
-    return log_interpolate(tuple(sorted((int(k), v) for k, v in curve.items())), layer_bytes)
+    return log_interpolate(_points(curve), layer_bytes)
 
 
 def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float,

@@ -73,20 +73,23 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
 def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
               workload: Workload, overheads: dict[str, float] | None = None, micro_batched: bool = True) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
-    rows, prefill at prefill's, the request time from both. `overheads` (Calibration field -> value) replace
+    rows, prefill at prefill's (both on the kernel the runner keeps for the decode step's rows), the request
+    time from both. `overheads` (Calibration field -> value) replace
     the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
     `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
     layer_bytes = spec.layer_matmul_params / layout.tp * dtype_of(CPU_DTYPE).bytes  # what a rank streams per layer
 
+    micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
+    decode_rows = math.ceil(workload.batch / micro)
+
     def at(rows: int, busy_stages: int) -> LayoutCost:
         cal = replace(cpu_calibration(calibration, entry, cand.threads, rows, layer_bytes), **(overheads or {}))
-        device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows)
+        device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows, decode_rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost
 
-    micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
-    decode, prefill = at(math.ceil(workload.batch / micro), micro), at(workload.batch * workload.prompt_len, 1)
+    decode, prefill = at(decode_rows, micro), at(workload.batch * workload.prompt_len, 1)
     step_ms = layout.dp * workload.batch / decode.tokens_per_s * 1e3  # every sequence one token: the schedule's step
     return replace(decode, prefill_ms=prefill.prefill_ms, decode_ms_per_token=step_ms,
                    request_ms=prefill.prefill_ms + workload.gen_len * step_ms)

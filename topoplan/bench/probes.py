@@ -136,14 +136,34 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...
     slower than for square ones (MKL in torch 2.13 on this VM: 2 rows took twice as long as 1; the
     runner's oneDNN choice narrows that), so one GEMM figure cannot price both decode and prefill. The
     curve can."""
-    cols = 4096
-    w = torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
-    out = {}
-    for m in rows:
-        x = torch.randn(m, cols, device=device).to(dtype)
-        used = runner_weight(w, m)
-        out[str(m)] = 2 * m * w.numel() / median_us(lambda: linear(x, used), device, repeats, noise=noise) / 1e6
-    return out
+    w = _matmul_weight(device, dtype, nbytes)
+    return {str(m): _tflops(w, runner_weight(w, m), m, device, repeats, noise) for m in rows}
+
+
+def matmul_tflops_by_kernel(rows: tuple[int, ...] = MATMUL_ROWS, nbytes: int = 64 * MiB, repeats: int = 5,
+                            noise: list[float] | None = None) -> dict[str, dict[str, float]]:
+    """matmul_tflops in float32 on CPU for each kernel the runner may hold its weights for: "mkl" (F.linear on
+    the plain weight) and, where the build has it, "onednn" (the packed weight).
+
+    A runner rank keeps every weight in the one form faster at its decode step's rows (topoplan.runner.
+    cpu_linear), and multiplies its prefill's and its experts' rows with that form too: the planner prices
+    those at that kernel's rate, which the faster-at-each-rows curve overstates (oneDNN ~1.2x MKL at 64 rows
+    on the Intel VM, where a decode step of 1-2 rows runs MKL)."""
+    cpu = torch.device("cpu")
+    w = _matmul_weight(cpu, torch.float32, nbytes)
+    kernels = {"mkl": w, **({"onednn": cpu_linear.pack(w)} if cpu_linear.streams(w) else {})}
+    return {name: {str(m): _tflops(w, used, m, cpu, repeats, noise) for m in rows} for name, used in kernels.items()}
+
+
+def _matmul_weight(device: torch.device, dtype: torch.dtype, nbytes: int, cols: int = 4096) -> torch.Tensor:
+    return torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
+
+
+def _tflops(w: torch.Tensor, used: torch.Tensor, rows: int, device: torch.device, repeats: int,
+            noise: list[float] | None) -> float:
+    """TFLOP/s of `rows` rows times `w` (held as `used`: plain or packed)."""
+    x = torch.randn(rows, w.shape[1], device=device).to(w.dtype)
+    return 2 * rows * w.numel() / median_us(lambda: linear(x, used), device, repeats, noise=noise) / 1e6
 
 
 def runner_weight(w: torch.Tensor, rows: int) -> torch.Tensor:
