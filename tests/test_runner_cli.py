@@ -14,6 +14,8 @@ import pytest
 import torch
 from runner_models import save_hf
 
+from topoplan.cpuset import cpu_cores
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,19 @@ def test_run_json_contract_and_tp2_equals_tp1(tmp_path):
     assert len(b["bytes_read_per_rank"]) == 2 and max(b["bytes_read_per_rank"]) < a["bytes_read_per_rank"][0]
     assert b["cpu_kernel_per_rank"] == [{"kernel": None, "mkl_ms": 0.0, "onednn_ms": 0.0}] * 2  # no weight streams
     assert two.stderr == ""  # --json is quiet
+    # a TP rank's step waits for its peers: only the TP1 rank of several threads tunes its count
+    assert b["cpu_threads_per_rank"] == [None, None]
+    cores = len(cpu_cores())
+    [threads] = a["cpu_threads_per_rank"]
+    assert threads is None if cores == 1 else (threads["start"] == cores and 1 <= threads["end"] <= cores
+                                               and all(1 <= count <= cores for _, count in threads["changes"]))
+
+
+def test_fixed_threads_keeps_every_ranks_count(tmp_path):
+    done = topoplan("run", "--model", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "12", "--json",
+                    "--fixed-threads", cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cpu_threads_per_rank"] == [None]
 
 
 def test_saved_builtin_is_the_same_model(tmp_path):

@@ -377,6 +377,9 @@ def run(
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="GPUs: record each micro-batch's decode step "
                                      "once as a CUDA graph and replay it every step (fixed-shape step over the "
                                      "whole KV cache; docs/runner.md)."),
+    fixed_threads: bool = typer.Option(False, "--fixed-threads", help="CPU: keep each rank's threads at its cores' "
+                                       "count (else a rank with no collective in its step runs one thread fewer "
+                                       "while another process slows it; docs/runner.md)."),
     save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
                              "an existing one), then exit; takes no other option."),
 ) -> None:
@@ -389,7 +392,7 @@ def run(
                           max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
                           temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out,
                           micro_batches=micro_batches, no_shared_memory=not shared_memory, compile=compile_step,
-                          cuda_graphs=cuda_graphs)
+                          cuda_graphs=cuda_graphs, fixed_threads=fixed_threads)
         if save is not None:
             from topoplan.runner.builtin import BUILTIN
             from topoplan.runner.tiny import save_checkpoint

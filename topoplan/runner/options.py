@@ -64,6 +64,7 @@ class RunOptions:
     no_shared_memory: bool = False  # TP/EP collectives, PP messages by gloo even on one host (runner.shm)
     compile: bool = False  # the stage's forward under torch.compile (topoplan.runner.compiled)
     cuda_graphs: bool = False  # decode steps recorded once as CUDA graphs and replayed (topoplan.runner.graphs)
+    fixed_threads: bool = False  # no CPU rank changes its thread count (default: topoplan.runner.threads)
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""

@@ -20,6 +20,7 @@ from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, layer_split_json, split_layers
 from topoplan.rank_env import RankEnv
+from topoplan.runner import threads
 from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.compiled import compile_stage
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config
@@ -81,6 +82,18 @@ def shard_of(config: ModelConfig, d: Dist) -> Shard:
                  ep_rank=d.ep_rank, ep_size=d.layout.ep)
 
 
+WARM_UP_TOKENS = threads.WINDOW + 3  # prefill, a first step, a window, the tuner's first try
+
+
+def thread_tuner(opts: RunOptions, d: Dist) -> threads.ThreadTuner | None:
+    """A thread tuner for a CPU rank of several threads whose step has no collective (tp = pp = 1), unless
+    --fixed-threads (topoplan.runner.threads)."""
+    if opts.fixed_threads or d.device.type != "cpu" or d.layout.tp > 1 or d.layout.pp > 1:
+        return None
+    count = torch.get_num_threads()
+    return threads.ThreadTuner(count) if count > 1 else None
+
+
 def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str, Any] | None:
     """Load, generate, gather. Returns the result dict on rank 0 (see docs/runner.md), None elsewhere."""
     progress = progress or Progress(False)
@@ -115,10 +128,18 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
     # recorded in the warm-up, replayed by the timed generation (same shapes, same KV cache buffers)
     graphs = {"static_decode": True, "capture": cuda_graph_capture, "statics": {}} if opts.cuda_graphs else {}
 
-    def generation(new_tokens: int, **extra: Any) -> Generation:
+    tuner = thread_tuner(opts, d)
+
+    def generation(new_tokens: int, on_step: Callable[[int], None] | None = None, **extra: Any) -> Generation:
+        def each_step(step: int) -> None:
+            if tuner:
+                tuner(step)
+            if on_step:
+                on_step(step)
+
         return generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
                         pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
-                        **graphs, **extra)
+                        on_step=each_step, **graphs, **extra)
 
     compile_s = warm_up_s = 0.0
     if mine:  # a whole replica has prompts or none: its ranks warm up together
@@ -127,8 +148,9 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         def warm_up() -> None:
             """Prefill and one decode step of the real batch, untimed: a kernel's first call at a new shape
             (oneDNN creating its primitive, MKL its plan) costs ~1 ms, which an engine pays at start-up, not
-            per request; the timed run then measures the steady state the planner prices."""
-            generation(min(2, opts.max_new_tokens), cache_len=cache_len)
+            per request; the timed run then measures the steady state the planner prices. A rank that tunes its
+            threads decodes WARM_UP_TOKENS, enough for the tuner's first try."""
+            generation(min(WARM_UP_TOKENS if tuner else 2, opts.max_new_tokens), cache_len=cache_len)
 
         if opts.compile:
             compile_s = compile_stage(model, warm_up)
@@ -152,6 +174,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         "compile_s": compile_s, "warm_up_s": warm_up_s,
         "cpu_kernel": {"kernel": ("onednn" if kernel.onednn else "mkl") if kernel.weights else None,
                        "mkl_ms": kernel.mkl_ms, "onednn_ms": kernel.onednn_ms},
+        "cpu_threads": {"start": tuner.most, "end": tuner.count, "changes": tuner.changes} if tuner else None,
         "logits": gen.logits if gen and gen.logits else None,
     }
     gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
@@ -198,6 +221,7 @@ def _assemble(opts: RunOptions, layout: Layout, dtype: str, n_prompts: int, reco
         "bytes_read_per_rank": [rec["bytes_read"] for rec in records],
         "files_read_per_rank": [rec["files"] for rec in records],
         "cpu_kernel_per_rank": [rec["cpu_kernel"] for rec in records],
+        "cpu_threads_per_rank": [rec["cpu_threads"] for rec in records],
     }
     if opts.dump_logits:
         with atomic_path(opts.dump_logits) as tmp:
