@@ -252,7 +252,7 @@ def streamed_layer_overhead_us(device: torch.device, dtype: torch.dtype, steps: 
 
     runner_overheads_us times a model whose weights stay in cache. A real model's layer streams tens of MB
     through the caches between its small kernels (norms, rotary, attention, activation, adds), which then run
-    on cold caches: on this project's 2-core Intel VM, one `small`-sized layer (45 MB) at one row cost 380-440
+    on cold caches: on this project's 2-core Intel VM, one `small`-sized layer (45 MB) at two rows cost 380-440
     us beyond its products where the cached probe's cost 110-120 (docs/bench.md). Here decode steps of a
     `small`-layer model with few and with more layers are each timed back to back with a pass of the same
     products alone (its weights in order, as the runner holds them); per layer, the slope of the step's time
