@@ -232,6 +232,9 @@ def test_cpu_slots_fill_numa_nodes_in_blocks(monkeypatch):
                                                            ["--physcpubind=4-5", "--preferred=1"],
                                                            ["--physcpubind=6-7", "--preferred=1"]]
     assert spec.gpus_per_node == 0 and not any("CUDA" in v.name or "NCCL" in v.name for r in spec.ranks for v in r.env)
+    # each CPU rank's OpenMP threads: one per core it is bound to, with the bounded barrier spin `topoplan run` uses
+    envs = [r.env_dict() for r in spec.ranks]
+    assert [(env["OMP_NUM_THREADS"], env["GOMP_SPINCOUNT"]) for env in envs] == [("2", "10000")] * 4
 
 
 @settings(max_examples=200, deadline=None)

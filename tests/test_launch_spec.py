@@ -57,6 +57,7 @@ def check_invariants(topo, layout: Layout, placements: list[RankPlacement], spec
         if gpu.cpus:
             assert set(r.cpus) <= set(gpu.cpus)
             assert env["OMP_NUM_THREADS"] == str(r.physical_cores) and r.physical_cores >= 1
+        assert "GOMP_SPINCOUNT" not in env  # measured for CPU ranks only
         assert r.mem_node is None or r.mem_node not in memory_only
         if gpu.numa_node is not None and gpu.numa_node not in memory_only:
             assert r.mem_node == gpu.numa_node

@@ -82,7 +82,8 @@ def test_local_ranks_get_their_own_cpus_from_the_start():
 def test_local_ranks_spin_briefly_at_barriers_unless_the_user_says_otherwise(monkeypatch):
     """GOMP_SPINCOUNT bounds how long an OpenMP thread spins before it sleeps (a busy host); a user's own
     GOMP_SPINCOUNT or OMP_WAIT_POLICY is inherited by the ranks, not overridden."""
-    from topoplan.runner.local import GOMP_SPIN_COUNT, local_ranks
+    from topoplan.cpuset import GOMP_SPIN_COUNT
+    from topoplan.runner.local import local_ranks
 
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         monkeypatch.delenv(name, raising=False)

