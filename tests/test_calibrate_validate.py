@@ -88,7 +88,7 @@ def test_file_is_accepted_by_the_planner(calibration):
 def price(calibration: Path, tp: int, pp: int, cal=None):
     spec = model_spec("tiny")
     entry = load_cpu_entry(calibration)
-    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2, spec.layer_matmul_params * 4)
+    cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2, spec.layer_params_per_rank(tp) * 4)
     result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
                   tp=tp, pp=pp, dp=1)
     return result.layouts[0].cost, spec

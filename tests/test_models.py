@@ -31,6 +31,21 @@ def test_active_parameters_of_moe_models():
     assert (dsv3.flops_per_token(0) / 2 + dsv3.embedding_params) / 1e9 == pytest.approx(37.5, rel=0.03)
 
 
+def test_a_layers_weights_per_rank_by_hand():
+    """`small`: per layer QKV 1024 x 2048, output 1024 x 1024, gate/up and down 3 x 1024 x 2816 (norms left
+    out), halved by TP2. Mixtral-8x7B (every layer MoE): eight experts of 3 x 4096 x 14336 split over EP
+    ranks as whole experts, the rest (attention 2 x 4096 x 4096 + 2 x 4096 x 1024, router 4096 x 8, and the
+    layer's two norms of 4096, which the planner's MoE layer count keeps) over TP."""
+    small = find_model("small")
+    assert small.layer_params_per_rank() == 1024 * 2048 + 1024 * 1024 + 3 * 1024 * 2816
+    assert small.layer_params_per_rank(2) == small.layer_params_per_rank() / 2
+    mixtral = find_model("mixtral")
+    routed, rest = 8 * 3 * 4096 * 14336, 2 * 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 8 + 2 * 4096
+    assert mixtral.layer_params_per_rank() == routed + rest
+    assert mixtral.layer_params_per_rank(4, 2) == routed / 2 + rest / 4
+    assert mixtral.layer_params_per_rank(4) == (routed + rest) / 4  # without EP each expert is sliced
+
+
 # Active parameters per token as published (billions), embedding included as the model cards count it.
 PUBLISHED_ACTIVE_B = {
     "Mixtral-8x22B": 39.0,  # Mistral AI: "39B active parameters out of 141B"

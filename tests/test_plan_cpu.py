@@ -95,7 +95,7 @@ def test_each_layer_pays_the_overhead_at_the_bytes_its_rank_streams(tmp_path: Pa
     """`small`'s layer is 11.8 M fp32 weights (47,185,920 B): TP1's rank streams all of it, at the curve's top
     (400 us), a TP2 rank half, one doubling below (250 us on a curve from 1 to 400 us over 2 doublings);
     8 layers a step. The curve set to the warm figure everywhere is the file without it."""
-    layer = find_model("small").layer_matmul_params * 4
+    layer = find_model("small").layer_params_per_rank() * 4
     assert layer == 47185920
     curve = {str(int(layer // 4)): 1.0, str(int(layer)): 400.0}
 
@@ -215,8 +215,9 @@ KERNELS = "matmul_tflops_by_kernel (kernel -> rows -> TFLOP/s)"
     *[("layer_overhead_by_bytes", v, LAYER) for v in ({"x": 1.0}, {"0": 1.0}, {"1000": -1.0}, {"1000": True}, {},
                                                       [1.0])],
     *[("matmul_tflops_by_kernel", v, KERNELS) for v in ({}, {"mkl": {}}, {"mkl": {"1": 0.0}}, {"mkl": {"x": 1.0}},
-                                                        [1.0], {"mkl": {"1": True}})]])
-def test_a_bad_optional_probe_in_the_cpu_entry_is_one_line(tmp_path: Path, field, value, message):
+                                                        [1.0], {"mkl": {"1": True}}, {"mkl": {"0": 1.0}})],
+    ("matmul_tflops", {"0": 1.0}, "matmul_tflops (rows -> TFLOP/s)")])  # no rate at 0 rows to interpolate from
+def test_a_bad_probe_in_the_cpu_entry_is_one_line(tmp_path: Path, field, value, message):
     path = calibration(tmp_path)
     raw = json.loads(path.read_text())
     raw["cpu"]["threads"]["1"][field] = value

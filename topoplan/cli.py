@@ -378,8 +378,8 @@ def run(
                                      "once as a CUDA graph and replay it every step (fixed-shape step over the "
                                      "whole KV cache; docs/runner.md)."),
     fixed_threads: bool = typer.Option(False, "--fixed-threads", help="CPU: keep each rank's threads at its cores' "
-                                       "count (else a rank with no collective in its step runs one thread fewer "
-                                       "while another process slows it; docs/runner.md)."),
+                                       "count (else a rank with no collective in its step, TP, PP and EP 1, runs "
+                                       "one thread fewer while another process slows it; docs/runner.md)."),
     save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
                              "an existing one), then exit; takes no other option."),
 ) -> None:

@@ -164,11 +164,14 @@ class ModelSpec:
         """KV-cache bytes per token for the whole model on one TP rank (all layers)."""
         return self.kv_elements_per_token_layer(tp) * self.layers * dtype_of(dtype).bytes
 
-    @cached_property
-    def layer_matmul_params(self) -> float:
-        """The weights of one layer's products, on average over the layers (all routed experts): how much a
-        layer streams through the caches."""
-        return self.matmul_params(self.dense_layers, self.moe_layers, self.experts) / self.layers
+    def layer_params_per_rank(self, tp: int = 1, ep: int = 1) -> float:
+        """The weights of one layer's products a rank holds, on average over the layers, with tp-way tensor
+        parallelism and the routed experts split ep ways (as whole experts; with ep 1, each sliced tp ways): the
+        size of a layer a rank's caches see go by."""
+        routed = self.experts * self.expert_params
+        per_layer = self.matmul_params(self.dense_layers, self.moe_layers, self.experts) / self.layers
+        routed_share = routed * self.moe_layers / self.layers
+        return (per_layer - routed_share) / tp + routed_share / (ep if ep > 1 else tp)
 
     def matmul_params(self, dense_layers: int, moe_layers: int, experts: float) -> float:
         """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use

@@ -66,10 +66,10 @@ def _non_negative(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
-def _rate_curve(curve: Any) -> bool:
-    """A non-empty {rows: positive number} map."""
+def _curve(curve: Any, positive: bool) -> bool:
+    """A non-empty {positive integer (rows, bytes): number} map, its numbers positive or at least 0."""
     return isinstance(curve, dict) and bool(curve) and all(
-        k.isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for k, v in curve.items())
+        k.isdecimal() and int(k) > 0 and _non_negative(v) and (v > 0 or not positive) for k, v in curve.items())
 
 
 def load_cpu_entry(path: str | Path) -> dict[str, Any]:
@@ -85,15 +85,14 @@ def load_cpu_entry(path: str | Path) -> dict[str, Any]:
                             source=path)
     for count, probes in threads.items():
         missing = [k for k in PROBES if not isinstance((probes or {}).get(k), (int, float)) or probes[k] <= 0]
-        if not _rate_curve((probes or {}).get("matmul_tflops")):
+        if not _curve((probes or {}).get("matmul_tflops"), positive=True):
             missing.append("matmul_tflops (rows -> TFLOP/s)")
         by_kernel = (probes or {}).get("matmul_tflops_by_kernel", {"mkl": {"1": 1}})  # optional: older files
-        if not isinstance(by_kernel, dict) or not by_kernel or not all(map(_rate_curve, by_kernel.values())):
+        if not isinstance(by_kernel, dict) or not by_kernel or not all(
+                _curve(curve, positive=True) for curve in by_kernel.values()):
             missing.append("matmul_tflops_by_kernel (kernel -> rows -> TFLOP/s)")
         for name, unit in (("matmul_call_us", "rows"), ("layer_overhead_by_bytes", "bytes")):
-            curve = (probes or {}).get(name, {"1": 0})  # optional: files from before they were probed
-            if not isinstance(curve, dict) or not curve or not all(
-                    k.isdigit() and int(k) > 0 and _non_negative(v) for k, v in curve.items()):
+            if not _curve((probes or {}).get(name, {"1": 0}), positive=False):  # optional: older files
                 missing.append(f"{name} ({unit} -> us, may be 0)")
         missing += [f"{k} (may be 0)" for k in MOE_OVERHEADS
                     if k in (probes or {}) and not _non_negative(probes[k])]
@@ -149,7 +148,7 @@ def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float
 
 def call_us(curve: dict[str, float], rows: float) -> float:
     """The per-product cost probed at the most rows not above `rows` (the fewest probed below that)."""
-    points = sorted((int(k), v) for k, v in curve.items())
+    points = _points(curve)
     return next((v for r, v in reversed(points) if r <= rows), points[0][1])
 
 

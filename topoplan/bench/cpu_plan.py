@@ -78,7 +78,7 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
     `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
-    layer_bytes = spec.layer_matmul_params / layout.tp * dtype_of(CPU_DTYPE).bytes  # what a rank streams per layer
+    layer_bytes = spec.layer_params_per_rank(layout.tp, layout.ep) * dtype_of(CPU_DTYPE).bytes
 
     micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
     decode_rows = math.ceil(workload.batch / micro)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from topoplan.models import CATALOG
 from topoplan.runner import cpu_linear
 from topoplan.runner.cpu_linear import linear
 
@@ -183,8 +184,7 @@ def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats
 PROBE_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
-STREAMED_PROBE_MODEL = {"hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
-                        "num_key_value_heads": 8}  # the built-in `small`'s layer: 45 MB of fp32 weights
+STREAMED_PROBE_MODEL = {key: CATALOG["small"][key] for key in PROBE_MODEL}  # `small`'s layer: 45 MiB in fp32
 
 
 def _probe_stage(device: torch.device, dtype: torch.dtype, shape: dict[str, Any], layers: int) -> torch.nn.Module:
@@ -209,7 +209,7 @@ def layer_bytes(shape: dict[str, Any], dtype: torch.dtype) -> int:
     from topoplan.runner.tiny import BUILTIN
 
     spec = spec_from_config({**BUILTIN["tiny"], **shape}, "<probe>", "<probe>")
-    return round(spec.layer_matmul_params) * torch.empty((), dtype=dtype).element_size()
+    return round(spec.layer_params_per_rank()) * torch.empty((), dtype=dtype).element_size()
 
 
 def _decode_step_us(model: torch.nn.Module, steps: int) -> float:
@@ -252,7 +252,7 @@ def streamed_layer_overhead_us(device: torch.device, dtype: torch.dtype, steps: 
 
     runner_overheads_us times a model whose weights stay in cache. A real model's layer streams tens of MB
     through the caches between its small kernels (norms, rotary, attention, activation, adds), which then run
-    on cold caches: on this project's 2-core Intel VM, one `small`-sized layer (45 MB) at two rows cost 380-440
+    on cold caches: on this project's 2-core Intel VM, one `small`-sized layer (45 MiB) at two rows cost 380-440
     us beyond its products where the cached probe's cost 110-120 (docs/bench.md). Here decode steps of a
     `small`-layer model with few and with more layers are each timed back to back with a pass of the same
     products alone (its weights in order, as the runner holds them); per layer, the slope of the step's time

@@ -90,11 +90,12 @@ def prompts(batch: int, prompt_len: int) -> list[str]:
 
 
 def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: int, timeout_s: float) -> dict:
-    """One runner run of the layout: its result's "timing" and "stages" (the layer split it ran)."""
+    """One runner run of the layout: its result's "timing" and "stages" (the layer split it ran). Its ranks keep
+    their thread counts (--fixed-threads): the planner priced the layout at those."""
     layout = cand.layout
     opts = RunOptions(model=model, tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep,
                       prompt_ids=prompts(batch, prompt_len), max_new_tokens=gen_len, backend="gloo", ignore_eos=True,
-                      json=True, timeout=timeout_s)
+                      json=True, timeout=timeout_s, fixed_threads=True)
     return spawn_json(layout.world, "topoplan.runner", opts.to_argv(), echo=False,
                       what=f"runner {layout}", timeout_s=timeout_s)
 

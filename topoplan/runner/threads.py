@@ -6,18 +6,22 @@ waits at its barrier for that thread: on the 2-core Intel VM, `small` at TP1 bes
 at 37.9-38.8 ms/token with 2 threads and 29.6-30.5 with 1 (quiet: 16.0 against 28.8-30.5). No count is right in
 advance, since the other process comes and goes, so the rank measures: each decode step is timed, and
 
-- a step's time at the current count is compared with that count's quiet level (the lowest median of WINDOW
-  consecutive steps seen at it); when the latest WINDOW run more than SLOWER times that (looked at once every
-  PROBE_EVERY steps after a try), the next step runs one thread fewer, and the fewer is kept if that step took
-  less than FASTER x the latest median;
+- the first window of WINDOW steps is followed by FIRST_TRIES tries of one thread fewer, each one step, so a
+  host already busy at start-up is seen (the second try runs with the lower count's kernels already set up, in
+  case the first paid for that); a try of fewer is kept if its step took less than FASTER x the latest median;
+- after that, a step's time at the current count is compared with that count's quiet level (the lowest median
+  of WINDOW consecutive steps seen at it); when the latest WINDOW run more than SLOWER times that (looked at
+  once every PROBE_EVERY steps after a try), the next step runs one thread fewer, on the same test;
 - below the rank's own count, every PROBE_EVERY steps one step tries one thread more (the other process may
-  have ended), kept on the same test;
-- the first window is always followed by a try of one fewer, so a host already busy at start-up is seen.
+  have ended), kept if it was any faster than the latest median (one thread more of many gains little);
+- a try still open when a generation ends is undone (`end`), so the next prefill runs at the kept count.
 
 A try that loses costs one step at the other count. On a quiet host the count stays (the warm-up, before the
-timed run, holds the first try), and steps only run slower than SLOWER x the quiet level when something else
-takes the cores. Only ranks with no collective in their step use it (tp = pp = 1, as one DP replica): a TP or PP
-rank's step time includes waiting for its peers, which would steer its count by theirs.
+timed run, holds the first tries). The quiet level is not re-based: a long generation whose steps grow with its
+context past SLOWER x the level pays one losing try every PROBE_EVERY steps. Only ranks with no collective in
+their step use it (tp = pp = ep = 1, as one DP replica; not under torch.compile, whose generated kernels may
+fix their thread count): a TP, PP or EP rank's step time includes waiting for its peers, which would steer its
+count by theirs.
 """
 
 from __future__ import annotations
@@ -29,15 +33,18 @@ from collections.abc import Callable
 import torch
 
 WINDOW = 4  # steps whose median is compared
+FIRST_TRIES = 2  # tries of one thread fewer after the first window
 SLOWER = 1.3  # the latest median over the quiet level above which one thread fewer is tried
-FASTER = 0.9  # a try is kept when its step takes less than this x the latest median
+FASTER = 0.9  # a try of fewer threads is kept when its step takes less than this x the latest median
 PROBE_EVERY = 16  # steps between tries of one thread more while below the rank's count
+WARM_UP_STEPS = WINDOW + 2 * FIRST_TRIES - 1  # decode steps that hold the first tries (the window, then each
+# try and a step to refill the window, but the last)
 
 
 class ThreadTuner:
     """`on_step` for topoplan.runner.generate: called after each step with its index (0: a prefill), it times the
-    decode steps and sets torch's intra-op threads between 1 and `threads` (module docstring). `changes` holds
-    (decode steps seen, new count) for every change, for the run's JSON."""
+    decode steps and sets torch's intra-op threads between 1 and `threads` (module docstring); `end()` after each
+    generation. `changes` holds (decode steps seen, new count) for every change, for the run's JSON."""
 
     def __init__(self, threads: int, clock: Callable[[], float] = time.perf_counter,
                  set_threads: Callable[[int], None] = torch.set_num_threads):
@@ -46,7 +53,7 @@ class ThreadTuner:
         self.recent: list[float] = []  # decode step times at `count` since it was set
         self.quiet: dict[int, float] = {}  # count -> lowest WINDOW median seen at it
         self.trying: int | None = None  # the count of the step being timed, when it is a try
-        self.tried_fewer = False
+        self.first_tries = 0
         self.since_try = 0  # steps
         self.steps = 0  # decode steps seen, over every generation
         self.last = 0.0
@@ -63,10 +70,18 @@ class ThreadTuner:
             self._observe(now - before)
             return
         tried, self.trying = self.trying, None
-        if now - before < FASTER * statistics.median(self.recent[-WINDOW:]):
+        median = statistics.median(self.recent[-WINDOW:])
+        if now - before < (FASTER if tried < self.count else 1.0) * median:
             self.count, self.recent = tried, []
             self.changes.append((self.steps, tried))
         else:
+            self.set_threads(self.count)
+            self.recent = self.recent[-(WINDOW - 1):]  # one more step at the kept count before the next look
+
+    def end(self) -> None:
+        """The generation ended: undo a try it left open (the next one starts with a prefill at the kept count)."""
+        if self.trying is not None:
+            self.trying = None
             self.set_threads(self.count)
 
     def _observe(self, took: float) -> None:
@@ -75,7 +90,8 @@ class ThreadTuner:
             return
         median = statistics.median(self.recent[-WINDOW:])
         self.quiet[self.count] = min(self.quiet.get(self.count, median), median)
-        if self.count > 1 and not self.tried_fewer:
+        if self.count > 1 and self.first_tries < FIRST_TRIES:
+            self.first_tries += 1
             self._try(self.count - 1)
         elif self.since_try < PROBE_EVERY:
             return
@@ -85,6 +101,5 @@ class ThreadTuner:
             self._try(self.count + 1)
 
     def _try(self, count: int) -> None:
-        self.tried_fewer = self.tried_fewer or count < self.count
         self.trying, self.since_try = count, 0
         self.set_threads(count)

@@ -82,13 +82,13 @@ def shard_of(config: ModelConfig, d: Dist) -> Shard:
                  ep_rank=d.ep_rank, ep_size=d.layout.ep)
 
 
-WARM_UP_TOKENS = threads.WINDOW + 3  # prefill, a first step, a window, the tuner's first try
+WARM_UP_TOKENS = threads.WARM_UP_STEPS + 1  # the prefill's token, then the steps of the tuner's first tries
 
 
 def thread_tuner(opts: RunOptions, d: Dist) -> threads.ThreadTuner | None:
-    """A thread tuner for a CPU rank of several threads whose step has no collective (tp = pp = 1), unless
-    --fixed-threads (topoplan.runner.threads)."""
-    if opts.fixed_threads or d.device.type != "cpu" or d.layout.tp > 1 or d.layout.pp > 1:
+    """A thread tuner for a CPU rank of several threads whose step has no collective (tp = pp = ep = 1), unless
+    --fixed-threads or --compile (topoplan.runner.threads)."""
+    if opts.fixed_threads or opts.compile or d.device.type != "cpu" or max(d.layout.tp, d.layout.pp, d.layout.ep) > 1:
         return None
     count = torch.get_num_threads()
     return threads.ThreadTuner(count) if count > 1 else None
@@ -137,19 +137,22 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
             if on_step:
                 on_step(step)
 
-        return generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
-                        pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
-                        on_step=each_step, **graphs, **extra)
+        gen = generate(model, [prompts[i] for i in mine], new_tokens, eos_ids=eos, sampling=sampling,
+                       pipeline=Pipeline(d, in_flight=len(micro_batches)), micro_batches=opts.micro_batches,
+                       on_step=each_step, **graphs, **extra)
+        if tuner:
+            tuner.end()
+        return gen
 
     compile_s = warm_up_s = 0.0
     if mine:  # a whole replica has prompts or none: its ranks warm up together
         cache_len = max(len(prompts[i]) for i in mine) + opts.max_new_tokens  # the real run's (generate)
 
         def warm_up() -> None:
-            """Prefill and one decode step of the real batch, untimed: a kernel's first call at a new shape
-            (oneDNN creating its primitive, MKL its plan) costs ~1 ms, which an engine pays at start-up, not
-            per request; the timed run then measures the steady state the planner prices. A rank that tunes its
-            threads decodes WARM_UP_TOKENS, enough for the tuner's first try."""
+            """Prefill and one decode step of the real batch, untimed (WARM_UP_TOKENS for a rank that tunes its
+            threads: the tuner's first tries): a kernel's first call at a new shape (oneDNN creating its
+            primitive, MKL its plan) costs ~1 ms, which an engine pays at start-up, not per request; the timed
+            run then measures the steady state the planner prices."""
             generation(min(WARM_UP_TOKENS if tuner else 2, opts.max_new_tokens), cache_len=cache_len)
 
         if opts.compile:
@@ -174,7 +177,7 @@ def run(opts: RunOptions, d: Dist, progress: Progress | None = None) -> dict[str
         "compile_s": compile_s, "warm_up_s": warm_up_s,
         "cpu_kernel": {"kernel": ("onednn" if kernel.onednn else "mkl") if kernel.weights else None,
                        "mkl_ms": kernel.mkl_ms, "onednn_ms": kernel.onednn_ms},
-        "cpu_threads": {"start": tuner.most, "end": tuner.count, "changes": tuner.changes} if tuner else None,
+        "cpu_threads": {"start": tuner.most, "end": tuner.count, "changes": tuner.changes} if tuner and mine else None,
         "logits": gen.logits if gen and gen.logits else None,
     }
     gathered: list[Any] | None = [None] * layout.world if d.rank == 0 else None
