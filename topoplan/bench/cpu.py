@@ -30,7 +30,9 @@ measures both. The layer overhead depends on how much a layer streams: a layer w
 its small kernels warm, one that streams tens of MB between them runs them cold, at ~3x the cost on the 2-core
 Intel VM (topoplan.bench.probes.streamed_layer_overhead_us). `layer_overhead_by_bytes` holds the figure at the
 cached probe's and the streamed probe's layer sizes, and a rank's layer of B bytes is priced between them,
-linear in log2(B) (the ends beyond them).
+linear in B (the ends beyond them): measured in place on the Intel VM (2 threads, batch 2) at hidden 64, 128
+(`tiny`, 0.8 MB a layer), 256, 512 and 1024 it was 114, 128, 158, 243 and 381 us; a line through the ends gives
+~128 for `tiny` and is 18 and 58 us under the middle two, where one in log2(B) was 70-90 us over all three.
 The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
     "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 2.4e10, "dtype": "fp32",
             "threads": {"1": {"stream_gbps": .., "gemv_gbps": .., "gemm_tflops": ..,
@@ -54,7 +56,7 @@ from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.machine import CPU_LINK, cpu_topology  # noqa: F401  (re-exported: the bench's CPU machine)
 from topoplan.plan.calibration import Calibration
-from topoplan.plan.device import DeviceSpec, log_interpolate
+from topoplan.plan.device import DeviceSpec, linear_interpolate, log_interpolate
 
 PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 # the runner's MoE-layer costs (Calibration fields of the same names); absent from files written before them
@@ -158,7 +160,7 @@ def layer_overhead_us(probes: dict[str, Any], layer_bytes: float) -> float:
     curve = probes.get("layer_overhead_by_bytes")
     if not curve:
         return probes["layer_overhead_us"]
-    return log_interpolate(_points(curve), layer_bytes)
+    return linear_interpolate(_points(curve), layer_bytes)
 
 
 def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float,

@@ -7,6 +7,7 @@ planned for; `from_gpu` adapts a catalog GpuSpec.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from topoplan.dtypes import DType
@@ -83,12 +84,21 @@ class DeviceSpec:
 
 
 def log_interpolate(points: tuple[tuple[int, float], ...], x: float) -> float:
-    """The value at `x` from sorted (x, value) points (a rate by rows, an overhead by bytes): linear in log2(x)
-    between them, the end values beyond them."""
+    """The value at `x` from sorted (x, value) points (a rate by rows): linear in log2(x) between them, the end
+    values beyond them."""
+    return _interpolate(points, x, math.log2)
+
+
+def linear_interpolate(points: tuple[tuple[int, float], ...], x: float) -> float:
+    """The same, linear in x (an overhead by bytes)."""
+    return _interpolate(points, x, float)
+
+
+def _interpolate(points: tuple[tuple[int, float], ...], x: float, scale: Callable[[float], float]) -> float:
     if x <= points[0][0]:
         return points[0][1]
     for (x0, v0), (x1, v1) in zip(points, points[1:]):
         if x <= x1:
-            f = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            f = (scale(x) - scale(x0)) / (scale(x1) - scale(x0))
             return v0 + f * (v1 - v0)
     return points[-1][1]
