@@ -136,9 +136,10 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, rows: tuple[int, ...
     A decode step multiplies a few rows by every weight; CPU kernels for such skinny products are far
     slower than for square ones (MKL in torch 2.13 on this VM: 2 rows took twice as long as 1; the
     runner's oneDNN choice narrows that), so one GEMM figure cannot price both decode and prefill. The
-    curve can."""
+    curve can. The weight is plain, as the runner holds it here: on a GPU or in another dtype than float32 on a
+    CPU it has no other form (in float32 on a CPU calibrate times each kernel, matmul_tflops_by_kernel)."""
     w = _matmul_weight(device, dtype, nbytes)
-    return {str(m): _tflops(w, runner_weight(w, m), m, device, repeats, noise) for m in rows}
+    return {str(m): _tflops(w, w, m, device, repeats, noise) for m in rows}
 
 
 def matmul_tflops_by_kernel(rows: tuple[int, ...] = MATMUL_ROWS, nbytes: int = 64 * MiB, repeats: int = 5,
@@ -260,18 +261,12 @@ def streamed_layer_overhead_us(device: torch.device, dtype: torch.dtype, steps: 
     from topoplan.runner.layers import ColumnParallelLinear, RowParallelLinear
 
     models = {n: _probe_stage(device, dtype, STREAMED_PROBE_MODEL, n) for n in layer_counts}
-    products = {n: [m for m in model.layers.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
-                for n, model in models.items()}
-    inputs = {width: torch.randn(1, 1, width, device=device, dtype=dtype)
-              for width in {m.weight.shape[1] for ms in products.values() for m in ms}}
-
-    def run_pass(modules: list[torch.nn.Module]) -> None:
-        for m in modules:
-            linear(inputs[m.weight.shape[1]], m.weight, packed=m.packed, weight_t=m.weight_t)
+    passes = {n: cpu_linear.product_pass([m.weight for m in model.layers.modules()
+                                          if isinstance(m, (ColumnParallelLinear, RowParallelLinear))], 1)
+              for n, model in models.items()}
 
     def slope() -> float:
-        beyond = [_decode_step_us(models[n], steps) - median_us(lambda n=n: run_pass(products[n]), device, 5)
-                  for n in layer_counts]
+        beyond = [_decode_step_us(models[n], steps) - median_us(passes[n], device, 5) for n in layer_counts]
         (l0, l1), (b0, b1) = layer_counts, beyond
         return (b1 - b0) / (l1 - l0)
 

@@ -26,6 +26,7 @@ kernel that runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -96,15 +97,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # eager: no custom-op dispatch
 
 
-def pass_ms(weights: list[torch.Tensor], rows: int) -> float:
-    """ms of the fastest of TIMED_PASSES passes of `rows`-row products over every weight (plain or packed, as
-    they are), after an untimed pass: what a decode step of `rows` sequences spends in them."""
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
-    best = float("inf")
-    for timed in range(TIMED_PASSES + 1):
-        start = time.perf_counter()
+def product_pass(weights: list[torch.Tensor], rows: int) -> Callable[[], None]:
+    """A pass of `rows`-row products over every weight (plain or packed, as they are), in order: what a decode
+    step of `rows` sequences spends in them."""
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
+
+    def run() -> None:
         for w in weights:
             linear(inputs[w.shape[1]], w)
+
+    return run
+
+
+def pass_ms(weights: list[torch.Tensor], rows: int) -> float:
+    """ms of the fastest of TIMED_PASSES `product_pass`es, after an untimed one."""
+    run, best = product_pass(weights, rows), float("inf")
+    for timed in range(TIMED_PASSES + 1):
+        start = time.perf_counter()
+        run()
         if timed:
             best = min(best, time.perf_counter() - start)
     return 1000 * best
