@@ -13,7 +13,7 @@ from topoplan.errors import TopoplanError
 from topoplan.models import spec_from_config
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.generate import Sampling, attention_mask, generate, pick_tokens
-from topoplan.runner.model import Shard, build_stage, kv_heads_of, rope_inv_freq
+from topoplan.runner.model import RMSNorm, Shard, build_stage, kv_heads_of, rope_inv_freq
 from topoplan.runner.options import RunOptions, parse_argv, parse_ids
 from topoplan.runner.tiny import save_checkpoint
 from topoplan.runner.weights import load_stage_weights
@@ -100,6 +100,29 @@ def test_rope_frequencies_match_transformers(rope):
     expected, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](hf_cfg, "cpu")
     ours = rope_inv_freq(parse_hf_config({**LLAMA31, "rope_scaling": rope}))
     torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_matches_transformers(dtype):
+    """The CPU norm (a vector_norm and four kernels) against HF's LlamaRMSNorm, on rows whose mean squares span
+    1e-12 (eps dominates) to 1e6, and on a batch of decode rows [B, 1, D]."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    dim, eps = 256, 1e-5
+    scale = torch.tensor([1e-6, 1e-2, 1.0, 1e3]).view(4, 1, 1)
+    x = (torch.randn(4, 3, dim) * scale).to(dtype)
+    hf = LlamaRMSNorm(dim, eps=eps).to(dtype)
+    ours = RMSNorm(dim, eps).to(dtype)
+    with torch.no_grad():
+        hf.weight.copy_(torch.randn(dim).to(dtype))
+        ours.weight.copy_(hf.weight)
+        for rows in (x, x[:, -1:]):
+            got, expected = ours(rows), hf(rows)
+            assert got.dtype == expected.dtype == dtype
+            # fp32: rounding of the sum order (~1e-7 relative); bf16: one bf16 rounding step of the result
+            tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 8e-3, "atol": 1e-5}
+            torch.testing.assert_close(got, expected, **tol)
 
 
 def test_attention_mask_hides_padding_and_future():

@@ -97,13 +97,24 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.empty(dim))
+        self.eps_tensor = torch.tensor(eps, device="cpu")  # a plain CPU scalar (explicit device: not meta-built)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """HF's LlamaRMSNorm (normalise in fp32, cast back, scale) in one fused op instead of six; in fp32 the
-        scale joins the op too (HF's order matters only for a cast between them)."""
+        """HF's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in fp32, cast back, then scaled (in fp32 the scale needs no
+        cast, so HF's order is kept by construction). On a GPU that is F.rms_norm, one fused kernel. On a CPU
+        F.rms_norm is a composite of ~15 dispatched ops, and a small model's decode step costs its op count, so
+        the mean square comes from one vector_norm and the rest takes four kernels (`tiny`'s decode step on 2
+        threads, 4 interleaved runs: 0.84-0.89 ms -> 0.77-0.81 ms; `small`'s 17.2-18.2 -> 16.9-17.3 ms)."""
+        if x.device.type != "cpu":
+            if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+                return F.rms_norm(x, (x.shape[-1],), self.weight, eps=self.eps)
+            return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+        h = x.float()  # no copy in fp32
+        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
+        inverse = torch.addcmul(self.eps_tensor, norm, norm, value=1.0 / x.shape[-1]).rsqrt_()  # 1/sqrt(ms + eps)
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, eps=self.eps)
-        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+            return torch.mul(h, inverse).mul_(self.weight)
+        return self.weight * torch.mul(h, inverse).to(x.dtype)
 
 
 class KVCache(nn.Module):
