@@ -25,15 +25,16 @@ class Host:
         self.threads = count
 
     def run(self, tuner: ThreadTuner, steps: int, costs: dict[int, float] | None = None,
-            prefill_ms: float = 500.0) -> tuple[int, list[int]]:
+            prefill_ms: float = 500.0, growth_ms: float = 0.0) -> tuple[int, list[int]]:
         """One generation: a prefill then `steps` decode steps, then `end`; the count the prefill and each decode
-        step ran at."""
+        step ran at. `growth_ms`: what each step adds to the next, at any count (attention over a longer context)."""
         prefill_at, counts = self.threads, []
         self.now += prefill_ms
         tuner(0)
         for step in range(1, steps + 1):
             counts.append(self.threads)
-            self.now += (costs or QUIET)[self.threads] + (0.0 if self.threads in self.seen else self.first_call_ms)
+            self.now += ((costs or QUIET)[self.threads] + step * growth_ms
+                         + (0.0 if self.threads in self.seen else self.first_call_ms))
             self.seen.add(self.threads)
             tuner(step)
         tuner.end()
@@ -88,6 +89,19 @@ def test_a_process_that_comes_and_goes_is_followed_both_ways():
     _, quiet = host.run(tuner, 60)
     assert tuner.count == 2 and quiet.index(2) <= PROBE_EVERY + 1
     assert [count for _, count in tuner.changes] == [1, 2]
+
+
+def test_a_context_that_grows_costs_a_losing_try_per_level_not_per_probe():
+    """Steps growing 0.05 ms each, at any count, over 400 quiet steps (16 -> 36 ms at two threads): one thread is
+    never faster. Each losing try makes the latest median the level, so a try comes only when the steps have grown
+    SLOWER x again (16 -> 20.8 -> 27 -> 35.2: three), not every PROBE_EVERY steps past 20.8 ms (19 before this rule)."""
+    host = Host()
+    tuner = tuner_on(host)
+    _, counts = host.run(tuner, 400, growth_ms=0.05)
+    late_tries = [i for i, c in enumerate(counts) if c == 1 and i >= WARM_UP_STEPS]
+    assert tuner.count == 2 and tuner.changes == []
+    assert 2 <= len(late_tries) <= 3
+    assert all(b - a > 3 * PROBE_EVERY for a, b in zip(late_tries, late_tries[1:]))
 
 
 def test_many_threads_climb_back_for_a_small_gain():
