@@ -76,7 +76,7 @@ def stream_gbps(device: torch.device, nbytes: int = 256 * MiB, repeats: int = 7,
 def gemv_gbps(device: torch.device, dtype: torch.dtype, nbytes: int = 256 * MiB, cols: int = 4096,
               repeats: int = 7, noise: list[float] | None = None) -> float:
     """Weight bytes per second of y = W x at batch 1: how fast decode can stream a layer's weights."""
-    rows = nbytes // (cols * torch.empty((), dtype=dtype).element_size())
+    rows = nbytes // (cols * dtype.itemsize)
     w = torch.randn(rows, cols, device=device).to(dtype)
     x = torch.randn(1, cols, device=device).to(dtype)
     real = w.numel() * w.element_size()
@@ -105,7 +105,7 @@ def matmul_call_us(device: torch.device, dtype: torch.dtype, rows: int = 1, size
     median over the sizes of a product's time beyond its bytes at that rate, and the median over samples is
     kept. (An intercept of t = fixed + bytes / rate through two sizes, the first version of this probe, swung
     between 1 and 80 us from run to run: the excess is not a constant plus a rate.)"""
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
 
     def weight(nbytes: int) -> torch.Tensor:
         return runner_weight(torch.randn(nbytes // (cols * size), cols, device=device).to(dtype), rows)
@@ -158,7 +158,7 @@ def matmul_tflops_by_kernel(rows: tuple[int, ...] = MATMUL_ROWS, nbytes: int = 6
 
 
 def _matmul_weight(device: torch.device, dtype: torch.dtype, nbytes: int, cols: int = 4096) -> torch.Tensor:
-    return torch.randn(nbytes // (cols * torch.empty((), dtype=dtype).element_size()), cols, device=device).to(dtype)
+    return torch.randn(nbytes // (cols * dtype.itemsize), cols, device=device).to(dtype)
 
 
 def _tflops(w: torch.Tensor, used: torch.Tensor, rows: int, device: torch.device, repeats: int,
@@ -210,7 +210,7 @@ def layer_bytes(shape: dict[str, Any], dtype: torch.dtype) -> int:
     from topoplan.runner.tiny import BUILTIN
 
     spec = spec_from_config({**BUILTIN["tiny"], **shape}, "<probe>", "<probe>")
-    return round(spec.layer_params_per_rank()) * torch.empty((), dtype=dtype).element_size()
+    return round(spec.layer_params_per_rank()) * dtype.itemsize
 
 
 def _decode_step_us(model: torch.nn.Module, steps: int) -> float:
@@ -258,11 +258,11 @@ def streamed_layer_overhead_us(device: torch.device, dtype: torch.dtype, steps: 
     `small`-layer model with few and with more layers are each timed back to back with a pass of the same
     products alone (its weights in order, as the runner holds them); per layer, the slope of the step's time
     beyond the pass. It holds the cold small kernels and whatever the products lose between them."""
-    from topoplan.runner.layers import ColumnParallelLinear, RowParallelLinear
+    from topoplan.runner.layers import LINEAR_LAYERS
 
     models = {n: _probe_stage(device, dtype, STREAMED_PROBE_MODEL, n) for n in layer_counts}
     passes = {n: cpu_linear.product_pass([m.weight for m in model.layers.modules()
-                                          if isinstance(m, (ColumnParallelLinear, RowParallelLinear))], 1)
+                                          if isinstance(m, LINEAR_LAYERS)], 1)
               for n, model in models.items()}
 
     def slope() -> float:

@@ -101,6 +101,9 @@ class RowParallelLinear(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
+LINEAR_LAYERS = (ColumnParallelLinear, RowParallelLinear)  # the layers whose weights a decode step streams
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding rows `rows` of the vocabulary; the rank owning an id supplies it, the others add zeros."""
 

@@ -21,6 +21,7 @@ from torch import nn
 from topoplan.runner.config import ModelConfig
 from topoplan.runner.cpu_linear import KernelChoice, prepack
 from topoplan.runner.layers import (
+    LINEAR_LAYERS,
     ColumnParallelLinear,
     NoComm,
     Part,
@@ -243,7 +244,7 @@ class Transformer(nn.Module):
     def pack_for_decode(self, rows: int, onednn: bool | None = None) -> KernelChoice:
         """Lay the linear layers' weights out for the CPU kernel that serves decode steps of `rows` rows fastest
         here, measured unless `onednn` says which (topoplan.runner.cpu_linear.prepack)."""
-        return prepack(self, rows, (ColumnParallelLinear, RowParallelLinear), onednn)
+        return prepack(self, rows, LINEAR_LAYERS, onednn)
 
     def setup_cache(self, batch: int, max_len: int) -> None:
         """A KV cache of `batch` x `max_len` positions per layer, emptied; the buffers of the same shape are kept
