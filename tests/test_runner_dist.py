@@ -72,8 +72,9 @@ def _jobs(world: int, m: dict) -> list[dict]:
                  for mb in MICRO_BATCHES]
         jobs += [{"name": f"grid-tp{tp}-pp{pp}-dp1-gloo", "options": _opts(m["grid"], tp, pp, 1, no_shared_memory=True)}
                  for tp, pp in ((2, 1), (1, 2))]
-        if CXX:
-            jobs.append({"name": "grid-tp1-pp2-dp1-compiled", "options": _opts(m["grid"], 1, 2, 1, compile=True)})
+        if CXX:  # TP2: the collectives are ops of the compiled graph (topoplan.runner.dist.traced_all_reduce)
+            jobs += [{"name": f"grid-tp{tp}-pp{pp}-dp1-compiled", "options": _opts(m["grid"], tp, pp, 1, compile=True)}
+                     for tp, pp in ((1, 2), (2, 1))]
     if world == 4:
         for kind in HF_KINDS:
             jobs.append({"name": f"{kind}-tp2-pp2", "options": _opts(m[kind], 2, 2, 1, m["hf_prompts"], 10)})
@@ -97,7 +98,8 @@ def launch(models, tmp_path_factory):
 
 
 RUNS = ([(tp, pp, dp, "") for tp, pp, dp in GRID] + [(1, 2, 1, f"-mb{mb}") for mb in MICRO_BATCHES]
-        + [(2, 1, 1, "-gloo"), (1, 2, 1, "-gloo"), (1, 1, 1, "-compiled"), (1, 2, 1, "-compiled")])
+        + [(2, 1, 1, "-gloo"), (1, 2, 1, "-gloo"), (1, 1, 1, "-compiled"), (1, 2, 1, "-compiled"),
+           (2, 1, 1, "-compiled")])
 
 
 @pytest.mark.parametrize("tp,pp,dp,variant", RUNS, ids=[f"tp{t}-pp{p}-dp{d}{v}" for t, p, d, v in RUNS])

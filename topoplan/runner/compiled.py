@@ -4,9 +4,10 @@ instead of hundreds of small ATen calls.
 On CPU, inductor fuses the norms, rotary embedding, SwiGLU and residual adds into generated C++ loops; the
 weight products stay the runner's own kernels (oneDNN's packed product is one opaque op, topoplan.runner.
 cpu_linear.packed_linear). Shapes are dynamic, so one graph serves prefill and one every decode step whatever
-the prompt length and step; collectives are graph breaks (which is why TP gains little or loses). On this
-project's 2-core VM `tiny` decodes 2.3-4x faster and `small` 3-8% (docs/runner.md), for 25-65 s of
-compilation at start-up: which is why it is off by default. The compilation runs in a warm-up before the
+the prompt length and step; the TP collectives are ops of the graph (topoplan.runner.dist.traced_all_reduce),
+so a TP rank's layers fuse as one rank's do. On this project's 2-core VM `tiny` decodes 2.3-4x faster and
+`small` 4-15% (docs/runner.md), for 6-65 s of compilation at start-up (less with torch's on-disk cache warm):
+which is why it is off by default. The compilation runs in a warm-up before the
 timed generation (`compile_s_per_rank` in the run's JSON): two steps of the real batch with the real run's
 KV-cache length (a module buffer's size is a constant to the compiler, so another length would build new
 graphs), so prefill and decode timings are the compiled step's.

@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -80,6 +81,9 @@ class Dist:
     pp_shm: ShmChannels | None = None  # the pipeline stages' messages through shared memory, likewise
     ep_shm: ShmGroup | None = None  # the EP group's all-to-alls and all-gathers through shared memory, likewise
 
+    def __post_init__(self) -> None:
+        _LIVE[id(self)] = self  # the handle a compiled graph's collective names this rank's Dist by
+
     @property
     def is_first_stage(self) -> bool:
         return self.coords.pp_rank == 0
@@ -89,7 +93,10 @@ class Dist:
         return self.coords.pp_rank == self.layout.pp - 1
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum over the TP group, in place (the one collective of a row-parallel layer)."""
+        """Sum over the TP group, in place (the one collective of a row-parallel layer). Use the returned tensor:
+        under torch.compile it is a new one (`traced_all_reduce`)."""
+        if self.tp_group is not None and torch.compiler.is_compiling():
+            return traced_all_reduce(tensor, id(self))
         if self.tp_group is not None:
             with self.timer.timed():
                 if self.tp_shm is not None and self.tp_shm.fits(tensor):
@@ -102,6 +109,8 @@ class Dist:
         """Concatenate the TP ranks' shards along the last dimension (vocab-parallel logits)."""
         if self.tp_group is None:
             return tensor
+        if torch.compiler.is_compiling():
+            return traced_all_gather_last_dim(tensor, id(self))
         if self.tp_shm is not None and self.tp_shm.fits(tensor):
             with self.timer.timed():
                 return self.tp_shm.all_gather(tensor, dim=-1)
@@ -139,6 +148,34 @@ class Dist:
                 dist.broadcast(tensor, src=self.pp_ranks[-1], group=self.pp_group)
         return tensor
 
+
+
+_LIVE: weakref.WeakValueDictionary[int, Dist] = weakref.WeakValueDictionary()  # every Dist of this process, by id
+
+
+@torch.library.custom_op("topoplan::tp_all_reduce", mutates_args=())
+def traced_all_reduce(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+    """Dist.all_reduce as one opaque op of a compiled graph, for the Dist whose id is `handle`. Without it every
+    collective is a graph break, and the timer's context manager around it made dynamo give up on whole frames
+    (`tiny` TP2 ran eager after minutes of tracing); as an op, the layers between two collectives fuse as at
+    TP1. Functional (a new tensor), as custom ops must be to be reordered safely."""
+    return _LIVE[handle].all_reduce(tensor.clone())
+
+
+@traced_all_reduce.register_fake
+def _traced_all_reduce_shape(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+    return torch.empty_like(tensor)
+
+
+@torch.library.custom_op("topoplan::tp_all_gather_last_dim", mutates_args=())
+def traced_all_gather_last_dim(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+    """Dist.all_gather_last_dim as one opaque op of a compiled graph (see traced_all_reduce)."""
+    return _LIVE[handle].all_gather_last_dim(tensor)
+
+
+@traced_all_gather_last_dim.register_fake
+def _traced_all_gather_shape(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+    return tensor.new_empty((*tensor.shape[:-1], tensor.shape[-1] * _LIVE[handle].layout.tp))
 
 def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
     """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
