@@ -26,8 +26,8 @@ def main() -> None:
     leftover = sorted(name for name in set(os.listdir(SHM_DIR)) - before if name.startswith("topoplan-"))
     generator = torch.Generator().manual_seed(rank)
     same, gathered_ok = [], []
-    for call in range(7):  # more calls than parities: slots are reused
-        x = torch.randn(3, 5 + call, generator=generator)
+    for call in range(7):  # more calls than parities: slots are reused; shapes repeat: their views are kept
+        x = torch.randn(3, 5 + call % 3, generator=generator)
         expected = x.clone()
         dist.all_reduce(expected, group=group)
         got = shm.all_reduce(x.clone())
