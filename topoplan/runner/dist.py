@@ -95,14 +95,15 @@ class Dist:
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over the TP group, in place (the one collective of a row-parallel layer). Use the returned tensor:
         under torch.compile it is a new one (`traced_all_reduce`)."""
-        if self.tp_group is not None and torch.compiler.is_compiling():
+        if self.tp_group is None:
+            return tensor
+        if torch.compiler.is_compiling():
             return traced_all_reduce(tensor, id(self))
-        if self.tp_group is not None:
-            with self.timer.timed():
-                if self.tp_shm is not None and self.tp_shm.fits(tensor):
-                    self.tp_shm.all_reduce(tensor)
-                else:
-                    dist.all_reduce(tensor, group=self.tp_group)
+        with self.timer.timed():
+            if self.tp_shm is not None and self.tp_shm.fits(tensor):
+                self.tp_shm.all_reduce(tensor)
+            else:
+                dist.all_reduce(tensor, group=self.tp_group)
         return tensor
 
     def all_gather_last_dim(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -149,7 +150,6 @@ class Dist:
         return tensor
 
 
-
 _LIVE: weakref.WeakValueDictionary[int, Dist] = weakref.WeakValueDictionary()  # every Dist of this process, by id
 
 
@@ -176,6 +176,7 @@ def traced_all_gather_last_dim(tensor: torch.Tensor, handle: int) -> torch.Tenso
 @traced_all_gather_last_dim.register_fake
 def _traced_all_gather_shape(tensor: torch.Tensor, handle: int) -> torch.Tensor:
     return tensor.new_empty((*tensor.shape[:-1], tensor.shape[-1] * _LIVE[handle].layout.tp))
+
 
 def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
     """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""

@@ -124,7 +124,7 @@ class ShmGroup:
         self._counters[self.me * (LINE // 8) + 1] = os.getpid()  # so a waiting peer can tell this process died
         dist.barrier(group=group)
         self._slots = torch.frombuffer(self._map, dtype=torch.uint8, offset=header).view(2, self.size, capacity)
-        self._views: dict[tuple, tuple[list[torch.Tensor], ...]] = {}  # _slot_views of even calls, by (dtype, shape)
+        self._views: dict[tuple, tuple[list[torch.Tensor], ...]] = {}  # _slot_views by (dtype, shape)
 
     def fits(self, tensor: torch.Tensor) -> bool:
         return tensor.numel() * tensor.element_size() <= self.capacity
@@ -150,8 +150,8 @@ class ShmGroup:
 
     def _slot_views(self, tensor: torch.Tensor, rows: list[int] | None) -> tuple[list[torch.Tensor], ...]:
         """Per parity, every member's slot seen as its tensor of a call shaped like `tensor` (`rows`: each member's
-        dim-0 size, where they differ). Kept per even shape (CACHED_SHAPES): building the views cost a 4 KiB
-        all-reduce 20 us a call where the exchange costs 4 (2 ranks, back to back, the Intel VM)."""
+        dim-0 size, where they differ). Kept per shape for calls without `rows` (CACHED_SHAPES): building the views
+        cost a 4 KiB all-reduce 20 us a call where the exchange costs 4 (2 ranks, back to back, the Intel VM)."""
         row_shape = tuple(tensor.shape[1:])
         shapes = [(n, *row_shape) for n in rows] if rows is not None else [tuple(tensor.shape)] * self.size
         row_bytes = tensor.element_size() * math.prod(row_shape)
