@@ -28,7 +28,8 @@ ALLOWED = {
     # bench measures launched engines (calibrate/validate --engine vllm start vLLM through launch's script)
     "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
 }
-BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields"}
+BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
+        "vendors"}
 
 
 def module_name(path: Path) -> str:

@@ -4,7 +4,8 @@ A serving engine (vLLM, SGLang, TensorRT-LLM) starts its own workers, one per ra
 (TRT-LLM: one per rank, under its MPI launcher). So where the bundled runner gets a line per rank, an engine gets
 a `NodeCommand` per node; the per-rank facts of the LaunchSpec (GPU, CPUs, NUMA node, NCCL variables) are turned
 into what that engine lets us set for the whole node:
-- CUDA_VISIBLE_DEVICES: the node's planned GPUs in local-rank order (the spec's own value). Every engine here
+- CUDA_VISIBLE_DEVICES (HIP_VISIBLE_DEVICES on AMD, topoplan.vendors): the node's planned GPUs in local-rank
+  order (the spec's own value). Every engine here
   gives worker `local_rank` the device `cuda:local_rank` and orders ranks TP-fastest, then PP, then DP, so each TP
   group lands on the GPUs the planner chose (each engine module says where its source does this);
 - CPU/NUMA: an engine process cannot bind its workers one by one from outside, so the server is bound to the
@@ -20,8 +21,10 @@ from dataclasses import dataclass, field
 
 from topoplan.cpuset import format_cpu_list
 from topoplan.errors import TopoplanError
+from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, NodeSpec
+from topoplan.vendors import vendor_of
 
 DEFAULT_HOST = "127.0.0.1"  # serve on loopback unless asked: an open port on every interface is a choice to make
 DEFAULT_SERVE_PORT = 8000  # vLLM's, SGLang's (30000 upstream, set explicitly) and trtllm-serve's default HTTP port
@@ -98,13 +101,12 @@ def node_binding(spec: LaunchSpec, node: NodeSpec) -> list[str]:
 
 
 def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[str]]:
-    """CUDA numbering and NCCL variables for a node's server process, and notes on what could not be expressed."""
+    """GPU selection (the vendor's variables) and NCCL variables for a node's server process, and notes on what
+    could not be expressed."""
     ranks = spec.node_ranks(node.index)
-    env = [EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); CUDA's "
-                  "default order is fastest-first"),
-           EnvVar("CUDA_VISIBLE_DEVICES", node.cuda_visible_devices,
-                  f"node {node.index}'s planned GPUs in local-rank order: worker local rank i uses cuda:i = "
-                  + ", ".join(f"{r.gpu} (rank {r.rank})" for r in ranks))]
+    env = device_env(spec.vendor, node.cuda_visible_devices,
+                     f"node {node.index}'s planned GPUs in local-rank order: worker local rank i uses cuda:i = "
+                     + ", ".join(f"{r.gpu} (rank {r.rank})" for r in ranks))
     notes = []
     for name in ("NCCL_IB_HCA", "NCCL_P2P_LEVEL"):
         found_vars = [next((v for v in r.env if v.name == name), None) for r in ranks]
@@ -118,3 +120,8 @@ def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[s
             notes.append(f"node {node.index}: ranks differ in {name} ({found}); one server environment cannot set "
                          "it per worker, so it is left to NCCL")
     return env, notes
+
+
+def device_mapping(spec: LaunchSpec, template: str) -> str:
+    """An engine's one-line device mapping with the vendor's visible-devices variable in `{visible}`."""
+    return template.format(visible=vendor_of(spec.vendor).visible_devices)

@@ -16,13 +16,20 @@ one node only. SGLang is launched here for GPUs only (its CPU backend needs its 
 from __future__ import annotations
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    ServeOptions,
+    device_mapping,
+    node_binding,
+    node_gpu_env,
+)
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 from topoplan.layout import Layout
 
 SERVER_MODULE = "sglang.launch_server"
 DEVICE_MAPPING = ("SGLang: worker (pp_rank, tp_rank) of DP replica d uses local GPU d*tp*pp + pp_rank*tp_per_node + "
-                  "tp_rank of CUDA_VISIBLE_DEVICES; node n runs the n-th contiguous block of ranks")
+                  "tp_rank of {visible}; node n runs the n-th contiguous block of ranks")
 
 
 def _parallel_args(layout: Layout) -> list[str]:
@@ -62,4 +69,4 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
         argv = (*node_binding(spec, node), options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint,
                 *common, *rank_args, *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("sglang", spec, options, tuple(commands), DEVICE_MAPPING, tuple(notes))
+    return EngineLaunch("sglang", spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))

@@ -19,12 +19,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    ServeOptions,
+    device_mapping,
+    node_binding,
+    node_gpu_env,
+)
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 
 SERVER_MODULE = "tensorrt_llm.commands.serve"
 MPI_WRAPPER = "trtllm-llmapi-launch"  # TRT-LLM's wrapper that turns MPI ranks > 0 into workers of rank 0's server
-DEVICE_MAPPING = ("TensorRT-LLM: rank r uses cuda:(r % gpus_per_node) of CUDA_VISIBLE_DEVICES; ranks are TP-fastest, "
+DEVICE_MAPPING = ("TensorRT-LLM: rank r uses cuda:(r % gpus_per_node) of {visible}; ranks are TP-fastest, "
                   "then PP; node n runs the n-th contiguous block of ranks")
 
 
@@ -50,9 +57,9 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
         node = spec.nodes[0]
         env, notes = node_gpu_env(spec, node)
         command = NodeCommand(0, (*node_binding(spec, node), *argv), tuple(env), serves=True)
-        return EngineLaunch("trtllm", spec, options, (command,), DEVICE_MAPPING, tuple(notes))
+        return EngineLaunch("trtllm", spec, options, (command,), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
     require_master_addr(spec, "TensorRT-LLM over several nodes")
-    return EngineLaunch("trtllm", mpi_spec(spec, argv), options, (), DEVICE_MAPPING,
+    return EngineLaunch("trtllm", mpi_spec(spec, argv), options, (), device_mapping(spec, DEVICE_MAPPING),
                         ("several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP",))
 
 

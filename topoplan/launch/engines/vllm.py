@@ -26,13 +26,20 @@ from __future__ import annotations
 
 from topoplan.cpuset import format_cpu_list
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    ServeOptions,
+    device_mapping,
+    node_binding,
+    node_gpu_env,
+)
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve`: the headless workers of nodes > 0
-DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of CUDA_VISIBLE_DEVICES; ranks are TP-fastest, then PP, "
+DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of {visible}; ranks are TP-fastest, then PP, "
                   "then DP; node n runs the n-th contiguous block of ranks")
 
 
@@ -83,4 +90,4 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
             server = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint, "--headless"]
         argv = (*binding, *server, *common, *rank_args, *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("vllm", spec, options, tuple(commands), DEVICE_MAPPING, tuple(notes))
+    return EngineLaunch("vllm", spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
