@@ -16,7 +16,7 @@ import click
 import pytest
 
 from tests.launch_support import FIXTURES, ROOT
-from topoplan.engines import EngineId
+from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.common import EngineLaunch
@@ -32,7 +32,7 @@ DGX = str(FIXTURES / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt")
 def launch(engine: str, layout: str, topo: str = DGX, nodes: int = 1, **kw) -> EngineLaunch:
     hosts = ("node-a", "node-b")[:nodes] if nodes > 1 else None
     return engine_launch_for(LaunchRequest(layout=Layout.parse(layout), topo=topo, nodes=nodes, hosts=hosts,
-                                           engine=EngineId(engine), checkpoint="/models/llama", **kw))
+                                           engine=resolve(engine), checkpoint="/models/llama", **kw))
 
 
 def after_module(argv: tuple[str, ...], module: str) -> list[str]:
@@ -92,7 +92,7 @@ def test_sglang_refuses_replicas_across_nodes_and_cpus() -> None:
     with pytest.raises(TopoplanError, match="DP attention"):
         launch("sglang", "tp=4,dp=4", nodes=2)
     with pytest.raises(TopoplanError, match="GPUs only"):
-        engine_launch_for(LaunchRequest(layout=Layout(tp=2), engine=EngineId("sglang"), checkpoint="/m", device="cpu"))
+        engine_launch_for(LaunchRequest(layout=Layout(tp=2), engine=resolve("sglang"), checkpoint="/m", device="cpu"))
 
 
 # --- TensorRT-LLM trtllm-serve ------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_engine_formats_and_versions() -> None:
     with pytest.raises(TopoplanError, match="starts its own workers"):
         render_engine(served, "torchrun")
     with pytest.raises(TopoplanError, match="vllm@0.32"):
-        engine_launch_for(LaunchRequest(layout=Layout(tp=2), topo=DGX, engine=EngineId("vllm", "0.2"),
+        engine_launch_for(LaunchRequest(layout=Layout(tp=2), topo=DGX, engine=resolve("vllm@0.2"),
                                         checkpoint="/m"))
 
 
@@ -254,3 +254,29 @@ def test_nccl_ib_hca_is_the_node_wide_list_so_every_rank_agrees() -> None:
     dgx = launch("vllm", "tp=8")  # the DGX A100's 8 GPU-facing NICs; mlx5_8/9 are the nearest of no GPU
     assert dgx.nodes[0].env_dict()["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert not any("differ in NCCL_IB_HCA" in note for note in dgx.notes)
+
+
+@pytest.mark.parametrize("engine, third", [("topoplan", (8, 1, 1)), ("vllm", (2, 1, 4)), ("sglang", (2, 1, 4)),
+                                            ("trtllm", (2, 1, 4))])
+def test_launch_rank_n_launches_the_engines_own_plan_row_n(engine: str, third: tuple) -> None:
+    """`launch --engine E --rank N` places `plan --engine E`'s row N: on the H100 NVL pairs the engines rank
+    tp=2,dp=4 third where the bundled runner ranks tp=8 (launch used to re-plan without the engine)."""
+    from typer.testing import CliRunner
+
+    from topoplan.cli import app
+
+    base = ["--topo", NVL_PAIRS, "--gpu", "h100-nvl", "--model", "70b", "--engine", engine]
+    cli = CliRunner()
+    planned = cli.invoke(app, ["plan", *base, "--json"])
+    assert planned.exit_code == 0, planned.output
+    rows = json.loads(planned.stdout)["layouts"]
+    assert (rows[2]["tp"], rows[2]["pp"], rows[2]["dp"]) == third
+    for n, row in enumerate(rows[:3], start=1):
+        launched = cli.invoke(app, ["launch", *base, "--rank", str(n), "--checkpoint", "/models/llama",
+                                    "--format", "json"])
+        assert launched.exit_code == 0, launched.output
+        document = json.loads(launched.stdout)
+        assert (document["layout"]["tp"], document["layout"]["pp"], document["layout"]["dp"]) == third if n == 3 \
+            else (document["layout"]["tp"], document["layout"]["pp"], document["layout"]["dp"]) == (
+                row["tp"], row["pp"], row["dp"])
+        assert {r["rank"]: r["gpu"] for r in document["ranks"]} == {p["rank"]: p["gpu"] for p in row["placement"]}

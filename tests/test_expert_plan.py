@@ -200,7 +200,7 @@ def test_a_layout_on_fewer_nodes_wins_when_the_node_count_does_not_tile():
 def test_fewer_node_layouts_follow_the_engine_rules_and_get_expert_parallel_twins():
     """On 3 nodes of 8 GPUs, 2 full nodes (16 GPUs) are offered: tp x pp = 16. An engine without pipeline
     parallelism keeps only pp 1; an MoE model gets ep = tp twins where tp divides its experts (Mixtral: 8)."""
-    from topoplan.engines.profile import Parallelism
+    from topoplan.engines.engine import Parallelism
     from topoplan.models import find_model
     from topoplan.plan.layouts import fewer_node_layouts
 

@@ -204,6 +204,7 @@ def plan_command(
 
     from rich.console import Console
 
+    from topoplan.engines import resolve
     from topoplan.plan.cost import Workload
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import Limits, nothing_fits, plan_json
@@ -215,7 +216,7 @@ def plan_command(
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
-                              engine=engine,
+                              engine=resolve(engine),
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
@@ -307,7 +308,7 @@ def launch(
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.engines import parse_engine
+    from topoplan.engines import resolve
     from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
     from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
     from topoplan.launch.engines.render import render_engine
@@ -318,8 +319,8 @@ def launch(
     from topoplan.layout import Layout
 
     try:
-        engine_id = parse_engine(engine)
-        serving = engine_id.name != "topoplan"
+        chosen_engine = resolve(engine)
+        serving = chosen_engine.serves
         if not serving and master_port is not None:
             raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
         request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
@@ -327,7 +328,8 @@ def launch(
                                 hosts=parse_hosts(hosts),
                                 port=(master_port if serving else port) or DEFAULT_MASTER_PORT,
                                 command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
-                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=engine_id, device=device,
+                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=chosen_engine,
+                                device=device,
                                 host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
                                 launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
@@ -493,28 +495,25 @@ def calibrate_command(
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.atomic import check_folder
     from topoplan.bench.calibrate import calibrate, write_calibration
-    from topoplan.engines import parse_engine
+    from topoplan.bench.drivers import driver_of
+    from topoplan.engines import resolve
 
     try:
         check_folder(out)
-        engine_id = parse_engine(engine)
-        if engine_id.name == "vllm":
-            from topoplan.bench.vllm_cpu import calibrate_vllm
-
+        chosen = resolve(engine)
+        if chosen.serves:
+            driver = driver_of(chosen, "calibrate")
             if calibration is None:
-                raise TopoplanError("--engine vllm prices layouts with this machine's CPU calibration: pass "
+                raise TopoplanError(f"--engine {engine} prices layouts with this machine's CPU calibration: pass "
                                     "--calibration FILE (from `topoplan calibrate`)")
-            document = calibrate_vllm(calibration, model=model, python=engine_python, force=force)
+            document = driver.calibrate_served(chosen, calibration, model=model, python=engine_python, force=force)
             path = write_calibration(out, document)
-            fitted = document["engines"]["vllm"]
-            print(f"wrote {path}: vLLM {fitted['engine_version']} overhead per layer "
+            fitted = document["engines"][chosen.name]
+            print(f"wrote {path}: {chosen.name} {fitted['engine_version']} overhead per layer "
                   f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
                   f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
                   "us per extra rank")
             return
-        if engine_id.name != "topoplan":
-            raise TopoplanError(f"--engine {engine}: calibrate measures the runner (topoplan) or vLLM's CPU build "
-                                "(vllm) on this machine")
         with progress_steps(as_json) as on_step:
             document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
                                  force=force, on_step=on_step)
@@ -556,26 +555,24 @@ def validate_command(
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 
+    from topoplan.bench.drivers import driver_of
     from topoplan.bench.render import print_validate
     from topoplan.bench.validate import validate
-    from topoplan.engines import parse_engine
+    from topoplan.engines import resolve
 
     try:
-        engine_id = parse_engine(engine)
-        if engine_id.name == "vllm":
-            from topoplan.bench.vllm_cpu import validate_vllm
-
+        chosen = resolve(engine)
+        if chosen.serves:
+            driver = driver_of(chosen, "validate")
             if layouts.strip().lower() != "all":
-                raise TopoplanError("--engine vllm validates every layout vLLM runs here: drop --layouts")
-            result = validate_vllm(model, calibration, python=engine_python, batch=batch, prompt_len=prompt_len,
-                                   gen_len=gen_len, repeats=repeats, timeout_s=timeout, force=force)
-        elif engine_id.name == "topoplan":
+                raise TopoplanError(f"--engine {engine} validates every layout it runs here: drop --layouts")
+            result = driver.validate_served(chosen, model, calibration, python=engine_python, batch=batch,
+                                            prompt_len=prompt_len, gen_len=gen_len, repeats=repeats,
+                                            timeout_s=timeout, force=force)
+        else:
             with progress_steps(as_json) as on_step:
                 result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                   repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
-        else:
-            raise TopoplanError(f"--engine {engine}: validate runs the runner (topoplan) or vLLM's CPU build (vllm) "
-                                "on this machine")
     except TopoplanError as error:
         raise fail(error) from None
     warn(result["load"]["warnings"])

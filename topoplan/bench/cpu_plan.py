@@ -21,7 +21,6 @@ from typing import Any
 from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import dtype_of
-from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec, find_model
@@ -98,7 +97,7 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
 def _refuse_gpu_options(r: PlanRequest) -> None:
     options = (("--topo", r.topo), ("--gpu", r.gpu), ("--cpu", r.cpu), ("--nic-gbps", r.nic_gbps))
     given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
-        [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
+        [f"--engine {r.engine}"] if r.engine.serves else [])
     if given:
         raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
                             "machines: drop them, or plan GPUs with --device gpu")

@@ -4,10 +4,10 @@ the memory left free once the weights are loaded."""
 
 from __future__ import annotations
 
-from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 from topoplan.engines.vllm import AIC
 
-V1 = EngineProfile(
+V1 = Engine(
     name="trtllm", version="1.0", covers=("1.0.0", "1.3"), cuda_graphs_decode=True,
     parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
     memory=MemoryPolicy(basis="free", fraction=0.90, option="--kv_cache_free_gpu_memory_fraction",
@@ -52,6 +52,7 @@ V1 = EngineProfile(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
+    launcher="trtllm",
 )
 
-PROFILES = (V1,)
+ENGINES = (V1,)

@@ -6,10 +6,10 @@ Kept out of cli.py so the CLI only parses options, and so tests and other tools 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topoplan.cpuset import CpuFacts
-from topoplan.engines import DEFAULT_ENGINE, EngineId
+from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
 from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, EngineLaunch, ServeOptions
@@ -104,7 +104,7 @@ class LaunchRequest:
     device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
     mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
     launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
-    engine: EngineId = EngineId(DEFAULT_ENGINE)
+    engine: Engine = field(default_factory=default_engine)  # resolved at the edge (topoplan.engines.resolve)
     host: str = DEFAULT_HOST
     serve_port: int = DEFAULT_SERVE_PORT
     engine_python: str = "python3"
@@ -112,7 +112,7 @@ class LaunchRequest:
 
     @property
     def serving(self) -> bool:
-        return self.engine.name != DEFAULT_ENGINE
+        return self.engine.serves
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -123,6 +123,7 @@ class LaunchRequest:
         if self.rank is not None and self.rank < 1:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
+        object.__setattr__(self, "engine", resolve(self.engine))  # NAME or NAME@VERSION from Python callers
         self._check_engine_options()
         if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
@@ -195,15 +196,15 @@ def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
 
 
 def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, nodes: int, objective: str,
-                      rank: int) -> tuple[Layout, list[RankPlacement]]:
-    """Layout and placement of the `rank`-th row of `topoplan plan` for the same model, machine and objective
-    (and the planner's default workload)."""
+                      rank: int, engine: Engine) -> tuple[Layout, list[RankPlacement]]:
+    """Layout and placement of the `rank`-th row of `topoplan plan --engine ENGINE` for the same model, machine and
+    objective (and the planner's default workload): the rows an engine's plan ranks are its own."""
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.placement import expand
 
     if model is None:
         raise TopoplanError("--rank N picks a row of `topoplan plan`, which needs --model")
-    result = plan_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective))
+    result = plan_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, engine=engine))
     if not 1 <= rank <= len(result.layouts):
         raise TopoplanError(f"--rank {rank}: the plan has {len(result.layouts)} layout(s), numbered from 1")
     entry = result.layouts[rank - 1]
@@ -234,12 +235,13 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
         placements = place(topology, chosen, r.nodes)
     else:
         chosen, placements = planned_placement(topo=r.topo, model=r.model, gpu=r.gpu, nodes=r.nodes,
-                                               objective=r.objective, rank=r.rank)  # type: ignore[arg-type]
+                                               objective=r.objective, rank=r.rank,  # type: ignore[arg-type]
+                                               engine=r.engine)
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
     if r.serving:  # the engine's command is per node (engine_launch_for); the spec carries its per-rank facts
-        command: Sequence[str] = (str(r.engine),)
+        command: Sequence[str] = (r.engine.name,)
     else:
         command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
@@ -258,7 +260,7 @@ def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
     facts = CpuFacts.read_sysfs()
     slots = cpu_slots(layout.world // r.nodes, facts)
     if r.serving:
-        command: Sequence[str] = (str(r.engine),)
+        command: Sequence[str] = (r.engine.name,)
     else:
         command = r.command or runner_command(layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
     return build_spec(slots, layout, expand(layout, r.nodes, [g.id for g in slots.gpus]), command=command,

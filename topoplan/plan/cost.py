@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
-from topoplan.engines.profile import MemoryPolicy
+from topoplan.engines.engine import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
 from topoplan.models import ModelSpec

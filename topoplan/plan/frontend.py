@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from topoplan.engines import DEFAULT_ENGINE, resolve
+from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
@@ -42,7 +42,7 @@ class PlanRequest:
     ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
-    engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
+    engine: Engine = field(default_factory=default_engine)  # NAME or NAME@VERSION is resolved when built
     limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
 
@@ -53,7 +53,7 @@ class PlanRequest:
                      dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
-        resolve(self.engine)  # an unknown engine or version fails here, before any file is read
+        object.__setattr__(self, "engine", resolve(self.engine))  # an unknown one fails here, before any file
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
@@ -76,7 +76,7 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
 def plan_for(request: PlanRequest) -> Plan:
     """Read what the request names (model, calibration, topology and its GPU) and plan."""
     r = request
-    engine = resolve(r.engine)
+    engine = r.engine
     spec = find_model(r.model)
     cal = load_calibration(r.calibration, engine_calibration(engine), engine.name)
     try:

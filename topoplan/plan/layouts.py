@@ -11,7 +11,7 @@ pad the vocabulary needs tp to divide it too (the bundled runner), one without p
 
 from __future__ import annotations
 
-from topoplan.engines.profile import Parallelism
+from topoplan.engines.engine import Parallelism
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec

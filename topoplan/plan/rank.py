@@ -12,8 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from topoplan.engines import DEFAULT_ENGINE, resolve
-from topoplan.engines.profile import EngineProfile
+from topoplan.engines import default_engine
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
@@ -98,7 +98,7 @@ class Plan:
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
-    engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
+    engine: Engine = field(default_factory=default_engine)  # what the layouts are priced for
     limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
     batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
 
@@ -153,7 +153,7 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-         ep: int | None = None, engine: EngineProfile | None = None, limits: Limits | None = None,
+         ep: int | None = None, engine: Engine | None = None, limits: Limits | None = None,
          search_batch: bool | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
     best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
@@ -165,7 +165,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
-    engine = engine or resolve(DEFAULT_ENGINE)
+    engine = engine or default_engine()
     calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar
@@ -75,7 +76,7 @@ class NodeCommand:
 class EngineLaunch:
     """A serving engine's launch: the spec it was derived from, the engine, and one command per node."""
 
-    engine: str
+    engine: Engine
     spec: LaunchSpec
     options: ServeOptions
     nodes: tuple[NodeCommand, ...]

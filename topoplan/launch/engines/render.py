@@ -57,8 +57,8 @@ def _line(command: NodeCommand) -> str:
 def _header(launch: EngineLaunch) -> list[str]:
     spec = launch.spec
     return [SHEBANG,
-            f"# topoplan launch: {launch.engine} serving {launch.options.checkpoint} with {spec.layout}, {spec.world} "
-            f"rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)".replace("\n", " "),
+            f"# topoplan launch: {launch.engine.name} serving {launch.options.checkpoint} with {spec.layout}, "
+            f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)".replace("\n", " "),
             f"# {launch.device_mapping}"]
 
 
@@ -106,7 +106,7 @@ def render_engine_sbatch(launch: EngineLaunch) -> str:
     if not launch.nodes:
         return render_sbatch(launch.spec, mpi="pmix")
     spec = launch.spec
-    header = ["--job-name=topoplan-" + launch.engine, f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1",
+    header = ["--job-name=topoplan-" + launch.engine.name, f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1",
               f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
     if all(n.host for n in spec.nodes):
         header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
@@ -118,7 +118,7 @@ def engine_dict(launch: EngineLaunch) -> dict:
     """The JSON contract: the engine, its URL, per node its argv and environment with reasons, and the spec's
     per-rank facts (GPU, CPUs, NUMA node) the commands were derived from."""
     return {
-        "engine": launch.engine, "url": launch.url, "device": launch.options.device,
+        "engine": launch.engine.name, "url": launch.url, "device": launch.options.device,
         "device_mapping": launch.device_mapping,
         "layout": {"tp": launch.spec.layout.tp, "pp": launch.spec.layout.pp, "dp": launch.spec.layout.dp},
         "nodes": [{"node": c.node, "host": launch.spec.nodes[c.node].host, "serves": c.serves, "argv": list(c.argv),
@@ -132,7 +132,7 @@ def engine_dict(launch: EngineLaunch) -> dict:
 def render_engine(launch: EngineLaunch, fmt: str) -> str:
     formats = (*SHELL_FORMATS, "mpirun") if not launch.nodes else SHELL_FORMATS
     if fmt not in formats:
-        raise TopoplanError(f"--format {fmt} with --engine {launch.engine}: the engine starts its own workers, so "
+        raise TopoplanError(f"--format {fmt} with --engine {launch.engine.name}: the engine starts its own workers, so "
                             f"expected one of {', '.join(formats)}")
     if fmt == "json":
         return json.dumps(engine_dict(launch), indent=2) + "\n"

@@ -15,6 +15,7 @@ one node only. SGLang is launched here for GPUs only (its CPU backend needs its 
 
 from __future__ import annotations
 
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
@@ -48,7 +49,7 @@ def _parallel_args(layout: Layout) -> list[str]:
             "--ep-size", str(layout.ep)]
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One SGLang server per node; node 0 serves on options.host:options.port."""
     if options.device != "gpu":
         raise TopoplanError("SGLang is launched for GPUs only (--device gpu); its CPU backend is a separate build")
@@ -69,4 +70,4 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
         argv = (*node_binding(spec, node), options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint,
                 *common, *rank_args, *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("sglang", spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
+    return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
@@ -44,7 +45,7 @@ def server_argv(spec: LaunchSpec, options: ServeOptions) -> list[str]:
             "--host", options.host, "--port", str(options.port), *options.extra_args]
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One trtllm-serve for one node; for several nodes, one MPI process per rank (EngineLaunch.mpi_spec)."""
     if options.device != "gpu":
         raise TopoplanError("TensorRT-LLM runs on NVIDIA GPUs only (--device gpu)")
@@ -57,9 +58,9 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
         node = spec.nodes[0]
         env, notes = node_gpu_env(spec, node)
         command = NodeCommand(0, (*node_binding(spec, node), *argv), tuple(env), serves=True)
-        return EngineLaunch("trtllm", spec, options, (command,), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
+        return EngineLaunch(engine, spec, options, (command,), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
     require_master_addr(spec, "TensorRT-LLM over several nodes")
-    return EngineLaunch("trtllm", mpi_spec(spec, argv), options, (), device_mapping(spec, DEVICE_MAPPING),
+    return EngineLaunch(engine, mpi_spec(spec, argv), options, (), device_mapping(spec, DEVICE_MAPPING),
                         ("several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP",))
 
 

@@ -25,6 +25,7 @@ one NUMA node vLLM refuses to start without it), and VLLM_CPU_KVCACHE_SPACE (GiB
 from __future__ import annotations
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
@@ -66,7 +67,7 @@ def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]
     return env
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One vLLM process per node; node 0 serves on options.host:options.port."""
     require_node_blocks(spec, "vLLM")
     nnodes = len(spec.nodes)
@@ -90,4 +91,4 @@ def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
             server = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint, "--headless"]
         argv = (*binding, *server, *common, *rank_args, *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("vllm", spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
+    return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
