@@ -386,8 +386,8 @@ def run(
                              "an existing one), then exit; takes no other option."),
 ) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
+    from topoplan.run_options import RunOptions
     from topoplan.runner.local import check_save, run_local
-    from topoplan.runner.options import RunOptions
 
     try:
         opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,

@@ -201,6 +201,7 @@ class ModelSpec:
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096}
 _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 8192}
 _LLAMA31 = {**_LLAMA3, "max_position_embeddings": 131072}
+BUILTIN_MODELS = ("tiny", "small")  # the bundled runner's random models, built on first use (topoplan.runner.builtin)
 CATALOG: dict[str, dict[str, Any]] = {
     "Llama-2-7B": {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "num_key_value_heads": 32},

@@ -22,7 +22,7 @@ from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cp
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, micro_batches
 from topoplan.models import ModelSpec, find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import LayoutCost, Workload
@@ -79,7 +79,7 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     layout = cand.layout
     layer_bytes = spec.layer_params_per_rank(layout.tp, layout.ep) * dtype_of(CPU_DTYPE).bytes
 
-    micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
+    micro = micro_batches(layout.pp, workload.batch) if micro_batched else 1
     decode_rows = math.ceil(workload.batch / micro)
 
     def at(rows: int, busy_stages: int) -> LayoutCost:

@@ -31,7 +31,7 @@ from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import Workload
-from topoplan.runner.options import RunOptions
+from topoplan.run_options import RunOptions
 
 
 def model_spec(model: str) -> ModelSpec:

@@ -16,8 +16,9 @@ from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, Eng
 from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
+from topoplan.models import BUILTIN_MODELS
 from topoplan.rank_env import DEFAULT_MASTER_PORT
-from topoplan.runner.options import parse_ids
+from topoplan.run_options import parse_ids
 from topoplan.topology.model import Topology
 
 DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default command runs for any checkpoint
@@ -33,8 +34,6 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
     neither prompts nor ids are given. A CPU launch (`device="cpu"`) asks for gloo, which the runner would
     otherwise only choose where CUDA is missing.
     """
-    from topoplan.runner.builtin import BUILTIN
-
     if layout.tp % layout.ep:
         raise TopoplanError(f"layout {layout}: the bundled runner splits experts inside a TP group (ep dividing tp; "
                             "its DP replicas run independently), so vLLM's ep = tp x dp needs an engine: put its "
@@ -43,12 +42,12 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
         if not checkpoint.strip():
             raise TopoplanError("--checkpoint: expected a folder, got an empty path")
         runner_model = checkpoint
-    elif model is None or model in BUILTIN:
+    elif model is None or model in BUILTIN_MODELS:
         runner_model = model or "tiny"
     else:
-        raise TopoplanError(f"the bundled runner loads a built-in model ({', '.join(BUILTIN)}) or an HF checkpoint "
-                            f"folder, and --model {model!r} is a planner model: pass --checkpoint DIR, or your own "
-                            "command after --")
+        raise TopoplanError(f"the bundled runner loads a built-in model ({', '.join(BUILTIN_MODELS)}) or an HF "
+                            f"checkpoint folder, and --model {model!r} is a planner model: pass --checkpoint DIR, or "
+                            "your own command after --")
     if not prompts and not prompt_ids:
         prompt_ids = [DEFAULT_PROMPT_IDS]
     # `--option=value`: a value starting with "-" (a folder named -rf, a prompt "-x") stays a value

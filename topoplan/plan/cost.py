@@ -32,7 +32,7 @@ from functools import cached_property
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.engines.engine import MemoryPolicy
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
+from topoplan.layout import STREAMED_WEIGHT_BYTES, Layout, RankCoords, RankGrid, micro_batches, split_layers
 from topoplan.models import ModelSpec
 from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
@@ -41,11 +41,6 @@ from topoplan.plan.device import DeviceSpec
 from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
-# A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
-# product pays Calibration.matmul_call_us, and the runner times MKL and packed oneDNN on it and keeps the faster
-# (topoplan.runner.cpu_linear); one
-# that fits in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
-STREAMED_WEIGHT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -388,7 +383,7 @@ class CostModel:
             prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
             prefill += self._step_extra_ms(rings, batch)
             decode, _ = self._pipeline_ms(rings, models, batch, groups)
-            micro = min(layout.pp, batch)
+            micro = micro_batches(layout.pp, batch)
             through, stage_ms = self._pipeline_ms(rings, models, batch / micro, groups)
             step = max(through, micro * max(stage_ms))
             if worst is None or decode > worst[1]:

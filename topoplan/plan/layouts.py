@@ -13,23 +13,13 @@ from __future__ import annotations
 
 from topoplan.engines.engine import Parallelism
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, tp_problems
 from topoplan.models import ModelSpec
 from topoplan.plan.placement import node_blocks
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def tp_problems(tp: int, heads: int, kv_heads: int | None, widths: dict[str, int]) -> list[str]:
-    """Why `tp` cannot split a model: heads, KV heads (None: MLA, replicated) and each named width must divide
-    evenly. The one TP rule of the planner and the runner (which passes its vocabulary as a width too)."""
-    problems = [f"{name}={value} is not divisible by tp={tp}"
-                for name, value in {"num_attention_heads": heads, **widths}.items() if value % tp]
-    if kv_heads is not None and kv_heads % tp and tp % kv_heads:
-        problems.append(f"num_key_value_heads={kv_heads} neither divides nor is divisible by tp={tp}")
-    return problems
 
 
 def _model_tp_problems(model: ModelSpec, tp: int, pads_vocab: bool = True) -> list[str]:

@@ -16,8 +16,8 @@ from typing import Any
 from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
+from topoplan.layout import tp_problems
 from topoplan.models import QKV_BIAS_TYPES, spec_from_config
-from topoplan.plan.layouts import tp_problems
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
 SLIDING_WINDOW_TYPES = ("mistral", "mixtral")  # their `sliding_window` key masks keys older than it
@@ -139,7 +139,7 @@ def load_hf_config(folder: str | Path) -> ModelConfig:
 
 
 def check_tp(config: ModelConfig, tp: int, source: str = "layout", ep: int = 1) -> None:
-    """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.plan.layouts.tp_problems),
+    """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.layout.tp_problems),
     plus the vocabulary, which this runner shards evenly without padding (vLLM pads it instead). MoE: experts
     TP-sharded (ep 1) need their widths divisible by tp; expert parallelism needs ep to divide the experts,
     and ep to divide tp (this runner's DP replicas run independently, so an EP group stays in one TP group)."""
