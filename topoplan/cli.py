@@ -221,7 +221,7 @@ def plan_command(
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
         if device is PlanDevice.cpu:
-            from topoplan.bench.cpu_plan import plan_cpu
+            from topoplan.plan.cpu_layouts import plan_cpu
 
             result = plan_cpu(request)
         else:

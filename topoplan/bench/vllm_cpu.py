@@ -20,7 +20,7 @@ the engine profile's own constants (topoplan.engines.engine.Overheads),
 and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
 shows predicted vs measured. PP is priced without micro-batches: requests
 that arrive together go into vLLM's first scheduled batch and a request in flight is not scheduled again before
-its token returns, so the batch walks the stages as one (the runner splits it; topoplan.bench.cpu_plan).
+its token returns, so the batch walks the stages as one (the runner splits it; topoplan.plan.cpu_layouts).
 Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
 data parallelism is not run here).
 """
@@ -41,8 +41,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import MOE_OVERHEADS
-from topoplan.bench.cpu_plan import Candidate, cpu_candidates
 from topoplan.bench.load import LoadMonitor
 from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
 from topoplan.cpuset import cpu_cores
@@ -51,6 +49,8 @@ from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.render import render_serve_script
 from topoplan.layout import Layout
+from topoplan.plan.cpu_entry import MOE_OVERHEADS
+from topoplan.plan.cpu_layouts import Candidate, cpu_candidates
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 # vLLM options for the measured server: the byte model has no tokenizer files; fp32 like the runner. vLLM's
@@ -221,8 +221,8 @@ def calibrate_served(engine: Engine, calibration: str, *, model: str = "small", 
     in three calibrate + validate pairs on 2026-12-03, one serving's TP1 decode in `calibrate` was 21-26%
     slower than `validate`'s minutes later, with each serving's own runs within a few percent, so one serving
     per layout is too few."""
-    from topoplan.bench.cpu import load_cpu_entry
     from topoplan.jsonfile import read_json
+    from topoplan.plan.cpu_entry import load_cpu_entry
 
     python = check_python(python)
     entry = load_cpu_entry(calibration)
@@ -264,8 +264,8 @@ def validate_served(engine: Engine, model: str, calibration: str | None, *, pyth
                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
                   force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
-    from topoplan.bench.cpu import load_cpu_entry
     from topoplan.bench.validate import bandwidth_probe, drift, summarize
+    from topoplan.plan.cpu_entry import load_cpu_entry
 
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "

@@ -5,7 +5,7 @@ The candidates: one rank with every core as its threads (TP1), and every tp x pp
 single-threaded rank per core; for an MoE model also the expert-parallel layouts the bundled runner runs
 (ep dividing tp: with dp 1, the planner's ep = tp x dp and the runner's EP inside a TP group coincide).
 Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU topology and device of
-topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
+topoplan.plan.cpu_entry, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
 m = min(pp, batch) micro-batches, all m stages streaming at once), prefill `batch x prompt_len`, and a CPU's
 FLOP rate depends on the rows (cpu.py). The decode time per token is the micro-batched schedule's step (every
 sequence one token, the planner's throughput formula), which is what the runner measures. CPU layouts are
@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
@@ -26,6 +25,7 @@ from topoplan.layout import Layout, micro_batches
 from topoplan.models import ModelSpec, find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import LayoutCost, Workload
+from topoplan.plan.cpu_entry import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.rank import Plan, RankedLayout, check_search, mark_dominated, plan, rank_key
