@@ -29,7 +29,7 @@ ALLOWED = {
     "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
 }
 BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
-        "vendors", "run_options"}
+        "vendors", "run_options", "model_aliases"}
 
 
 def module_name(path: Path) -> str:

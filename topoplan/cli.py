@@ -16,9 +16,8 @@ import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
-from topoplan.engines import DEFAULT_ENGINE
 from topoplan.errors import TopoplanError
-from topoplan.models import ALIAS_HELP
+from topoplan.model_aliases import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 app = typer.Typer(
@@ -195,7 +194,7 @@ def plan_command(
     device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
                                       "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
                                       "the --calibration file's `cpu` entry."),
-    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Serving engine to price for: topoplan (the bundled "
+    engine: str = typer.Option("topoplan", "--engine", help="Serving engine to price for: topoplan (the bundled "
                                "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
                                "(docs/engines.md)."),
 ) -> None:

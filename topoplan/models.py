@@ -17,6 +17,7 @@ from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config
 from topoplan.jsonfile import read_json
+from topoplan.model_aliases import ALIASES
 
 
 @dataclass(frozen=True)
@@ -255,12 +256,6 @@ CATALOG: dict[str, dict[str, Any]] = {
               "num_key_value_heads": 8},
 }
 
-ALIASES: dict[str, str] = {
-    "7b": "Llama-2-7B", "13b": "Llama-2-13B", "8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B",
-    "405b": "Llama-3.1-405B", "mixtral": "Mixtral-8x7B", "8x7b": "Mixtral-8x7B", "qwen-72b": "Qwen2.5-72B",
-    "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
-    "8x22b": "Mixtral-8x22B", "qwen3-235b": "Qwen3-235B-A22B", "235b": "Qwen3-235B-A22B",
-}
 _HF = "config.json of {} on the Hugging Face hub"
 # Where each catalog entry's figures come from (`topoplan list models` prints it).
 MODEL_SOURCES: dict[str, str] = {
@@ -276,7 +271,6 @@ MODEL_SOURCES: dict[str, str] = {
     "tiny": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model tiny`)",
     "small": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model small`)",
 }
-ALIAS_HELP = ", ".join(f"{k} -> {v}" for k, v in ALIASES.items())
 
 
 def check_context(max_context: int, tokens: int, asked: str, model: str) -> None:
