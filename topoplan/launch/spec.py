@@ -229,7 +229,8 @@ def build_spec(
         sources = {p.rank: cpu_source(g, topology, facts) for p, g in zip(mine, gpus)}
         bindable = {rank: src.cpus for rank, src in sources.items() if src.cpus}
         shares = split_cpus(bindable, facts, where=f"node {node}", source=source)
-        p2p = p2p_level(topology, [g.id for g in gpus])
+        p2p, p2p_notes = p2p_level(topology, [g.id for g in gpus])
+        notes += [f"node {node}: {note}" for note in p2p_notes]
         fabric = mnnvl(topology, nodes)
         for local_rank, (p, gpu) in enumerate(zip(mine, gpus)):
             share = shares.get(p.rank)
