@@ -303,6 +303,9 @@ def launch(
     job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
     allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
                                            "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
+    image: str = typer.Option(None, "--image", help="--format lws: the engine's container image."),
+    pod_memory: str = typer.Option(None, "--pod-memory", help="--format lws: each pod's memory (request = limit, "
+                                   "e.g. 900Gi), making it Guaranteed so the kubelet can pin its CPUs."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
@@ -334,7 +337,8 @@ def launch(
                                 host=host if host is not None else default_serve_host(fmt.value, DEFAULT_HOST),
                                 serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
-                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
+                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
+                                                         image=image, pod_memory=pod_memory))
         served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)

@@ -23,6 +23,7 @@ from topoplan.errors import TopoplanError
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
 from topoplan.launch.engines.health import wait_lines
+from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
 from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines, salloc_hint, srun_lines
@@ -49,7 +50,7 @@ WAIT = "\n".join([
     'kill -TERM -- "-$server" 2>/dev/null  # the server is gone: end anything it left in its group',
     'exit "$status"',
 ])
-SHELL_FORMATS = ("shell", "srun", "sbatch", "json")
+SHELL_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
 # Per-rank placement facts in the JSON (the engine sets its workers' variables itself; see "nodes")
 RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu", "gpu_index", "cuda_index", "cpus",
              "physical_cores", "mem_node")
@@ -155,6 +156,8 @@ def render_engine(launch: EngineLaunch, fmt: str) -> str:
                             f"expected one of {', '.join(formats)}")
     if fmt == "json":
         return json.dumps(engine_dict(launch), indent=2) + "\n"
+    if fmt == "lws":
+        return render_lws(launch)
     if fmt == "srun":
         return render_engine_srun(launch)
     if fmt == "sbatch":
