@@ -117,3 +117,18 @@ def test_explicit_host_is_kept(tmp_path):
     assert value(nodes[0]["argv"], "--host") == "127.0.0.5"
     assert value(nodes[0]["argv"], "--master-addr") == "127.0.0.3"  # the rendezvous is still node 0's address
     assert f"topoplan: vllm serves http://127.0.0.5:{port}" in done.stdout
+
+
+def test_trtllm_over_nodes_reads_the_allocation_and_waits_too(tmp_path):
+    dgx = ROOT / "fixtures" / "topo" / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "trtllm", "--topo", str(dgx),
+                           "--layout", "tp=8,pp=2", "--nodes", "2", "--checkpoint", "/m", "--format", "sbatch"],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert {"#SBATCH --ntasks-per-node=8", "#SBATCH --exclusive", "#SBATCH --mem=0"} <= set(lines)
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert "--mpi=pmix" in srun
+    step = next(line for line in lines if "trtllm-llmapi-launch" in line)  # the command after the wrapper
+    assert step.endswith('--host "$TOPOPLAN_HEAD_ADDR" --port 8000 &')  # every rank, expanded by the script
+    assert 'export MASTER_ADDR="$TOPOPLAN_HEAD_ADDR"' in lines and "until topoplan_healthy; do" in lines
