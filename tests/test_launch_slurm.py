@@ -6,8 +6,9 @@ munged + slurmctld + slurmd, CPU-only, no GPU configured), for a `--device cpu` 
 - the launch test worker, started the same way, finds the CPU mask, memory policy and variables the spec
   planned (Slurm's --cpu-bind and --mem-bind did bind it), MASTER_ADDR read from the allocation (the node's
   NodeAddr, 127.0.0.2, named by no launch option), and all-reduces over gloo;
-- an engine's sbatch script (`--engine vllm --device cpu`, the engine a stand-in that records its argv and answers
-  /health, tests/fake_engine.py) serves on the allocation's address and prints its URL once /health answers.
+- an engine's sbatch script, and its srun script inside salloc (`--engine vllm --device cpu`, the engine a
+  stand-in that records its argv and answers /health, tests/fake_engine.py) serves on the allocation's address
+  and prints its URL once /health answers.
 """
 
 from __future__ import annotations
@@ -103,16 +104,19 @@ def test_slurm_binds_what_the_spec_plans(fmt, slurm_env, tmp_path):
     assert not set(planned[0]["cpus"]) & set(planned[1]["cpus"])  # each task its own CPUs
 
 
-def test_engine_sbatch_serves_on_the_allocations_address(slurm_env, tmp_path):
+@pytest.mark.parametrize("fmt", ["sbatch", "srun"])
+def test_engine_script_serves_on_the_allocations_address(fmt, slurm_env, tmp_path):
     port = free_port()
-    script = tmp_path / "serve.sbatch"
+    script = tmp_path / f"serve.{fmt}"
     done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu",
                            "--layout", "tp=2", "--checkpoint", "/models/m", "--engine-python", str(FAKE_ENGINE),
-                           "--port", str(port), "--format", "sbatch", "-o", str(script)], cwd=ROOT, env=child_env(),
+                           "--port", str(port), "--format", fmt, "-o", str(script)], cwd=ROOT, env=child_env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = script.read_text()
-    assert {"#SBATCH --exclusive", "#SBATCH --mem=0"} <= set(text.splitlines()) and NODE_ADDR not in text
+    assert NODE_ADDR not in text
+    if fmt == "sbatch":
+        assert {"#SBATCH --exclusive", "#SBATCH --mem=0"} <= set(text.splitlines())
     out = tmp_path / "engine"
     out.mkdir()
     output = submit(script, dict(slurm_env, FAKE_ENGINE_OUT=str(out)), tmp_path)

@@ -131,6 +131,10 @@ def lws_manifest(launch: EngineLaunch) -> tuple[dict, list[str]]:
         raise TopoplanError("--format lws with TensorRT-LLM over several nodes: its ranks are MPI processes started "
                             "by mpirun or srun, which a LeaderWorkerSet does not run; use --format mpirun, srun or "
                             "sbatch")
+    if launch.options.device == "cpu":
+        raise TopoplanError("--format lws with --device cpu: the CPU launch binds vLLM's threads to this machine's CPU "
+                            "numbers, while a pod's CPUs are the kubelet's choice; launch on GPUs, or use --format "
+                            "shell on the machine itself")
     if spec.launcher.image is None:
         raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine} installed (e.g. "
                             "vllm/vllm-openai:v0.32.0, lmsysorg/sglang:v0.5.3)")
