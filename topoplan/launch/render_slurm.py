@@ -107,9 +107,7 @@ def srun_lines(spec: LaunchSpec, cluster_options: bool = True, mpi: str | None =
             f"--ntasks={spec.world}", f"--ntasks-per-node={per_node}"]
     if mpi is not None:
         args.append(f"--mpi={mpi}")
-    hosts = [n.host for n in spec.nodes]
-    if all(hosts):
-        args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
+    args += nodelist_args(spec)
     if spec.gpus_per_node:
         args.append(f"--gpus-per-node={spec.gpus_per_node}")
     binding, wrapper_binds = _binding_args(local)
@@ -127,15 +125,22 @@ def render_srun(spec: LaunchSpec, mpi: str | None = None) -> str:
     return "\n".join([SHEBANG, header, "set -euo pipefail", *srun_lines(spec, mpi=mpi)]) + "\n"
 
 
-def render_sbatch(spec: LaunchSpec, mpi: str | None = None) -> str:
-    per_node = len(spec.nodes[0].ranks)
-    header = [*spec.launcher.slurm_args(job_name=DEFAULT_JOB_NAME), f"--nodes={len(spec.nodes)}",
-              f"--ntasks-per-node={per_node}"]
+def nodelist_args(spec: LaunchSpec) -> list[str]:
+    """`--nodelist=a,b` from --hosts, when given (node 0's address is still read from the allocation)."""
+    hosts = [n.host for n in spec.nodes]
+    return [f"--nodelist={','.join(hosts)}"] if all(hosts) else []  # type: ignore[arg-type]
+
+
+def sbatch_header(spec: LaunchSpec, tasks_per_node: int, job_name: str = DEFAULT_JOB_NAME) -> list[str]:
+    """The `#SBATCH` lines: cluster options, whole nodes with every GPU and all their memory, --hosts."""
+    header = [*spec.launcher.slurm_args(job_name=job_name), f"--nodes={len(spec.nodes)}",
+              f"--ntasks-per-node={tasks_per_node}"]
     if spec.gpus_per_node:
         header.append(f"--gpus-per-node={spec.gpus_per_node}")
-    header += WHOLE_NODES
-    if all(n.host for n in spec.nodes):
-        header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header),
+    return [f"#SBATCH {shlex.quote(h)}" for h in [*header, *WHOLE_NODES, *nodelist_args(spec)]]
+
+
+def render_sbatch(spec: LaunchSpec, mpi: str | None = None) -> str:
+    return "\n".join(["#!/bin/bash", *sbatch_header(spec, len(spec.nodes[0].ranks)),
                       f"# topoplan launch: {spec.layout}, {spec.world} rank(s)", "set -euo pipefail",
                       *srun_lines(spec, cluster_options=False, mpi=mpi)]) + "\n"

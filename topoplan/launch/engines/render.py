@@ -26,7 +26,7 @@ from topoplan.launch.engines.health import wait_lines
 from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
-from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines, salloc_hint, srun_lines
+from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
 from topoplan.launch.runtime_addr import HEAD, HEAD_VAR, shell_join
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
@@ -50,7 +50,7 @@ WAIT = "\n".join([
     'kill -TERM -- "-$server" 2>/dev/null  # the server is gone: end anything it left in its group',
     'exit "$status"',
 ])
-SHELL_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
+ENGINE_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
 # Per-rank placement facts in the JSON (the engine sets its workers' variables itself; see "nodes")
 RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu", "gpu_index", "cuda_index", "cpus",
              "physical_cores", "mem_node")
@@ -100,10 +100,7 @@ def _step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
     wrapper = dispatch_argv("SLURM_NODEID", {c.node: [*env_words(c.env_dict()), *c.argv] for c in launch.nodes},
                             join=shell_join)
     args = ["srun", *(spec.launcher.slurm_args() if cluster_options else []), f"--nodes={len(spec.nodes)}",
-            "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL"]
-    hosts = [n.host for n in spec.nodes]
-    if all(hosts):
-        args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
+            "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL", *nodelist_args(spec)]
     return [*allocation_lines(len(spec.nodes)), "# the engine starts its own workers: one task per node",
             shell_join([*args, *wrapper]) + " &"]
 
@@ -122,16 +119,9 @@ def render_engine_srun(launch: EngineLaunch) -> str:
 
 def render_engine_sbatch(launch: EngineLaunch) -> str:
     spec = launch.spec
-    tasks = len(spec.nodes[0].ranks) if not launch.nodes else 1
-    header = [*spec.launcher.slurm_args(job_name="topoplan-" + launch.engine), f"--nodes={len(spec.nodes)}",
-              f"--ntasks-per-node={tasks}"]
-    if spec.gpus_per_node:
-        header.append(f"--gpus-per-node={spec.gpus_per_node}")
-    header += WHOLE_NODES
-    if all(n.host for n in spec.nodes):
-        header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch)[1:],
-                      *_serve_step(launch, cluster_options=False)]) + "\n"
+    tasks = len(spec.nodes[0].ranks) if not launch.nodes else 1  # MPI ranks (TRT-LLM over nodes), else one server
+    return "\n".join(["#!/bin/bash", *sbatch_header(spec, tasks, job_name="topoplan-" + launch.engine),
+                      *_header(launch)[1:], *_serve_step(launch, cluster_options=False)]) + "\n"
 
 
 def engine_dict(launch: EngineLaunch) -> dict:
@@ -150,7 +140,7 @@ def engine_dict(launch: EngineLaunch) -> dict:
 
 
 def render_engine(launch: EngineLaunch, fmt: str) -> str:
-    formats = (*SHELL_FORMATS, "mpirun") if not launch.nodes else SHELL_FORMATS
+    formats = (*ENGINE_FORMATS, "mpirun") if not launch.nodes else ENGINE_FORMATS
     if fmt not in formats:
         raise TopoplanError(f"--format {fmt} with --engine {launch.engine}: the engine starts its own workers, so "
                             f"expected one of {', '.join(formats)}")
