@@ -244,6 +244,7 @@ class LaunchFormat(str, Enum):  # the keys of topoplan.launch.render.RENDERERS (
     sbatch = "sbatch"
     shell = "shell"
     json = "json"
+    lws = "lws"  # serving engines only: a Kubernetes LeaderWorkerSet (topoplan.launch.engines.render_lws)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -281,7 +282,8 @@ def launch(
     device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
                                "nodes; the bundled runner over gloo, or --engine vllm's CPU build), no GPU requests; "
                                "needs --layout."),
-    host: str = typer.Option("127.0.0.1", "--host", help="A serving engine's HTTP address."),
+    host: str = typer.Option(None, "--host", help="A serving engine's HTTP address (default 127.0.0.1; srun/sbatch: "
+                             "node 0's address, read from the allocation; lws: 0.0.0.0, the pod's interfaces)."),
     engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
                                       "the engine installed (default: python3 on PATH)."),
     kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
@@ -301,6 +303,9 @@ def launch(
     job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
     allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
                                            "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
+    image: str = typer.Option(None, "--image", help="--format lws: the engine's container image."),
+    pod_memory: str = typer.Option(None, "--pod-memory", help="--format lws: each pod's memory (request = limit, "
+                                   "e.g. 900Gi), making it Guaranteed so the kubelet can pin its CPUs."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
@@ -309,12 +314,13 @@ def launch(
     from topoplan.atomic import write_atomic
     from topoplan.engines import resolve
     from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
-    from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
+    from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT
     from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.explain import explain_engine
     from topoplan.launch.options import LauncherOptions
     from topoplan.launch.render import render
+    from topoplan.launch.runtime_addr import default_serve_host
     from topoplan.layout import Layout
 
     try:
@@ -329,10 +335,12 @@ def launch(
                                 command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
                                 prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=chosen_engine,
                                 device=device,
-                                host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
+                                host=host if host is not None else default_serve_host(fmt.value, DEFAULT_HOST),
+                                serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
-                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
-        served = engine_launch_for(request) if serving else None
+                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
+                                                         image=image, pod_memory=pod_memory))
+        served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
     except TopoplanError as error:
@@ -342,7 +350,7 @@ def launch(
     elif explain:
         explain_spec(spec, Console(stderr=True))
     if output is not None:
-        write_atomic(output, text, executable=fmt is not LaunchFormat.json)
+        write_atomic(output, text, executable=fmt not in (LaunchFormat.json, LaunchFormat.lws))
     else:
         sys.stdout.write(text)
 

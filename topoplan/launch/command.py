@@ -267,8 +267,11 @@ def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
                       mem_policy=r.mem_policy, launcher=r.launcher)
 
 
-def engine_launch_for(request: LaunchRequest) -> EngineLaunch:
-    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node."""
+def engine_launch_for(request: LaunchRequest, fmt: str = "shell") -> EngineLaunch:
+    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node. For a
+    `fmt` whose job decides node 0's address (Slurm, LWS), the engine is given a placeholder for it
+    (topoplan.launch.runtime_addr)."""
     from topoplan.launch.engines import engine_launch
+    from topoplan.launch.runtime_addr import head_at_run_time
 
-    return engine_launch(request.engine, launch_spec(request), request.serve_options())
+    return engine_launch(request.engine, head_at_run_time(launch_spec(request), fmt), request.serve_options())

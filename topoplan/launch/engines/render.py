@@ -8,7 +8,10 @@ ended too. The script exits with the server's status (130/143 after a signal).
 
 `--format srun|sbatch`: one task per node (`--ntasks-per-node=1`, the engine starts its own workers) running a
 wrapper keyed on SLURM_NODEID that sets that node's variables and `--node-rank`; TRT-LLM over several nodes is
-one MPI task per rank instead (`srun --mpi=pmix`, per-rank binding as for the bundled runner).
+one MPI task per rank instead (`srun --mpi=pmix`, per-rank binding as for the bundled runner). The script reads
+the allocation for node 0's address (topoplan.launch.render_slurm, topoplan.launch.runtime_addr), starts the step
+in the background, waits for the engine's health endpoint (topoplan.launch.engines.health), prints the URL and
+exits with the step's status.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import shlex
 from topoplan.errors import TopoplanError
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
+from topoplan.launch.engines.health import wait_lines
+from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
-from topoplan.launch.render_slurm import FIRST_NODE, render_sbatch, render_srun
+from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
+from topoplan.launch.runtime_addr import HEAD, HEAD_VAR, shell_join
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
 STOP = "\n".join([
@@ -44,7 +50,7 @@ WAIT = "\n".join([
     'kill -TERM -- "-$server" 2>/dev/null  # the server is gone: end anything it left in its group',
     'exit "$status"',
 ])
-SHELL_FORMATS = ("shell", "srun", "sbatch", "json")
+ENGINE_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
 # Per-rank placement facts in the JSON (the engine sets its workers' variables itself; see "nodes")
 RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu", "gpu_index", "cuda_index", "cpus",
              "physical_cores", "mem_node")
@@ -56,9 +62,10 @@ def _line(command: NodeCommand) -> str:
 
 def _header(launch: EngineLaunch) -> list[str]:
     spec = launch.spec
+    url = launch.url.replace(HEAD, f"${HEAD_VAR}")
     return [SHEBANG,
             f"# topoplan launch: {launch.engine.name} serving {launch.options.checkpoint} with {spec.layout}, "
-            f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)".replace("\n", " "),
+            f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {url} (node 0)".replace("\n", " "),
             f"# {launch.device_mapping}"]
 
 
@@ -84,34 +91,37 @@ def render_serve_script(launch: EngineLaunch) -> str:
     return "\n".join(out) + "\n"
 
 
-def _srun_line(launch: EngineLaunch) -> list[str]:
+def _step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
+    """The allocation lines and the srun line that starts the engine, ending in ` &` (the health wait follows)."""
     spec = launch.spec
-    master = shlex.quote(spec.master_addr) if spec.master_addr is not None else FIRST_NODE
-    wrapper = dispatch_argv("SLURM_NODEID", {c.node: [*env_words(c.env_dict()), *c.argv] for c in launch.nodes})
-    args = ["srun", f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL"]
-    hosts = [n.host for n in spec.nodes]
-    if all(hosts):
-        args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
-    return [f"# the engine starts its own workers: one task per node; node 0 ({master}) serves {launch.url}",
-            shlex.join([*args, *wrapper])]
+    if not launch.nodes:  # TRT-LLM over several nodes: one MPI task per rank, bound per rank
+        *lines, srun = srun_lines(spec, cluster_options=cluster_options, mpi="pmix")
+        return [*lines, "# every rank is an MPI task; MPI rank 0 serves HTTP", srun + " &"]
+    wrapper = dispatch_argv("SLURM_NODEID", {c.node: [*env_words(c.env_dict()), *c.argv] for c in launch.nodes},
+                            join=shell_join)
+    args = ["srun", *(spec.launcher.slurm_args() if cluster_options else []), f"--nodes={len(spec.nodes)}",
+            "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL", *nodelist_args(spec)]
+    return [*allocation_lines(len(spec.nodes)), "# the engine starts its own workers: one task per node",
+            shell_join([*args, *wrapper]) + " &"]
+
+
+def _serve_step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
+    options = launch.options
+    return ["set -euo pipefail", *_step(launch, cluster_options), "server=$!",
+            "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
+            *wait_lines(launch.engine.name, options.host, options.port, launch.url)]
 
 
 def render_engine_srun(launch: EngineLaunch) -> str:
-    if not launch.nodes:
-        return render_srun(launch.spec, mpi="pmix")
-    return "\n".join([*_header(launch), *_srun_line(launch)]) + "\n"
+    hint = f"# run inside an allocation of whole nodes: {salloc_hint(len(launch.spec.nodes))} bash SCRIPT"
+    return "\n".join([*_header(launch), hint, *_serve_step(launch, cluster_options=True)]) + "\n"
 
 
 def render_engine_sbatch(launch: EngineLaunch) -> str:
-    if not launch.nodes:
-        return render_sbatch(launch.spec, mpi="pmix")
     spec = launch.spec
-    header = ["--job-name=topoplan-" + launch.engine.name, f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1",
-              f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
-    if all(n.host for n in spec.nodes):
-        header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch)[1:],
-                      "set -euo pipefail", *_srun_line(launch)]) + "\n"
+    tasks = len(spec.nodes[0].ranks) if not launch.nodes else 1  # MPI ranks (TRT-LLM over nodes), else one server
+    return "\n".join(["#!/bin/bash", *sbatch_header(spec, tasks, job_name="topoplan-" + launch.engine.name),
+                      *_header(launch)[1:], *_serve_step(launch, cluster_options=False)]) + "\n"
 
 
 def engine_dict(launch: EngineLaunch) -> dict:
@@ -130,12 +140,14 @@ def engine_dict(launch: EngineLaunch) -> dict:
 
 
 def render_engine(launch: EngineLaunch, fmt: str) -> str:
-    formats = (*SHELL_FORMATS, "mpirun") if not launch.nodes else SHELL_FORMATS
+    formats = (*ENGINE_FORMATS, "mpirun") if not launch.nodes else ENGINE_FORMATS
     if fmt not in formats:
         raise TopoplanError(f"--format {fmt} with --engine {launch.engine.name}: the engine starts its own workers, so "
                             f"expected one of {', '.join(formats)}")
     if fmt == "json":
         return json.dumps(engine_dict(launch), indent=2) + "\n"
+    if fmt == "lws":
+        return render_lws(launch)
     if fmt == "srun":
         return render_engine_srun(launch)
     if fmt == "sbatch":
