@@ -136,8 +136,8 @@ def lws_manifest(launch: EngineLaunch) -> tuple[dict, list[str]]:
                             "numbers, while a pod's CPUs are the kubelet's choice; launch on GPUs, or use --format "
                             "shell on the machine itself")
     if spec.launcher.image is None:
-        raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine.name} installed (e.g. "
-                            "vllm/vllm-openai:v0.32.0, lmsysorg/sglang:v0.5.3)")
+        raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine.name} installed "
+                            "(e.g. vllm/vllm-openai:v0.32.0, lmsysorg/sglang:v0.5.3)")
     name = spec.launcher.job_name or f"topoplan-{launch.engine.name}"
     if not _DNS_LABEL.fullmatch(name):
         raise TopoplanError(f"--job-name {name!r}: a LeaderWorkerSet's name is a DNS label: lowercase letters, digits "
