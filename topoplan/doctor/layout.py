@@ -2,7 +2,7 @@
 
 The layout is placed exactly as `topoplan launch` places it (topoplan.plan.placement.place), so the GPUs, TP
 pairs, NICs and CPU bindings judged here are the ones the launch will use:
-- across nodes, the NIC nearest each of its GPUs (the one NCCL_IB_HCA names) must be up: blocks otherwise;
+- across nodes, each of its GPUs needs a nearest NIC up (NCCL_IB_HCA names them): blocks when none is;
 - every GPU pair of a TP group should have P2P (NVML's status in the recording): slows otherwise;
 - /dev/shm must hold what the engine needs: blocks otherwise;
 - the CPUs each rank is bound to (cpuset.split_cpus, as launch splits them) must be in this process's cpuset,
@@ -47,29 +47,36 @@ def _nic_state(recording: dict[str, Any], name: str) -> tuple[bool | None, str]:
 
 def nic_findings(recording: dict[str, Any], topology: Topology, local: list[RankPlacement],
                  nodes: int) -> list[Finding]:
+    """Across nodes, each GPU's nearest NICs (NCCL_IB_HCA's list, of which NCCL picks the nearest): a NIC down
+    blocks when some GPU of the layout has no other nearest NIC up, and slows when the others carry its share."""
     if nodes == 1:
         return [Finding("layout-nic", "network", "ok", "NICs", "one node: no NIC carries the layout's traffic",
                         f"--nodes {nodes}")]
-    users: dict[str, list[str]] = {}
-    for placement in local:
-        for nic in topology.nearest_nics(placement.gpu):
-            users.setdefault(nic.name or nic.id, []).append(placement.gpu)
-    if not users:
+    nearest = {p.gpu: [nic.name or nic.id for nic in topology.nearest_nics(p.gpu)] for p in local}
+    names = list(dict.fromkeys(name for nics in nearest.values() for name in nics))
+    if not names:
         return [Finding("layout-nic", "network", "unknown", "NICs", "the topology names no NIC near the layout's "
                         "GPUs", f"{topology.source or 'topology'}: no NIC linked to {local[0].gpu}")]
+    states = {name: _nic_state(recording, name) for name in names}
     findings = []
-    for name, gpus in users.items():
-        up, evidence = _nic_state(recording, name)
-        subject = f"{name} (nearest {', '.join(sorted(set(gpus)))})"
+    for name in names:
+        up, evidence = states[name]
+        gpus = sorted(g for g, nics in nearest.items() if name in nics)
+        subject = f"{name} (nearest {', '.join(gpus)})"
         if up is None:
             findings.append(Finding("layout-nic", "network", "unknown", subject, "state not known", evidence))
-        elif not up:
-            findings.append(Finding("layout-nic", "network", "blocks", subject, f"down, and ranks on "
-                                    f"{', '.join(sorted(set(gpus)))} send their traffic between nodes through it",
-                                    evidence, f"bring {name} up (`ibstat {name}` / `ip link`), or exclude it and "
-                                    "accept the slower path: NCCL_IB_HCA=^" + name))
-        else:
+        elif up:
             findings.append(Finding("layout-nic", "network", "ok", subject, "up", evidence))
+        else:
+            stranded = [g for g in gpus if not any(states[n][0] for n in nearest[g] if n != name)]
+            fix = f"bring {name} up (`ibstat {name}`, `ip link`), or leave it out: NCCL_IB_HCA=^{name}"
+            if stranded:
+                findings.append(Finding("layout-nic", "network", "blocks", subject, f"down, and ranks on "
+                                        f"{', '.join(stranded)} have no other nearest NIC up for the traffic between "
+                                        "nodes", evidence, fix))
+            else:
+                findings.append(Finding("layout-nic", "network", "slows", subject, "down: its GPUs' traffic between "
+                                        "nodes shares their other nearest NICs", evidence, fix))
     return findings
 
 

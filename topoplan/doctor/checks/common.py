@@ -46,4 +46,5 @@ def devices(recording: dict[str, Any], role: str) -> list[tuple[str, dict[str, A
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    """A size as people read it: `64 MiB` below a GiB, `23.5 GiB` above."""
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
