@@ -14,7 +14,6 @@ from typing import Any
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.nvml import SKIPPED
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
-from topoplan.topology.recording import P2P_CODES
 
 NVIDIA = "0x10de"
 
@@ -98,6 +97,8 @@ def _retired(gpu: dict[str, Any]) -> Finding | None:
 
 def p2p_status(recording: dict[str, Any], a: int, b: int) -> tuple[str | None, str]:
     """NVML's P2P read status of GPUs a and b: ("OK" | "CNS" | ... , evidence), or (None, why not known)."""
+    from topoplan.topology.recording import P2P_CODES  # the graph model under it: only where NVML answered
+
     nvml = recording["nvml"]
     if SKIPPED in nvml:
         return None, f"NVML: {nvml[SKIPPED]}"
