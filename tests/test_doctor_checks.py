@@ -68,7 +68,7 @@ TRIGGERED = {
     "memlock-low": ([("memlock", "ulimit -l", "slows")], "only 65536 bytes may be pinned"),
     "numa-balancing-amd": ([("numa-balancing", "NUMA balancing", "blocks")], "MI300X"),
     "numa-balancing-on": ([("numa-balancing", "NUMA balancing", "slows")], "migrates pages"),
-    "shm-docker-64m": ([("shm", "/dev/shm", "blocks")], "64 MiB free, below the 2.0 GiB topoplan needs"),
+    "shm-docker-64m": ([("shm", "/dev/shm", "blocks")], "64 MiB free, below the 1.0 GiB topoplan needs"),
     "governor-powersave": ([("cpufreq", "CPUs 0-255", "slows")], "governor powersave"),
     "persistence-off": ([("persistence", "GPU3", "slows")], "persistence mode off"),
     "nvlink-down": ([("nvlink", "GPU5", "slows")], "2 of 18 NVLinks inactive (links 4, 5)"),

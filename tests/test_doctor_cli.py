@@ -50,7 +50,7 @@ def test_table_names_sources_and_exit_status():
     result = doctor("--file", fixture("shm-docker-64m"), env={**os.environ, "COLUMNS": "250"})
     assert result.returncode == 4
     assert "statvfs(/dev/shm): 64 MiB total, 64 MiB free" in result.stdout
-    assert "fix: Docker: --ipc=host or --shm-size=2g" in result.stdout
+    assert "fix: Docker: --ipc=host or --shm-size=1g" in result.stdout
     assert "worst: blocks; exit status 4" in result.stdout
 
 
@@ -197,3 +197,17 @@ def test_launch_preflight_refuses_what_it_cannot_add(tmp_path: Path):
                              "--preflight", "--format", "json"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr == "topoplan: error: --preflight adds a line to a shell script; --format json is not one\n"
+
+
+@pytest.mark.parametrize(("args", "absent"), [
+    ([], ["torch", "networkx", "topoplan.plan.placement"]),  # no graph model, no planner
+    (["--for", "tp=2,dp=8", "--nodes", "2", "--topo", str(TOPO), "--file", fixture("healthy-h100-nvl-8gpu")],
+     ["torch"]),
+])
+def test_doctor_starts_without_torch(args: list[str], absent: list[str]):
+    code = ("import sys\nfrom topoplan.cli import main\nsys.argv = ['topoplan', 'doctor', '--json', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('loaded:', [m for m in {absent!r} if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
+                            check=False)
+    assert result.stdout.splitlines()[-1] == "loaded: []", result.stderr

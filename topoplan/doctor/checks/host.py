@@ -21,11 +21,12 @@ from topoplan.doctor.readings import is_unreadable, why_unreadable
 AMD = "0x1002"
 # /dev/shm an engine needs, with where that figure comes from (docs/doctor.md).
 SHM_NEED_BYTES = {
-    # PyTorch's tutorials CI: NCCL crashed in ncclShmOpen under Docker's 64 MiB; 2 GiB fixed it (pytorch/tutorials
+    # NCCL's troubleshooting guide ("Shared memory"): too little /dev/shm and NCCL fails to initialise; in Docker
+    # run with --shm-size=1g. PyTorch's tutorials CI crashed in ncclShmOpen under Docker's 64 MiB (pytorch/tutorials
     # 0ba3e39). The bundled runner's CPU collectives take 16 MiB per rank (runner/shm.py), well inside.
-    "topoplan": 2 * 2**30,
-    "vllm": 2 * 2**30,  # vLLM's Docker docs: --ipc=host or --shm-size, no figure; the NCCL floor above
-    "trtllm": 2 * 2**30,  # likewise (TensorRT-LLM's containers run with --ipc=host)
+    "topoplan": 2**30,
+    "vllm": 2**30,  # vLLM's Docker docs: --ipc=host or --shm-size (PyTorch shares tensors there for TP); no figure
+    "trtllm": 2**30,  # TensorRT-LLM's containers: likewise --ipc=host; NCCL's floor
     "sglang": 32 * 2**30,  # SGLang's Docker instructions: --shm-size 32g
 }
 DEFAULT_ENGINE = "topoplan"
