@@ -162,3 +162,47 @@ def test_iommu_passthrough_and_no_iommu_pass():
         entry.pop("iommu_group", None) if entry["role"] == "bridge" else entry.update(iommu_group=None)
     iommu = next(f for f in run_checks(recording) if f.check == "iommu")
     assert (iommu.severity, iommu.message) == ("ok", "no IOMMU groups: DMA is not translated")
+
+
+# --- fuzz: a recording damaged anywhere is refused in one TopoplanError or judged, never a traceback -------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from topoplan.doctor.recording import SHAPE  # noqa: E402
+from topoplan.doctor.schema import check_shape  # noqa: E402
+from topoplan.errors import TopoplanError  # noqa: E402
+
+DAMAGE_FIXTURES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**40), st.text(max_size=8), st.just("32.0 GT/s PCIe"),
+                 st.just("0-3,x"), st.lists(st.integers(-1, 3), max_size=3), st.builds(dict),
+                 st.builds(lambda: {"unreadable": "no"}), st.builds(lambda: {"nvml_error": "GPU_IS_LOST"}))
+
+
+def _spots(node, path=()):
+    """Every path in a JSON tree (containers included), the root left out."""
+    if path:
+        yield path
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in items:
+        yield from _spots(child, (*path, key))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(DAMAGE_FIXTURES), picks=st.lists(st.tuples(st.integers(0, 10**6), JUNK), min_size=1,
+                                                              max_size=3))
+def test_damaged_recordings_never_traceback(name, picks):
+    data = load(name)
+    for pick, junk in picks:
+        spots = list(_spots(data))
+        *parent, key = spots[pick % len(spots)]
+        node = data
+        for step in parent:
+            node = node[step]
+        node[key] = junk
+    try:
+        check_shape(data, SHAPE, "fuzz.json")
+    except TopoplanError as error:
+        assert str(error).startswith("fuzz.json: damaged doctor recording: ") and "\n" not in str(error)
+        return
+    findings = run_checks(data)
+    assert exit_code(findings) in (0, 3, 4)

@@ -29,10 +29,13 @@ from topoplan.atomic import write_atomic
 from topoplan.doctor.schema import (
     ANYTHING,
     BOOL,
+    CPU_NUMBER,
     INT,
     NVML_ANSWER,
+    NVML_INT,
     READING,
     TEXT,
+    UNREADABLE,
     Fields,
     Leaf,
     ListOf,
@@ -46,7 +49,7 @@ from topoplan.jsonfile import read_json
 FORMAT = "topoplan-doctor-recording"
 SCHEMA_VERSION = 1
 
-_INT_OR_UNREADABLE = OneOf((INT, READING), 'an integer or {"unreadable": why}')
+_INT_OR_UNREADABLE = OneOf((INT, UNREADABLE), 'an integer or {"unreadable": why}')
 _LIMIT = OneOf((INT, Leaf('"unlimited"', lambda v: v == "unlimited")), 'bytes or "unlimited"')
 _DEVICE = Fields({"role": Leaf('"gpu" or "nic"', lambda v: v in ("gpu", "nic")), "vendor": READING,
                   "class": READING, "current_link_speed": READING, "max_link_speed": READING,
@@ -55,13 +58,16 @@ _DEVICE = Fields({"role": Leaf('"gpu" or "nic"', lambda v: v in ("gpu", "nic")),
                   "iommu_group": OneOf((Leaf("null", lambda v: v is None), Fields({"group": TEXT, "type": READING})),
                                        'null or {"group": N, "type": reading}')})
 _BRIDGE = Fields({"role": Leaf('"bridge"', lambda v: v == "bridge"),
-                  "acs_control": OneOf((INT, Leaf("null", lambda v: v is None), READING),
+                  "acs_control": OneOf((INT, Leaf("null", lambda v: v is None), UNREADABLE),
                                        'the ACS Control register, null (no ACS) or {"unreadable": why}')})
 _GPU = Fields({"index": INT},
-              {"persistence_mode": NVML_ANSWER, "name": NVML_ANSWER, "pci_bus_id": NVML_ANSWER,
-               "nvlinks": ListOf(Fields({"state": NVML_ANSWER}, extra=True)),
-               "pcie": MapOf(NVML_ANSWER), "retired_pages": MapOf(NVML_ANSWER)}, extra=True)
-_PAIR = Fields({"a": INT, "b": INT}, {"p2p": MapOf(NVML_ANSWER)}, extra=True)
+              {"persistence_mode": NVML_INT, "name": NVML_ANSWER, "pci_bus_id": NVML_ANSWER,
+               "nvlinks": ListOf(Fields({"state": NVML_INT}, extra=True)),
+               "pcie": Fields({k: NVML_INT for k in ("current_generation", "max_generation", "current_width",
+                                                     "max_width")}),
+               "retired_pages": Fields({k: NVML_INT for k in ("single_bit_ecc", "double_bit_ecc", "pending")})},
+              extra=True)
+_PAIR = Fields({"a": INT, "b": INT}, {"p2p": MapOf(NVML_INT)}, extra=True)
 _NVML = OneOf((Fields({"skipped": TEXT}), Fields({"gpus": ListOf(_GPU), "pairs": ListOf(_PAIR)}, extra=True)),
               'NVML\'s answers ({"gpus": [...], "pairs": [...]}) or {"skipped": why}')
 SHAPE = Fields({
@@ -70,17 +76,17 @@ SHAPE = Fields({
     "built_by_hand": OneOf((BOOL, TEXT), "false, or text saying how the recording was built"),
     "pci": MapOf(OneOf((_DEVICE, _BRIDGE), "a GPU, NIC or bridge entry (see docs/doctor.md)")),
     "iommu": Fields({"groups": _INT_OR_UNREADABLE, "units": ListOf(TEXT),
-                     "iommu_args": OneOf((ListOf(TEXT), READING), 'the kernel command line\'s IOMMU words or '
+                     "iommu_args": OneOf((ListOf(TEXT), UNREADABLE), 'the kernel command line\'s IOMMU words or '
                                          '{"unreadable": why}')}),
     "infiniband": MapOf(Fields({"ports": MapOf(Fields({"state": READING, "phys_state": READING, "rate": READING,
                                                        "link_layer": READING}))})),
     "net": MapOf(Fields({"operstate": READING, "speed": READING,
                          "pci_address": OneOf((TEXT, Leaf("null", lambda v: v is None)), "a PCI address or null")})),
     "numa_balancing": READING,
-    "shm": OneOf((Fields({"total_bytes": INT, "free_bytes": INT}), READING),
+    "shm": OneOf((Fields({"total_bytes": INT, "free_bytes": INT}), UNREADABLE),
                  '{"total_bytes", "free_bytes"} or {"unreadable": why}'),
     "memlock": Fields({"soft": _LIMIT, "hard": _LIMIT}),
-    "cpus": Fields({"online": READING, "cpus_allowed_list": READING, "governors": MapOf(READING),
+    "cpus": Fields({"online": READING, "cpus_allowed_list": READING, "governors": MapOf(READING, CPU_NUMBER),
                     "scaling_driver": READING}),
     "nvml": _NVML,
 }, {"description": TEXT, "timings": ANYTHING})

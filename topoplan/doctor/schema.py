@@ -61,11 +61,14 @@ class MapOf:
     """A JSON object whose values all have one shape."""
 
     values: Any
+    keys: Leaf | None = None  # what every key must be; None: any text
 
     def check(self, value: Any, path: str) -> None:
         if not isinstance(value, dict) or len(value) > MAX_ENTRIES:
             raise ShapeError(path, f"an object of at most {MAX_ENTRIES} entries", value)
         for key, item in value.items():
+            if self.keys is not None and not self.keys.test(key):
+                raise ShapeError(_join(path, key), f"a key that is {self.keys.what}", key)
             self.values.check(item, _join(path, key))
 
 
@@ -108,10 +111,15 @@ def _is_int(value: Any) -> bool:
 TEXT = Leaf("text", lambda v: isinstance(v, str))
 INT = Leaf("an integer", _is_int)
 BOOL = Leaf("true or false", lambda v: isinstance(v, bool))
+UNREADABLE = Leaf('{"unreadable": why}', is_unreadable)
+CPU_NUMBER = Leaf("a CPU number", lambda v: isinstance(v, str) and v.isdigit() and len(v) <= 5)
 READING = Leaf('text or {"unreadable": why}', lambda v: isinstance(v, str) or is_unreadable(v))
 NVML_ANSWER = Leaf('a number, text or {"nvml_error": NAME} (NVML\'s raw answer)',
                    lambda v: _is_int(v) or isinstance(v, str)
                    or (isinstance(v, dict) and set(v) == {"nvml_error"} and isinstance(v["nvml_error"], str)))
+NVML_INT = Leaf('a number or {"nvml_error": NAME} (NVML\'s raw answer)',
+                lambda v: _is_int(v) or (isinstance(v, dict) and set(v) == {"nvml_error"}
+                                         and isinstance(v["nvml_error"], str)))
 ANYTHING = Leaf("anything", lambda v: True)
 
 

@@ -34,8 +34,12 @@ def check_acs(recording: dict[str, Any]) -> list[Finding]:
         findings.append(Finding("acs", "peer-to-peer", "ok", "PCIe bridges", "no bridge above any GPU or NIC: "
                                 "nothing to redirect", "/sys/bus/pci/devices: GPUs and NICs sit on the root complex"))
     for bridge in sorted(above):
-        control = recording["pci"].get(bridge, {}).get("acs_control")
+        entry = recording["pci"].get(bridge, {})
+        control = entry.get("acs_control")
         under = ", ".join(above[bridge])
+        if entry.get("role") != "bridge":
+            unknown[f"no bridge entry for it in the recording's pci part (above {under})"].append(bridge)
+            continue
         if is_unreadable(control):
             unknown[why_unreadable(control)].append(bridge)
             continue
