@@ -192,11 +192,17 @@ def test_launch_preflight_stops_a_layout_whose_nic_is_down(tmp_path: Path):
     assert not (tmp_path / "started").exists()  # no rank was started
 
 
-def test_launch_preflight_refuses_what_it_cannot_add(tmp_path: Path):
-    result = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--topo", str(TOPO), "--layout", "tp=2",
-                             "--preflight", "--format", "json"], cwd=ROOT, capture_output=True, text=True, check=False)
-    assert result.returncode == 2
-    assert result.stderr == "topoplan: error: --preflight adds a line to a shell script; --format json is not one\n"
+@pytest.mark.parametrize(("args", "error"), [
+    (["--topo", str(TOPO), "--format", "json"], "--preflight adds a line to a shell script; --format json is not one"),
+    (["--topo", "-", "--format", "shell"], "--preflight reruns the placement on the launch host and cannot re-read "
+                                           "stdin: pass --topo FILE"),
+    (["--device", "cpu", "--format", "shell"], "--preflight checks what a GPU layout needs (its NICs, P2P, CPUs near "
+                                               "its GPUs); --device cpu has no GPU: drop one of them"),
+])
+def test_launch_preflight_refuses_what_it_cannot_check(args: list[str], error: str):
+    result = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--layout", "tp=2", "--preflight", *args],
+                            cwd=ROOT, capture_output=True, text=True, check=False, input=TOPO.read_text())
+    assert (result.returncode, result.stderr, result.stdout) == (2, f"topoplan: error: {error}\n", "")
 
 
 @pytest.mark.parametrize(("args", "absent"), [

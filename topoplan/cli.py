@@ -340,7 +340,7 @@ def launch(
         if preflight:
             from topoplan.launch.preflight import preflight_line, with_preflight
 
-            text = with_preflight(text, preflight_line(str(spec.layout), nodes, topo, engine_id.name))
+            text = with_preflight(text, preflight_line(str(spec.layout), nodes, topo, engine_id.name, device))
     except TopoplanError as error:
         raise fail(error) from None
     if explain and served is not None:

@@ -17,8 +17,11 @@ from topoplan.errors import TopoplanError
 DOCTOR_FILE_VAR = "TOPOPLAN_DOCTOR_FILE"
 
 
-def preflight_line(layout: str, nodes: int, topo: str | None, engine: str) -> str:
+def preflight_line(layout: str, nodes: int, topo: str | None, engine: str, device: str = "gpu") -> str:
     """The shell line that runs the check and exits with its status when it blocks."""
+    if device != "gpu":
+        raise TopoplanError("--preflight checks what a GPU layout needs (its NICs, P2P, CPUs near its GPUs); "
+                            "--device cpu has no GPU: drop one of them")
     if topo == "-":
         raise TopoplanError("--preflight reruns the placement on the launch host and cannot re-read stdin: pass "
                             "--topo FILE")
