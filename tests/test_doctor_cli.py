@@ -108,7 +108,9 @@ def test_not_a_recording_is_one_line(tmp_path: Path, content: str, words: str):
 def test_option_mistakes_are_user_errors(tmp_path: Path):
     assert "--save records this machine" in doctor("--file", fixture("net-down"), "--save", str(tmp_path / "x")).stderr
     assert "pass --for" in doctor("--preflight").stderr
-    assert "pass --for" in doctor("--topo", str(TOPO)).stderr
+    for option in (["--topo", str(TOPO)], ["--nodes", "2"], ["--engine", "vllm"]):
+        assert doctor(*option).stderr == ("topoplan: error: --topo, --gpu, --nodes and --engine describe a layout: "
+                                          "pass --for tp=N,pp=N,dp=N too\n")
     bad = doctor("--file", fixture("net-down"), "--for", "tp=2", "--topo", str(TOPO), "--engine", "ollama")
     assert bad.returncode == 2 and "--engine 'ollama': expected one of topoplan, vllm, trtllm, sglang" in bad.stderr
     assert not list(tmp_path.iterdir())

@@ -380,8 +380,8 @@ def doctor_command(
     try:
         if preflight and for_layout is None:
             raise TopoplanError("--preflight checks a layout: pass --for tp=N,pp=N,dp=N")
-        if for_layout is None and (topo, gpu) != (None, None):
-            raise TopoplanError("--topo and --gpu place a layout: pass --for tp=N,pp=N,dp=N too")
+        if for_layout is None and (topo, gpu, nodes, engine) != (None, None, 1, "topoplan"):
+            raise TopoplanError("--topo, --gpu, --nodes and --engine describe a layout: pass --for tp=N,pp=N,dp=N too")
         recording, source = get_recording(file, save)
         findings = diagnose(recording, for_layout, topo, nodes, engine, gpu)
     except TopoplanError as error:

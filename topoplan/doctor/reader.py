@@ -15,14 +15,11 @@ from typing import Any
 
 from topoplan.doctor.acs import read_acs
 from topoplan.doctor.nvml import SKIPPED, read_nvml
+from topoplan.doctor.pci_ids import GPU_CLASSES, GPU_VENDORS, NIC_CLASS, NVIDIA
 from topoplan.doctor.readings import is_unreadable, read_text, unreadable
 from topoplan.doctor.recording import FORMAT, SCHEMA_VERSION
-from topoplan.topology.sysfs_nics import _natural, _pci_path
+from topoplan.topology.sysfs_nics import _natural, _pci_path  # the one PCI-tree walk and name order of sysfs
 
-GPU_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD"}
-NVIDIA = "0x10de"
-GPU_CLASSES = ("0x03", "0x12")  # display controllers (NVIDIA cards, MI-series as 0x0380) and accelerators (0x1200)
-NIC_CLASS = "0x02"  # network controllers: Ethernet 0x0200, InfiniBand 0x0207
 LINK_FILES = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
 PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 MAX_DEVICES = 4096  # PCI functions read; a real machine has a few hundred

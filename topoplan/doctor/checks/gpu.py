@@ -13,9 +13,8 @@ from typing import Any
 
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.nvml import SKIPPED
+from topoplan.doctor.pci_ids import NVIDIA
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
-
-NVIDIA = "0x10de"
 
 
 def _gpu_name(gpu: dict[str, Any]) -> str:

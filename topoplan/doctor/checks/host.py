@@ -16,9 +16,9 @@ from typing import Any
 from topoplan.cpuset import format_cpu_list
 from topoplan.doctor.checks.common import cpus, devices, gib, pci_file, unknown_reason
 from topoplan.doctor.finding import Finding
+from topoplan.doctor.pci_ids import AMD
 from topoplan.doctor.readings import is_unreadable, why_unreadable
 
-AMD = "0x1002"
 # /dev/shm an engine needs, with where that figure comes from (docs/doctor.md).
 SHM_NEED_BYTES = {
     # NCCL's troubleshooting guide ("Shared memory"): too little /dev/shm and NCCL fails to initialise; in Docker
