@@ -206,3 +206,40 @@ def test_damaged_recordings_never_traceback(name, picks):
         return
     findings = run_checks(data)
     assert exit_code(findings) in (0, 3, 4)
+
+
+def test_nvml_pcie_link_and_roce_port():
+    recording = copy.deepcopy(load(HEALTHY))
+    recording["nvml"]["gpus"][2]["pcie"]["current_width"] = 8
+    recording["nvml"]["gpus"][4]["pcie"]["current_generation"] = 1  # idle GPUs step down
+    recording["infiniband"]["mlx5_1"]["ports"]["1"]["link_layer"] = "Ethernet"
+    found = {(f.check, f.subject): f for f in run_checks(recording)}
+    assert (found[("nvml-pcie", "GPU2")].severity, found[("nvml-pcie", "GPU2")].evidence) == (
+        "slows", "NVML PCIe generation 5 (max 5), width x8 (max x16)")
+    assert found[("nvml-pcie", "GPU4")].severity == "note"
+    assert found[("nvml-pcie", "GPU0")].severity == "ok"
+    roce = found[("rdma-port", "mlx5_1 port 1")]
+    assert (roce.severity, roce.fix) == ("note", "set NCCL_IB_GID_INDEX to the RoCE v2 GID (`show_gids`)")
+
+
+def test_layout_nic_down_with_another_up_slows_and_unknown_nic_is_unknown():
+    from topoplan.doctor.layout import layout_findings
+    from topoplan.layout import Layout
+    from topoplan.machine import load_topology
+
+    topology = load_topology(str(Path(__file__).parent.parent / "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"))
+    recording = copy.deepcopy(load("ib-ports-down"))
+    recording["infiniband"]["mlx5_1"]["ports"]["1"]["state"] = "4: ACTIVE"  # one rail left
+    nics = {f.subject.split()[0]: f for f in layout_findings(recording, topology, Layout.parse("tp=8"), 2)
+            if f.check == "layout-nic"}
+    assert (nics["mlx5_0"].severity, nics["mlx5_1"].severity) == ("slows", "ok")
+    assert nics["mlx5_0"].message == "down: its GPUs' traffic between nodes shares their other nearest NICs"
+    del recording["infiniband"]["mlx5_1"]
+    nics = {f.subject.split()[0]: f for f in layout_findings(recording, topology, Layout.parse("tp=8"), 2)
+            if f.check == "layout-nic"}
+    assert (nics["mlx5_1"].severity, nics["mlx5_1"].evidence) == (
+        "unknown", "mlx5_1 is in neither /sys/class/infiniband nor /sys/class/net of this machine")
+    assert nics["mlx5_0"].severity == "slows"  # down, but mlx5_1 is not known to be down: not guessed
+    # tp=8 over 2 nodes puts 4 ranks on each: this node's GPU0-GPU3
+    assert nics["mlx5_0"].message == ("down; whether GPU0, GPU1, GPU2, GPU3 have another nearest NIC up is not known "
+                                      "(see their rows)")

@@ -48,7 +48,8 @@ def _nic_state(recording: dict[str, Any], name: str) -> tuple[bool | None, str]:
 def nic_findings(recording: dict[str, Any], topology: Topology, local: list[RankPlacement],
                  nodes: int) -> list[Finding]:
     """Across nodes, each GPU's nearest NICs (NCCL_IB_HCA's list, of which NCCL picks the nearest): a NIC down
-    blocks when some GPU of the layout has no other nearest NIC up, and slows when the others carry its share."""
+    blocks when some GPU of the layout has every other nearest NIC down too, and slows when the others carry its
+    share or their state is not known (never guessed down)."""
     if nodes == 1:
         return [Finding("layout-nic", "network", "ok", "NICs", "one node: no NIC carries the layout's traffic",
                         f"--nodes {nodes}")]
@@ -68,12 +69,18 @@ def nic_findings(recording: dict[str, Any], topology: Topology, local: list[Rank
         elif up:
             findings.append(Finding("layout-nic", "network", "ok", subject, "up", evidence))
         else:
-            stranded = [g for g in gpus if not any(states[n][0] for n in nearest[g] if n != name)]
+            others = {g: [states[n][0] for n in nearest[g] if n != name] for g in gpus}
+            stranded = [g for g, up_ in others.items() if all(u is False for u in up_)]  # every other NIC down
+            unsure = [g for g, up_ in others.items() if not any(up_) and g not in stranded]  # others not known
             fix = f"bring {name} up (`ibstat {name}`, `ip link`), or leave it out: NCCL_IB_HCA=^{name}"
             if stranded:
                 findings.append(Finding("layout-nic", "network", "blocks", subject, f"down, and ranks on "
                                         f"{', '.join(stranded)} have no other nearest NIC up for the traffic between "
                                         "nodes", evidence, fix))
+            elif unsure:
+                findings.append(Finding("layout-nic", "network", "slows", subject, f"down; whether "
+                                        f"{', '.join(unsure)} have another nearest NIC up is not known (see their "
+                                        "rows)", evidence, fix))
             else:
                 findings.append(Finding("layout-nic", "network", "slows", subject, "down: its GPUs' traffic between "
                                         "nodes shares their other nearest NICs", evidence, fix))
