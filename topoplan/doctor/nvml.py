@@ -10,13 +10,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from topoplan.topology.nvml_query import _Asker, is_error, query_nvml  # one asker: failures become answers
+from topoplan.topology.nvml_query import Asker, is_error, query_nvml
 
 SKIPPED = "skipped"  # {"skipped": "why"}: the part holds no NVML answers
 RETIRED_CAUSES = {"single_bit_ecc": 0, "double_bit_ecc": 1}  # nvmlPageRetirementCause_t
 
 
-def _doctor_fields(ask: _Asker, handle: Any) -> dict[str, Any]:
+def _doctor_fields(ask: Asker, handle: Any) -> dict[str, Any]:
     return {
         "persistence_mode": ask("nvmlDeviceGetPersistenceMode", handle),
         "pcie": {
@@ -46,7 +46,7 @@ def read_nvml(nvml: ModuleType | None) -> dict[str, Any]:
         return {SKIPPED: f"NVML could not start ({error}): no NVIDIA driver loaded here"}
     try:
         answers = query_nvml(nvml)
-        ask = _Asker(nvml)
+        ask = Asker(nvml)
         for gpu in answers["gpus"]:
             handle = ask("nvmlDeviceGetHandleByIndex", gpu["index"])
             if not is_error(handle):

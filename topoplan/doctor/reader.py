@@ -18,7 +18,7 @@ from topoplan.doctor.nvml import SKIPPED, read_nvml
 from topoplan.doctor.pci_ids import GPU_CLASSES, GPU_VENDORS, NIC_CLASS, NVIDIA
 from topoplan.doctor.readings import is_unreadable, read_text, unreadable
 from topoplan.doctor.recording import FORMAT, SCHEMA_VERSION
-from topoplan.topology.sysfs_nics import _natural, _pci_path  # the one PCI-tree walk and name order of sysfs
+from topoplan.topology.sysfs_nics import natural_key, pci_path
 
 LINK_FILES = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
 PORT_FILES = ("state", "phys_state", "rate", "link_layer")
@@ -54,7 +54,7 @@ def read_pci(root: Path) -> dict[str, dict[str, Any]]:
         role = _role(vendor, pci_class)
         if role is None:
             continue
-        chain = _pci_path(device, devices_root) or [name]
+        chain = pci_path(device, devices_root) or [name]
         pci[name] = {"role": role, "vendor": vendor, "class": pci_class,
                      **{f: read_text(device / f) for f in LINK_FILES},
                      "numa_node": read_text(device / "numa_node"),
@@ -72,9 +72,9 @@ def read_infiniband(root: Path) -> dict[str, Any]:
     if not base.is_dir():
         return {}
     devices: dict[str, Any] = {}
-    for name in sorted(os.listdir(base), key=_natural):
+    for name in sorted(os.listdir(base), key=natural_key):
         ports = base / name / "ports"
-        numbers = sorted(os.listdir(ports), key=_natural) if ports.is_dir() else []
+        numbers = sorted(os.listdir(ports), key=natural_key) if ports.is_dir() else []
         devices[name] = {"ports": {n: {f: read_text(ports / n / f) for f in PORT_FILES} for n in numbers}}
     return devices
 
@@ -86,10 +86,10 @@ def read_net(root: Path) -> dict[str, Any]:
         return {}
     devices_root = (root / "sys/devices").resolve()
     out: dict[str, Any] = {}
-    for name in sorted(os.listdir(base), key=_natural):
+    for name in sorted(os.listdir(base), key=natural_key):
         if name == "lo":
             continue
-        path = _pci_path(base / name / "device", devices_root)
+        path = pci_path(base / name / "device", devices_root)
         out[name] = {"operstate": read_text(base / name / "operstate"), "speed": read_text(base / name / "speed"),
                      "pci_address": path[-1] if path else None}
     return out
