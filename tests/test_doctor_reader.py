@@ -83,7 +83,21 @@ def no_driver():
     return fake_pynvml({"nvml": {}}, init_error="DRIVER_NOT_LOADED")
 
 
-def test_reader_records_the_files_words(tmp_path: Path):
+def docker_shm(monkeypatch, root: Path) -> None:
+    """statvfs answers for root/dev/shm as in a Docker container (64 MiB, 60 MiB free); a real file system's free
+    space moves under a test while other jobs write to it."""
+    real = os.statvfs
+
+    def statvfs(path):
+        if Path(path) == root / "dev/shm":
+            return os.statvfs_result((4096, 4096, 16384, 15360, 15360, 0, 0, 0, 0, 255))
+        return real(path)
+
+    monkeypatch.setattr("topoplan.doctor.reader.os.statvfs", statvfs)
+
+
+def test_reader_records_the_files_words(tmp_path: Path, monkeypatch):
+    docker_shm(monkeypatch, tmp_path)
     recording = read_machine(build_tree(tmp_path), no_driver())
     check_shape(recording, SHAPE, "live")  # what the reader writes is what --file accepts
     assert sorted(recording["pci"]) == [BRIDGE, GPU, NIC]  # the host bridge is no GPU, NIC or bridge above one
@@ -101,8 +115,7 @@ def test_reader_records_the_files_words(tmp_path: Path):
     assert recording["net"]["veth0"]["pci_address"] is None and "lo" not in recording["net"]
     assert "No such file or directory" in recording["net"]["veth0"]["speed"]["unreadable"]
     assert recording["numa_balancing"] == "1"
-    shm = os.statvfs(tmp_path / "dev/shm")
-    assert recording["shm"] == {"total_bytes": shm.f_blocks * shm.f_frsize, "free_bytes": shm.f_bavail * shm.f_frsize}
+    assert recording["shm"] == {"total_bytes": 64 * 2**20, "free_bytes": 60 * 2**20}
     cpus = recording["cpus"]
     assert (cpus["online"], cpus["cpus_allowed_list"], cpus["scaling_driver"]) == ("0-3", "0-1", "acpi-cpufreq")
     assert [cpus["governors"][c] for c in "012"] == ["powersave"] * 3
@@ -111,7 +124,8 @@ def test_reader_records_the_files_words(tmp_path: Path):
     json.dumps(recording)  # plain data, nothing else
 
 
-def test_checks_on_the_tree(tmp_path: Path):
+def test_checks_on_the_tree(tmp_path: Path, monkeypatch):
+    docker_shm(monkeypatch, tmp_path)
     findings = {(f.check, f.subject): f for f in run_checks(read_machine(build_tree(tmp_path), no_driver()))}
     acs = findings[("acs", f"bridge {BRIDGE}")]
     assert (acs.severity, acs.evidence) == ("slows", f"/sys/bus/pci/devices/{BRIDGE}/config ACS Control = 0x001d "
@@ -127,6 +141,8 @@ def test_checks_on_the_tree(tmp_path: Path):
     assert findings[("cpuset", "cpuset")].message == "this process may use 2 of 4 online CPUs (a cgroup cpuset or " \
                                                      "taskset)"
     assert findings[("gpu-affinity", f"GPU {GPU}")].severity == "ok"
+    shm = findings[("shm", "/dev/shm")]
+    assert (shm.severity, shm.evidence) == ("blocks", "statvfs(/dev/shm): 64 MiB total, 60 MiB free")
 
 
 def test_acs_walks_the_capability_list():
