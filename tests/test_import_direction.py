@@ -27,6 +27,8 @@ ALLOWED = {
     "runner": {"base", "topology", "hardware", "models", "engines"},  # shared schedule facts: topoplan.layout
     # bench measures launched engines (calibrate/validate --engine vllm start vLLM through launch's script)
     "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
+    # doctor reads the machine (topology's NVML asker and sysfs helpers); --for places a layout as launch does
+    "doctor": {"base", "topology", "hardware", "machine", "plan"},
 }
 BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
         "vendors", "run_options", "model_aliases"}

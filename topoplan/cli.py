@@ -306,6 +306,9 @@ def launch(
     image: str = typer.Option(None, "--image", help="--format lws: the engine's container image."),
     pod_memory: str = typer.Option(None, "--pod-memory", help="--format lws: each pod's memory (request = limit, "
                                    "e.g. 900Gi), making it Guaranteed so the kubelet can pin its CPUs."),
+    preflight: bool = typer.Option(False, "--preflight", help="The script first runs `topoplan doctor --for` on its "
+                                   "host and stops with its one line when the layout is blocked there "
+                                   "(docs/doctor.md)."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
@@ -343,6 +346,10 @@ def launch(
         served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
+        if preflight:
+            from topoplan.launch.preflight import preflight_line, with_preflight
+
+            text = with_preflight(text, preflight_line(str(spec.layout), nodes, topo, chosen_engine.name, device))
     except TopoplanError as error:
         raise fail(error) from None
     if explain and served is not None:
@@ -353,6 +360,61 @@ def launch(
         write_atomic(output, text, executable=fmt not in (LaunchFormat.json, LaunchFormat.lws))
     else:
         sys.stdout.write(text)
+
+
+@app.command("doctor")
+def doctor_command(
+    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON (docs/doctor.md)."),
+    save: str = typer.Option(None, "--save", metavar="FILE", help="Also write what was read as one JSON recording "
+                             "(atomically), for bug reports and --file."),
+    file: str = typer.Option(None, "--file", metavar="FILE", help="Judge a saved recording instead of this machine."),
+    for_layout: str = typer.Option(None, "--for", "--layout", metavar="LAYOUT", help="tp=N,pp=N,dp=N: check what "
+                                   "this layout needs (its NICs up, P2P in its TP groups, /dev/shm, the CPUs it "
+                                   "binds), placed as `launch` places it."),
+    topo: str = typer.Option(None, "--topo", metavar="FILE", help="With --for: the topology the layout is placed on "
+                             "(a `topo -m` paste or NVML recording). Default: this machine, through NVML."),
+    gpu: str = typer.Option(None, "--gpu", help="With --for and a `topo -m` paste: the GPU model."),
+    nodes: int = typer.Option(1, "--nodes", help="With --for: identical nodes the layout spans (NICs matter from 2)."),
+    engine: str = typer.Option("topoplan", "--engine", help="With --for: the engine whose /dev/shm need is checked: "
+                               "topoplan, vllm, sglang, trtllm."),
+    preflight: bool = typer.Option(False, "--preflight", help="With --for, for launch scripts: print nothing when "
+                                   "the layout can run, a warning per slowing finding, and one line and exit 4 when "
+                                   "something blocks it."),
+) -> None:
+    """What on this machine will slow or hang a multi-GPU launch: PCIe links, ACS, IOMMU, NVLink, RDMA ports,
+    /dev/shm, memlock, NUMA balancing, governors, cpuset. Exit 0 (ok, notes), 3 (slows), 4 (blocks)."""
+    from topoplan.doctor.finding import exit_code
+    from topoplan.doctor.run import diagnose, get_recording
+
+    try:
+        if preflight and for_layout is None:
+            raise TopoplanError("--preflight checks a layout: pass --for tp=N,pp=N,dp=N")
+        if for_layout is None and (topo, gpu, nodes, engine) != (None, None, 1, "topoplan"):
+            raise TopoplanError("--topo, --gpu, --nodes and --engine describe a layout: pass --for tp=N,pp=N,dp=N too")
+        recording, source = get_recording(file, save)
+        findings = diagnose(recording, for_layout, topo, nodes, engine, gpu)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if preflight:
+        from topoplan.doctor.layout import blocking_line
+        from topoplan.doctor.render import printable
+
+        warn([printable(f"doctor: {f.subject}: {f.message} ({f.evidence})") for f in findings
+              if f.severity == "slows"])
+        if (line := blocking_line(findings)) is not None:
+            print(f"topoplan: preflight: {printable(line)}", file=sys.stderr)
+            raise typer.Exit(exit_code(findings))
+        return
+    if as_json:
+        from topoplan.doctor.render import findings_json
+
+        print(json.dumps(findings_json(findings, source), indent=1))
+    else:
+        from topoplan.doctor.render import print_findings
+
+        print_findings(findings, source)
+    if code := exit_code(findings):
+        raise typer.Exit(code)
 
 
 @app.command()
