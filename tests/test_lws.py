@@ -95,8 +95,9 @@ def test_two_node_vllm_manifest_validates_and_says_what_it_needs():
     template = doc["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
     leader, worker = (pod["containers"][0] for pod in pods(doc))
-    assert leader["command"][:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert leader["command"][:4] == ["python3", "-m", "vllm.entrypoints.cli.main", "serve"]
     assert "numactl" not in leader["command"] and "numactl" not in worker["command"]  # host CPU numbers left out
+    assert "--numa-bind-cpus" not in leader["command"] and "--numa-bind-nodes" in leader["command"]
     for c in (leader, worker):
         assert c["command"][c["command"].index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
         assert c["image"] == IMAGE and c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}

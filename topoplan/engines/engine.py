@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from topoplan.layout import Layout
+
 Version = tuple[int, ...]
 
 
@@ -51,6 +53,15 @@ class Parallelism:
     # bundled runner cuts it; a serving engine schedules whole batches (vLLM: a request in flight is not
     # scheduled again before its token returns, so the batch walks the stages as one)
     micro_batched_pp: bool = False
+    # without `dp` (replicas behind one front end), dp > 1 only as attention DP of an MoE model (ep = tp x dp,
+    # every rank its own attention with this TP degree, the experts over all of them); 0: not at all
+    attention_dp_tp: int = 0
+
+    def runs(self, layout: Layout, moe: bool) -> bool:
+        """Whether one launch of the engine runs the layout's replicas (dp > 1)."""
+        if layout.dp == 1 or self.dp:
+            return True
+        return moe and self.ep and layout.tp == self.attention_dp_tp and layout.ep == layout.tp * layout.dp
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,7 @@ def constants(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Every number in a profile by dotted path (what needs a source); booleans and names excluded."""
     out: dict[str, Any] = {}
     for f in fields(obj):
-        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver"):
+        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp"):
             continue
         value, path = getattr(obj, f.name), f"{prefix}{f.name}"
         if isinstance(value, AllReducePath) and not value.custom:

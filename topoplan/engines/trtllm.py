@@ -9,7 +9,8 @@ from topoplan.engines.vllm import AIC
 
 V1 = Engine(
     name="trtllm", version="1.0", covers=("1.0.0", "1.3"), cuda_graphs_decode=True,
-    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
+    parallelism=Parallelism(tp=True, pp=True, dp=False, ep=True, pads_vocab=True, tp_across_nodes=True,
+                            attention_dp_tp=1),
     memory=MemoryPolicy(basis="free", fraction=0.90, option="--kv_cache_free_gpu_memory_fraction",
                         kv_block_tokens=32, reserved_gb=3.76),
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 8), max_bytes=8 * 1024 * 1024,

@@ -10,6 +10,7 @@ engine modules stay unaware of it: they write the spec's master address and the 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,6 +20,10 @@ from topoplan.launch.spec import LaunchSpec
 HEAD_VAR = "TOPOPLAN_HEAD_ADDR"  # the sbatch/srun scripts' variable (render_slurm.allocation_lines sets it)
 HEAD = f"@{HEAD_VAR}@"  # the placeholder: only characters shlex leaves unquoted, never a real host name
 LWS_LEADER_VAR = "LWS_LEADER_ADDRESS"  # set by the LWS controller in every container of a group
+# A folder the shell and Slurm scripts make when they run and write the engine's option files into
+# (EngineLaunch.files, e.g. TensorRT-LLM's --config YAML): a word holding FILES names a file there.
+FILES_VAR = "TOPOPLAN_FILES"
+FILES = f"@{FILES_VAR}@"
 RUNTIME_FORMATS = ("srun", "sbatch", "lws")
 ALL_INTERFACES = "0.0.0.0"
 
@@ -45,10 +50,13 @@ def head_at_run_time(spec: LaunchSpec, fmt: str) -> LaunchSpec:
 
 
 def shell_word(word: str, var: str = HEAD_VAR) -> str:
-    """`word` quoted for bash, with each HEAD in it written as "$var" (expanded when the line runs)."""
-    if HEAD not in word:
+    """`word` quoted for bash, with each HEAD in it written as "$var" and each FILES as "$TOPOPLAN_FILES" (expanded
+    when the line runs)."""
+    if HEAD not in word and FILES not in word:
         return shlex.quote(word)
-    return f'"${var}"'.join(shlex.quote(part) if part else "" for part in word.split(HEAD))
+    pieces = re.split(f"({re.escape(HEAD)}|{re.escape(FILES)})", word)
+    return "".join(f'"${var}"' if p == HEAD else f'"${FILES_VAR}"' if p == FILES else shlex.quote(p) if p else ""
+                   for p in pieces)
 
 
 def shell_join(words: Sequence[str], var: str = HEAD_VAR) -> str:

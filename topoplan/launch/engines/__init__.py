@@ -26,7 +26,7 @@ def check_engine(engine: Engine, spec: LaunchSpec) -> None:
                             f"{engine.covers[0]}-{engine.covers[1]} (its options differ); launch writes "
                             f"{launchable or 'none'}, and `plan` prices {engine}")
     rules, layout = engine.parallelism, spec.layout
-    for degree, allowed in (("tp", rules.tp), ("pp", rules.pp), ("dp", rules.dp)):
+    for degree, allowed in (("tp", rules.tp), ("pp", rules.pp), ("dp", rules.runs(layout, layout.ep > 1))):
         if getattr(layout, degree) > 1 and not allowed:
             raise TopoplanError(f"{engine} does not run {degree} > 1 ({layout})")
     if not rules.tp_across_nodes and any(len({spec.ranks[r].node for r in group}) > 1

@@ -27,7 +27,7 @@ from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
 from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
-from topoplan.launch.runtime_addr import HEAD, HEAD_VAR, shell_join
+from topoplan.launch.runtime_addr import FILES_VAR, HEAD, HEAD_VAR, shell_join
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
 STOP = "\n".join([
@@ -57,7 +57,18 @@ RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu
 
 
 def _line(command: NodeCommand) -> str:
-    return shlex.join([*env_words(command.env_dict()), *command.argv]) + " &"
+    return shell_join([*env_words(command.env_dict()), *command.argv]) + " &"
+
+
+def files_lines(launch: EngineLaunch) -> list[str]:
+    """Lines writing the launch's option files (EngineLaunch.files) into a new folder when the script runs: the
+    script carries them, so it works wherever it is copied (sbatch runs a spooled copy)."""
+    if not launch.files:
+        return []
+    out = [f'{FILES_VAR}="$(mktemp -d)"  # the engine option files, written below']
+    for name, text in launch.files:
+        out += [f"cat > \"${FILES_VAR}\"/{shlex.quote(name)} <<'TOPOPLAN_EOF'", text.rstrip("\n"), "TOPOPLAN_EOF"]
+    return out
 
 
 def _header(launch: EngineLaunch) -> list[str]:
@@ -73,7 +84,7 @@ def render_serve_script(launch: EngineLaunch) -> str:
     if not launch.nodes:  # TRT-LLM over several nodes: one MPI process per rank, started from node 0
         return render_mpirun(launch.spec)
     out = [*_header(launch), "set -m  # the server gets its own process group, so one signal reaches all it started",
-           STOP]
+           STOP, *files_lines(launch)]
     if len(launch.nodes) == 1:
         out.append(_line(launch.nodes[0]))
     else:
@@ -107,7 +118,7 @@ def _step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
 
 def _serve_step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
     options = launch.options
-    return ["set -euo pipefail", *_step(launch, cluster_options), "server=$!",
+    return ["set -euo pipefail", *files_lines(launch), *_step(launch, cluster_options), "server=$!",
             "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
             *wait_lines(launch.engine.name, options.host, options.port, launch.url)]
 
@@ -125,14 +136,15 @@ def render_engine_sbatch(launch: EngineLaunch) -> str:
 
 
 def engine_dict(launch: EngineLaunch) -> dict:
-    """The JSON contract: the engine, its URL, per node its argv and environment with reasons, and the spec's
-    per-rank facts (GPU, CPUs, NUMA node) the commands were derived from."""
+    """The JSON contract: the engine, its URL, per node its argv, environment and chosen options with reasons, and
+    the spec's per-rank facts (GPU, CPUs, NUMA node) the commands were derived from."""
     return {
         "engine": launch.engine.name, "url": launch.url, "device": launch.options.device,
         "device_mapping": launch.device_mapping,
         "layout": {"tp": launch.spec.layout.tp, "pp": launch.spec.layout.pp, "dp": launch.spec.layout.dp},
         "nodes": [{"node": c.node, "host": launch.spec.nodes[c.node].host, "serves": c.serves, "argv": list(c.argv),
-                   "env": c.env_dict(), "reasons": {v.name: v.reason for v in c.env}} for c in launch.nodes],
+                   "env": c.env_dict(), "reasons": {v.name: v.reason for v in c.env},
+                   "options": [{"words": list(o.words), "reason": o.reason} for o in c.options]} for c in launch.nodes],
         "ranks": [{k: r[k] for k in RANK_KEYS} for r in spec_dict(launch.spec)["ranks"]],
         "commands": [line for line in render_serve_script(launch).splitlines() if line and not line.startswith("#")],
         "notes": [*launch.notes, *launch.spec.notes],

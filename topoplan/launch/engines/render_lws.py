@@ -48,11 +48,25 @@ PROBE_PERIOD_S = 10
 PROBE_TIMEOUT_S = 5  # a busy server answers /health late; the default 1 s would flap readiness under load
 
 
+HOST_CPU_OPTIONS = ("--numa-bind-cpus",)  # engine options naming host CPU numbers (vLLM's per-worker CPU lists)
+
+
 def _unbound(argv: tuple[str, ...]) -> list[str]:
-    """The argv without a leading `numactl ... --`: its host CPU numbers mean nothing in a container's cpuset."""
+    """The argv without host CPU numbers, which mean nothing in a container's cpuset: no leading `numactl ... --`,
+    no engine option listing CPUs (the NUMA node options stay: the kubelet's topology manager keeps a pod's CPUs
+    on the GPUs' nodes)."""
     if argv and argv[0] == "numactl" and "--" in argv:
-        return list(argv[argv.index("--") + 1:])
-    return list(argv)
+        argv = argv[argv.index("--") + 1:]
+    out, skipping = [], False
+    for word in argv:
+        if word in HOST_CPU_OPTIONS:
+            skipping = True
+        elif skipping and not word.startswith("--"):
+            continue
+        else:
+            skipping = False
+            out.append(word)
+    return out
 
 
 def _env(env: tuple[EnvVar, ...] | list[EnvVar]) -> list[Commented]:
