@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.engines.profile import MemoryPolicy
@@ -39,6 +40,9 @@ from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
 from topoplan.topology.links import cpu_links
+
+if TYPE_CHECKING:
+    from topoplan.plan.served import ServedCost
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 # A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
@@ -96,6 +100,9 @@ class LayoutCost:
     notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
     all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
+    steps: ReplicaSteps | None = field(default=None, repr=False, compare=False)  # for the served model
+    served: ServedCost | None = None  # served at `batch` requests in flight per replica (topoplan.plan.served)
+    offline: ServedCost | None = None  # served at the most requests in flight it holds (max-load throughput)
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -246,6 +253,18 @@ class StageModel:
         return [*self._gemms(batch, batch),
                 Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
 
+    def mixed(self, decodes: float, context: float, prefill_tokens: float, prompt: int) -> list[Work]:
+        """One continuous-batching step on one rank: `decodes` sequences' next tokens at `context` tokens and
+        `prefill_tokens` prompt tokens (chunks of `prompt`-token prompts) through the same GEMMs, the LM head
+        for the decodes and the prompts the step completes; one attention kernel over both (varlen
+        FlashAttention): the decodes read their KV cache, each prompt token attends to (prompt + 1) / 2 keys
+        on average and writes its KV. `prefill_tokens` 0 is `decode`."""
+        kv = self.kv_bytes_per_token()
+        attention = Work((self.attention_flops(decodes, context)
+                          + self.attention_flops(prefill_tokens, (prompt + 1) / 2)) / self.tp,
+                         (decodes * context + prefill_tokens) * kv)
+        return [*self._gemms(decodes + prefill_tokens, decodes + prefill_tokens / prompt), attention]
+
 
 class CostModel:
     """Prices layouts of one model on one device type under one calibration."""
@@ -269,16 +288,22 @@ class CostModel:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
         return sum(max(w.flops / self._flop_rate(w.rows), w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None) -> float:
-        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences; `group` is
-        its EP group when the layout has expert parallelism.
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None,
+                  prefill_tokens: float = 0.0) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences (with
+        `prefill_tokens` > 0, a continuous-batching step that also runs that many prompt tokens: StageModel.mixed,
+        at the decode step's per-layer overhead, as such steps replay the decode's piecewise CUDA graphs);
+        `group` is its EP group when the layout has expert parallelism.
 
         Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
         w = self.work
-        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch)
+        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch, prefill_tokens)
         if key not in self._stage_cache:
             if phase == "prefill":
                 work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
+            elif prefill_tokens:
+                work = sm.mixed(batch, w.prompt_len + w.gen_len / 2, prefill_tokens, w.prompt_len)
+                tokens = batch + prefill_tokens
             else:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
             overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
@@ -287,7 +312,7 @@ class CostModel:
             if sm.moe:
                 per_layer = self.cal.moe_layer_overhead_us + sm.experts_run(tokens) * self.cal.expert_overhead_us
                 t += sm.moe * per_layer / 1e3
-            t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
+            t += self._tp_comm_us(sm, ring, tokens, batch + prefill_tokens / w.prompt_len) / 1e3
             if group is not None:
                 t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
             self._stage_cache[key] = t
@@ -333,11 +358,36 @@ class CostModel:
         return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
 
     def _pipeline_ms(self, rings: list[Ring], models: list[StageModel], batch: float,
-                     groups: Sequence[Ring | None]) -> tuple[float, list[float]]:
-        """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g) for sm, ring, g in zip(models, rings, groups)]
-        handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
+                     groups: Sequence[Ring | None], prefill_tokens: float = 0.0) -> tuple[float, list[float]]:
+        """(time for one decode step through every stage, per-stage times) at `batch` sequences (and
+        `prefill_tokens` prompt tokens in the same step: _stage_ms)."""
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g, prefill_tokens)
+                    for sm, ring, g in zip(models, rings, groups)]
+        handoffs = sum(self._handoff_ms(a, b, batch + prefill_tokens) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
+
+    def _prefill_ms(self, rings: list[Ring], models: list[StageModel], groups: Sequence[Ring | None],
+                    batch: float) -> float:
+        """One replica's prefill of `batch` prompts alone: every stage in series, the hand-offs, the step's
+        extras."""
+        w = self.work
+        prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
+        prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+        return prefill + self._step_extra_ms(rings, batch)
+
+    def _step_ms(self, rings: list[Ring], models: list[StageModel], groups: Sequence[Ring | None], batch: float,
+                 prefill_tokens: float = 0.0) -> float:
+        """Time between a sequence's consecutive tokens when a replica runs `batch` sequences (and
+        `prefill_tokens` prompt tokens in one of its micro-batches): with p stages, m = min(p, batch)
+        micro-batches keep the stages busy, so a step is the slower of the prompt-carrying micro-batch's trip
+        through the pipeline and the busiest stage's turn at all m (without prompt tokens: m times the slowest
+        stage)."""
+        micro = max(1.0, min(len(rings), batch))
+        through, heavy = self._pipeline_ms(rings, models, batch / micro, groups, prefill_tokens)
+        if micro == 1:
+            return through
+        light = self._pipeline_ms(rings, models, batch / micro, groups)[1] if prefill_tokens else heavy
+        return max(through, max((micro - 1) * a + b for a, b in zip(light, heavy)))
 
     def stage_models(self, layout: Layout) -> list[StageModel]:
         """The layout's stages as one rank sees them, in this workload's dtypes (with EP: its experts, its
@@ -384,21 +434,18 @@ class CostModel:
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings, groups in zip(replicas, groups_of):
-            prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
-            prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
-            prefill += self._step_extra_ms(rings, batch)
             decode, _ = self._pipeline_ms(rings, models, batch, groups)
-            micro = min(layout.pp, batch)
-            through, stage_ms = self._pipeline_ms(rings, models, batch / micro, groups)
-            step = max(through, micro * max(stage_ms))
-            if worst is None or decode > worst[1]:
-                worst = (prefill, decode, step, rings, groups)
-        prefill, decode, step, rings, groups = worst
+            if worst is None or decode > worst[0]:
+                worst = (decode, rings, groups)
+        decode, rings, groups = worst
+        prefill = self._prefill_ms(rings, models, groups, batch)
+        step = self._step_ms(rings, models, groups, batch)
         return LayoutCost(layout, batch, memory <= usable, memory, usable, max_batch, prefill, decode,
                           layout.dp * batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
                           tuple(range(s.start, s.end) for s in stages),
                           explain=lambda cost: self.reasons(layout, cost, rings, models, context, groups),
-                          all_to_all_ms=self.alltoall_ms(models, groups, batch))
+                          all_to_all_ms=self.alltoall_ms(models, groups, batch),
+                          steps=ReplicaSteps(self, rings, models, groups))
 
     def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None], batch: int) -> float:
         """The MoE all-to-alls (dispatch + combine, every MoE layer) of one decode step; 0 without EP."""
@@ -494,6 +541,25 @@ class CostModel:
                 f"{max(sm.expert_bytes() for sm in models) / gb:.1f} vs "
                 f"{max(sm.expert_bytes() for sm in twin) / gb:.1f} GB/GPU, total {cost.memory_per_gpu / gb:.1f} vs "
                 f"{tp_memory / gb:.1f} GB/GPU"]
+
+
+@dataclass(frozen=True)
+class ReplicaSteps:
+    """The step times of a priced layout's slowest replica, which the served model (topoplan.plan.served)
+    combines: a continuous-batching step of some decodes and prompt tokens, a prefill alone."""
+
+    costs: CostModel
+    rings: list[Ring]
+    models: list[StageModel]
+    groups: Sequence[Ring | None]
+
+    def step_ms(self, decodes: float, prefill_tokens: float = 0.0) -> float:
+        """A step of `decodes` sequences' next tokens and `prefill_tokens` prompt tokens (CostModel._step_ms)."""
+        return self.costs._step_ms(self.rings, self.models, self.groups, decodes, prefill_tokens)
+
+    def prefill_ms(self, prompts: float) -> float:
+        """`prompts` prompts prefilled alone (CostModel._prefill_ms)."""
+        return self.costs._prefill_ms(self.rings, self.models, self.groups, prompts)
 
 
 def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:

@@ -90,7 +90,8 @@ def plan_for(request: PlanRequest) -> Plan:
     result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,
                   search_batch=r.search_batch)
-    return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device)))
+    return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device),
+                                     *result.warnings))
 
 
 def source_warnings(topology: Topology) -> tuple[str, ...]:
