@@ -234,3 +234,21 @@ def test_hand_written_gemma2_9b_counts_9_24_billion():
            "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh"}
     layer = 3584 * 4096 * 2 + 2 * 3584 * 2048 + 3 * 3584 * 14336 + 4 * 3584
     assert spec_from_config(raw, "gemma-2-9b").params == 42 * layer + 256000 * 3584 + 3584 == 9_241_705_984
+
+
+@pytest.mark.parametrize(("quant", "dtype"), [({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+                                              ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4"),
+                                              ({"quant_method": "mxfp4"}, "mxfp4")])
+def test_quantization_config_names_the_weights_dtype(quant, dtype):
+    raw = {**CATALOG["Llama-3.1-8B"], "hidden_size": 4096, "quantization_config": quant}
+    assert spec_from_config(raw, "q").checkpoint_dtype == dtype
+    assert find_model("8b").checkpoint_dtype is None
+
+
+@pytest.mark.parametrize(("quant", "message"), [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not modelled"),
+    ({"quant_method": "gptq", "bits": 8}, "gptq at 8 bits is not modelled"),
+    ("fp8", "key 'quantization_config' must be a JSON object")])
+def test_quantization_config_the_planner_does_not_price_is_refused_in_one_line(quant, message):
+    with pytest.raises(TopoplanError, match=message):
+        spec_from_config({**CATALOG["Llama-3.1-8B"], "quantization_config": quant}, "q", source="c.json")

@@ -141,3 +141,23 @@ def test_an_unbounded_search_warns():
     best = out["layouts"][0]["served"]
     assert f"#1: {best['concurrency_per_replica']} in flight per replica" in stderr
     assert "set a limit to bound the batch" in stderr and out["warnings"] == [stderr.split("warning: ")[1].strip()]
+
+
+def test_a_quantised_checkpoint_is_planned_in_its_dtype(tmp_path):
+    """An fp8 checkpoint's config.json: planned at 1 B a weight with a warning saying why; --dtype naming
+    another dtype is refused; --dtype fp8 is accepted silently."""
+    config = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+              "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    run = CliRunner().invoke(app, ["plan", "-m", str(path), "--topo", H100, "--json", "--top", "1"])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert out["workload"]["dtype"] == "fp8" and out["model"]["weight_gb"] < 80  # 70.6B weights at 1 B, not 141 GB
+    assert "quantization_config stores the weights as fp8: planned as --dtype fp8" in run.stderr
+    asked = CliRunner().invoke(app, ["plan", "-m", str(path), "--topo", H100, "--dtype", "fp8", "--top", "1"])
+    assert asked.exit_code == 0 and "quantization_config" not in asked.stderr
+    other = CliRunner().invoke(app, ["plan", "-m", str(path), "--topo", H100, "--dtype", "bf16"])
+    assert other.exit_code == 2 and other.stderr.count("\n") == 1
+    assert "--dtype bf16: " in other.stderr and "stores its weights as fp8" in other.stderr

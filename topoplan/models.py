@@ -53,6 +53,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     max_context: int = 0  # max_position_embeddings: prompt + generated tokens it was trained for (0: unknown)
+    checkpoint_dtype: str | None = None  # the weights dtype its quantization_config names (None: not quantised)
 
     @property
     def is_mla(self) -> bool:
@@ -346,6 +347,29 @@ def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any]) ->
             "moe_layer_ids": _moe_layer_ids(raw, layers)}
 
 
+# quantization_config.quant_method -> the planner's weights dtype (topoplan.dtypes): fp8 checkpoints (transformers'
+# FineGrainedFP8 and FBGEMM configs, vLLM's `--quantization fp8`), AWQ/GPTQ at 4 bits, OCP MXFP4 (gpt-oss)
+QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "awq": "int4", "gptq": "int4", "mxfp4": "mxfp4"}
+
+
+def checkpoint_dtype(raw: dict[str, Any], source: str | Path) -> str | None:
+    """The weights dtype a config's `quantization_config` names; None without one; a one-line error for a
+    method (or an AWQ/GPTQ bit width) the planner does not price."""
+    quant = raw.get("quantization_config")
+    if quant is None:
+        return None
+    method = quant.get("quant_method")
+    dtype = QUANT_METHODS.get(method) if isinstance(method, str) else None
+    bits = quant.get("bits", quant.get("w_bit", 4))
+    if dtype == "int4" and bits != 4:
+        raise TopoplanError(f"quantization_config: {method} at {bits!r} bits is not modelled (4-bit AWQ/GPTQ is)",
+                            source=source)
+    if dtype is None:
+        raise TopoplanError(f"quantization_config: quant_method {method!r:.40} is not modelled (expected one of "
+                            f"{', '.join(QUANT_METHODS)}); plan its unquantised config with --dtype", source=source)
+    return dtype
+
+
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
     """Read a HF config dict (Llama/Mistral/Qwen2/Qwen3, Gemma/Gemma-2/Gemma-3, Mixtral, Qwen2-MoE/Qwen3-MoE,
     DeepSeek-V2/V3 spellings; per family, ARCHITECTURES) into a ModelSpec."""
@@ -386,6 +410,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         qk_rope_head_dim=need("qk_rope_head_dim") if kv_lora else 0,
         v_head_dim=need("v_head_dim") if kv_lora else 0,
         max_context=need("max_position_embeddings") if "max_position_embeddings" in raw else 0,
+        checkpoint_dtype=checkpoint_dtype(raw, source),
     )
     if spec.heads % spec.kv_heads:
         raise TopoplanError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "
