@@ -165,6 +165,8 @@ def plan_command(
                             "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
                             "arm."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
+    gpus: str = typer.Option(None, "--gpus", help="Plan on these GPUs of the machine only, e.g. 4,5,6,7 or 4-7 "
+                             "(a shared node, a broken GPU); default: all."),
     batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
                               "throughput the default is the largest batch each layout fits, within the limits)."),
     prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
@@ -218,7 +220,7 @@ def plan_command(
                               tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
                               engine=engine,
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype or "bf16",
-                                                kv_dtype), dtype_given=dtype is not None,
+                                                kv_dtype), dtype_given=dtype is not None, gpus=gpus,
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
         if device is PlanDevice.cpu:

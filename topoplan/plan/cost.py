@@ -97,6 +97,7 @@ class LayoutCost:
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
     slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
+    advice: str = ""  # why the plan ranks it though `inspect` advises against its TP size (topoplan.plan.rank)
     notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
     all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
@@ -487,6 +488,8 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if cost.slo_miss:
             out.append(cost.slo_miss)
+        if cost.advice:
+            out.append(cost.advice)
         if any(groups):  # for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
             out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:

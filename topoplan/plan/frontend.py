@@ -22,6 +22,7 @@ from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology
 from topoplan.topology.smi_text import NVLINK_HIDDEN
+from topoplan.topology.subset import gpu_subset
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class PlanRequest:
     engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
     limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
+    gpus: str | None = None  # `--gpus 4,5,6,7`: plan on these GPUs of the machine (topology.subset); None: all
     dtype_given: bool = True  # workload.dtype was asked (`--dtype`), not a default a quantised checkpoint replaces
 
     def __post_init__(self) -> None:
@@ -88,6 +90,8 @@ def plan_for(request: PlanRequest) -> Plan:
             raise
         raise TopoplanError(f"{error}; on a machine without GPUs, `plan --device cpu --calibration FILE` plans "
                             "its CPU-process layouts") from None
+    if r.gpus is not None:
+        topology = gpu_subset(topology, r.gpus)
     device = device_for(topology, r.nic_gbps)
     result = plan(topology, spec, device, workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,

@@ -29,6 +29,7 @@ from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
 from topoplan.plan.served import Served, ServedCost, ServedModel
+from topoplan.topology.diagnose import Warning, diagnose
 from topoplan.topology.model import Topology
 
 OBJECTIVES = ("latency", "throughput")
@@ -243,11 +244,39 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
         network = any(hop.link_class == "net" for stage in replicas for ring in stage for hop in pricer.ring_hops(ring))
         ranked.append(RankedLayout(cost, order, used, network))
     ranked.sort(key=lambda r: rank_key(objective, r))
+    explain_advice(ranked, diagnose(topology), objective)
     mark_dominated(ranked)
     shown = [r for r in ranked if r.dominated_by is None]
     return Plan(model, device, topology, nodes, workload, objective, calibration, shown,
                 [r for r in ranked if r.dominated_by is not None], engine=engine, limits=limits,
                 batch_searched=search, warnings=unbounded_warning(shown, search, limits), serving=serving)
+
+
+def explain_advice(ranked: list[RankedLayout], warnings: list[Warning], objective: str) -> None:
+    """Give each layout whose TP size an `inspect` warning advises against (nvlink-split: keep TP <= 2) a reason
+    saying so and how it compares with the best-ranked layout that follows the advice (`ranked` is best first).
+    Nothing is said when no layout within the advice was priced (--tp fixed it): the user chose."""
+    for warning in (w for w in warnings if w.max_tp is not None):
+        cap = warning.max_tp
+        within = next((r for r in ranked if r.cost.layout.tp <= cap), None)
+        for entry in ranked if within else ():
+            cost = entry.cost
+            if cost.layout.tp <= cap or cost.advice:
+                continue
+            advised = f"TP{cost.layout.tp} against inspect's {warning.code} advice (TP <= {cap})"
+            if not within.cost.fits or within.cost.slo_miss:
+                miss = "fits" if not within.cost.fits else "meets the latency limits"
+                cost.advice = f"{advised}: none with TP <= {cap} {miss} (best: {within.cost.layout})"
+            else:
+                cost.advice = (f"{advised}: {_compare(cost, within.cost, objective)} for {within.cost.layout}, "
+                               f"the best within it")
+
+
+def _compare(cost: LayoutCost, other: LayoutCost, objective: str) -> str:
+    """This layout's objective figure against another's, as a phrase."""
+    if objective == "latency":
+        return f"request latency {_request_ms(cost):.0f} ms here vs {_request_ms(other):.0f} ms"
+    return f"delivers {_delivered(cost):.0f} tokens/s here vs {_delivered(other):.0f}"
 
 
 def unbounded_warning(shown: list[RankedLayout], searched: bool, limits: Limits) -> tuple[str, ...]:
