@@ -4,7 +4,6 @@ checked on hand-made step times whose answers are worked out by hand, then throu
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -79,17 +78,17 @@ def test_mixed_over_the_token_budget_queues_the_prompts():
     assert s.requests_per_s == pytest.approx(lam / tpot * 1e3, rel=1e-9)  # the budget's rate, Little's law
 
 
-def test_separate_prefills_pause_the_decodes():
-    """Prefill steps alone: 1 request has nobody else's prefill in its decode; with c > 1 the others' prefills
-    take R x q of the time, R the smaller root of q TTFT R^2 - (TTFT + (gen - 1) step + c q) R + c = 0."""
+def test_separate_prefills_run_the_closed_loop_in_waves():
+    """Prefill steps alone: requests that start together finish together. 5 in flight, 1000-token prompts, a
+    2048-token budget: prefill steps of 2, 2 and 1 prompts (100, 100, 60 ms), their first tokens at 100, 200
+    and 260 ms; then 100 decode steps of all 5."""
+    s = separate(STEPS, Budget(0, 2048, None), 1000, 101, 5)
+    assert s.ttft_ms == pytest.approx((2 * 100 + 2 * 200 + 260) / 5)
+    request = 260 + 100 * (10 + 0.1 * 5)
+    assert s.request_ms == pytest.approx(request) and s.tpot_ms == pytest.approx((request - s.ttft_ms) / 100)
+    assert s.requests_per_s == pytest.approx(5 / request * 1e3)
     one = separate(STEPS, Budget(0, 8192, None), 1000, 101, 1)
     assert one.ttft_ms == 60 and one.tpot_ms == pytest.approx(10.1)
-    s = separate(STEPS, Budget(0, 8192, None), 1000, 101, 5)
-    ttft, q, step = 60.0, 60.0 * 4 / 5, 10 + 0.1 * (1 + 4 * 100 / 101)
-    b = ttft + 100 * step + 5 * q
-    rate = (b - math.sqrt(b * b - 4 * q * ttft * 5)) / (2 * q * ttft)
-    assert s.tpot_ms == pytest.approx(step / (1 - rate * q))
-    assert s.requests_per_s == pytest.approx(rate * 1e3)
 
 
 def test_every_engine_profile_has_a_scheduler_with_a_source():
@@ -161,3 +160,19 @@ def test_a_quantised_checkpoint_is_planned_in_its_dtype(tmp_path):
     other = CliRunner().invoke(app, ["plan", "-m", str(path), "--topo", H100, "--dtype", "bf16"])
     assert other.exit_code == 2 and other.stderr.count("\n") == 1
     assert "--dtype bf16: " in other.stderr and "stores its weights as fp8" in other.stderr
+
+
+def test_served_figures_against_published_serving_runs():
+    """benchmarks/served_validation.py's rows (aiconfigurator 0.12's silicon samples: vLLM 0.12, SGLang 0.5.1,
+    TensorRT-LLM 1.0 on H100): the served TPOT within 6% on average per engine on the checking rows (it was the
+    decode step plus a prefill share), SGLang's TTFT within 20% (its prefill-first waves); the engines'
+    delivered output tokens/s within 13%. The mixed engines' TTFT is a known gap (docs/planner.md)."""
+    from benchmarks.served_validation import error, served_rows
+
+    rows = [r for r in served_rows() if r["role"] == "check"]
+    for profile in ("vllm@0.32", "sglang@0.5", "trtllm@1.0"):
+        mine = [r for r in rows if r["profile"] == profile]
+        assert mine and sum(abs(error(r, "TPOT")) for r in mine) / len(mine) < 0.06
+        assert sum(abs(error(r, "tok/s")) for r in mine) / len(mine) < 0.13
+    sglang = [r for r in rows if r["profile"] == "sglang@0.5"]
+    assert sum(abs(error(r, "TTFT")) for r in sglang) / len(sglang) < 0.20

@@ -90,18 +90,20 @@ def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int) ->
 
 
 def separate(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int) -> Served:
-    """Prefill steps alone, the decodes waiting. Prompts arriving together are prefilled together: m = c / gen
-    of them a decode step on average (1 to budget / prompt). TTFT = prefill(m); the others' prefills take a
-    share R x q of the time (R requests/ms, q = prefill(m) / m x (c - 1) / c), so TPOT = step(d) / (1 - R q);
-    with request = TTFT + (gen - 1) TPOT and R = c / request, R is the smaller root of
-    q TTFT R^2 - (TTFT + (gen - 1) step(d) + c q) R + c = 0."""
-    m = max(1, min(round(c / gen), (budget.max_batched_tokens or math.inf) // prompt))
-    ttft = steps.prefill_ms(m)
-    q = ttft / m * (c - 1) / c
-    decode = steps.step_ms(1 + (c - 1) * (gen - 1) / gen)
-    b = ttft + (gen - 1) * decode + c * q
-    rate = c / b if q == 0 else (b - math.sqrt(b * b - 4 * q * ttft * c)) / (2 * q * ttft)
-    return _finish(c, gen, ttft, decode / (1 - rate * q))
+    """Prefill steps alone, the decodes waiting (prefill first). Requests that start together are prefilled
+    together and so finish together: the closed loop runs in waves of c. A wave's prompts go n = budget // prompt
+    (at least 1) to a prefill step, ceil(c / n) steps; the j-th step's prompts get their first token when it
+    ends (TTFT_j = sum of the steps' prefill(m) so far), then all c decode gen - 1 steps together:
+    request latency = the wave's prefills + (gen - 1) step(c), and TPOT the rest after each one's first token."""
+    per = max(1, min(c, (budget.max_batched_tokens or math.inf) // prompt))
+    full, rest = divmod(c, per)
+    batches = [per] * full + ([rest] if rest else [])
+    done, firsts = 0.0, 0.0
+    for m in batches:
+        done += steps.prefill_ms(m)
+        firsts += m * done
+    ttft, request = firsts / c, done + (gen - 1) * steps.step_ms(c)
+    return _finish(c, gen, ttft, (request - ttft) / (gen - 1) if gen > 1 else 0.0)
 
 
 @dataclass(frozen=True)
