@@ -28,7 +28,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.engines.profile import MemoryPolicy
@@ -39,10 +38,8 @@ from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
+from topoplan.plan.served import ServedCost
 from topoplan.topology.links import cpu_links
-
-if TYPE_CHECKING:
-    from topoplan.plan.served import ServedCost
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 # A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its

@@ -29,8 +29,13 @@ def layout_label(layout: Layout) -> str:
 
 
 def headline(entry: RankedLayout) -> str:
-    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline."""
-    return entry.cost.reasons[0]
+    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline; after
+    the line on `inspect`'s advice when the layout goes against it, since that line only makes sense with
+    the link finding beside it."""
+    reasons = entry.cost.reasons
+    if entry.cost.advice and reasons[0] == entry.cost.advice and len(reasons) > 1:
+        return f"{reasons[0]}; {reasons[1]}"
+    return reasons[0]
 
 
 def phrases(reason: str) -> str:

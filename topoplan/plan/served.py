@@ -1,20 +1,31 @@
 """The served model: the TTFT, TPOT and throughput a user measures when an engine serves a layout under load.
 
-The cost model prices steps (topoplan.plan.cost.ReplicaSteps): a decode step of some sequences, with prompt
-tokens in the same step, or a prefill alone. A server under load runs a stream of such steps whose makeup
-depends on how its scheduler batches (topoplan.engines.scheduling): this module turns the step times into the
-steady state of C requests in flight per replica, each of `prompt` tokens generating `gen` (a closed loop, as
-`vllm bench serve --max-concurrency C` drives it: a finished request is replaced at once). Every formula is in
-docs/planner.md, section 4.6.
+The cost model prices steps (topoplan.plan.cost.ReplicaSteps; the ReplicaSteps protocol below is all this
+module needs of it): a decode step of some sequences, with prompt tokens in the same step, or a prefill
+alone. A server under load runs a stream of such steps whose makeup depends on how its scheduler batches
+(topoplan.engines.scheduling): this module turns the step times into the steady state of C requests in
+flight per replica, each of `prompt` tokens generating `gen` (a closed loop, as `vllm bench serve
+--max-concurrency C` drives it: a finished request is replaced at once). Every formula is in
+docs/planner.md, section 4 (served model).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from topoplan.engines.scheduling import Budget, Scheduler
-from topoplan.plan.cost import ReplicaSteps
+
+
+class ReplicaSteps(Protocol):
+    """Step times of one replica (topoplan.plan.cost.ReplicaSteps prices them)."""
+
+    def step_ms(self, decodes: float, prefill_tokens: float = 0.0) -> float:
+        """A step of `decodes` sequences' next tokens and `prefill_tokens` prompt tokens."""
+
+    def prefill_ms(self, prompts: float) -> float:
+        """`prompts` prompts prefilled alone."""
 
 
 @dataclass(frozen=True)
