@@ -65,13 +65,13 @@ def test_plan_on_four_of_eight_gpus():
 
 
 def test_a_layout_against_inspects_advice_says_why_it_ranks():
-    """inspect warns nvlink-split (keep TP <= 2) on the NVL pairs; plan ranks TP4 first by request latency and its
-    first reason says so, with the figure of the best layout within TP 2."""
+    """inspect warns nvlink-split (keep TP <= 2) on the NVL pairs; plan ranks TP4 first by request latency and the
+    reason after its link finding says so, with the figure of the best layout within TP 2."""
     out, _ = plan("--top", "0")
     first = out["layouts"][0]
     best_tp2 = next(e for e in out["layouts"] if e["tp"] <= 2)
-    assert first["tp"] == 4
-    assert first["reasons"][0] == (
+    assert first["tp"] == 4 and first["reasons"][0].startswith("TP4 spans a NODE hop")
+    assert first["reasons"][1] == (
         f"TP4 against inspect's nvlink-split advice (TP <= 2): request latency "
         f"{first['served']['request_latency_ms']:.0f} ms here vs {best_tp2['served']['request_latency_ms']:.0f} ms for "
         f"tp={best_tp2['tp']},pp={best_tp2['pp']},dp={best_tp2['dp']}, the best within it")

@@ -138,6 +138,7 @@ class Work:
     flops: float
     nbytes: float
     rows: float | None = None  # rows (tokens) each of its products multiplies; None: the phase's
+    attention: bool = False  # QK^T and AV: in the activation dtype whatever the weights' (fp8 GEMMs, bf16 attention)
 
 
 class StageModel:
@@ -244,12 +245,13 @@ class StageModel:
         tokens = batch * prompt
         kv_write = tokens * self.kv_bytes_per_token()
         return [*self._gemms(tokens, batch),
-                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
+                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write, attention=True)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
         """GEMMs and attention on one rank for one decode step of `batch` sequences at `context` tokens."""
         return [*self._gemms(batch, batch),
-                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
+                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token(),
+                     attention=True)]
 
     def mixed(self, decodes: float, context: float, prefill_tokens: float, prompt: int) -> list[Work]:
         """One continuous-batching step on one rank: `decodes` sequences' next tokens at `context` tokens and
@@ -260,7 +262,7 @@ class StageModel:
         kv = self.kv_bytes_per_token()
         attention = Work((self.attention_flops(decodes, context)
                           + self.attention_flops(prefill_tokens, (prompt + 1) / 2)) / self.tp,
-                         (decodes * context + prefill_tokens) * kv)
+                         (decodes * context + prefill_tokens) * kv, attention=True)
         return [*self._gemms(decodes + prefill_tokens, decodes + prefill_tokens / prompt), attention]
 
 
@@ -273,18 +275,21 @@ class CostModel:
         self.compute = device.compute_dtype(workload.weights)  # refuses a dtype the GPU cannot run
         device.check_kv(workload.kv)
         self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
+        self.act_compute = device.compute_dtype(dtype_of(device.activation_dtype(workload.weights)))
         # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
         self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
 
-    def _flop_rate(self, rows: float | None) -> float:
-        """FLOP/s of products of `rows` rows (the device's rate at those rows where it knows one)."""
-        return self.device.tflops_at(self.compute, rows) * 1e12 * self.cal.flop_efficiency
+    def _flop_rate(self, rows: float | None, attention: bool = False) -> float:
+        """FLOP/s of products of `rows` rows (the device's rate at those rows where it knows one), in the
+        GEMMs' compute dtype or, for attention, the activation dtype."""
+        dtype = self.act_compute if attention else self.compute
+        return self.device.tflops_at(dtype, rows) * 1e12 * self.cal.flop_efficiency
 
     def _roofline_ms(self, work: list[Work]) -> float:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
-        return sum(max(w.flops / self._flop_rate(w.rows), w.nbytes / self.mem_bw) for w in work) * 1e3
+        return sum(max(w.flops / self._flop_rate(w.rows, w.attention), w.nbytes / self.mem_bw) for w in work) * 1e3
 
     def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None,
                   prefill_tokens: float = 0.0) -> float:
@@ -485,13 +490,13 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if cost.slo_miss:
             out.append(cost.slo_miss)
-        if cost.advice:
-            out.append(cost.advice)
         if any(groups):  # for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
             out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
             reason, fabric = self._tp_reason(layout, cost, rings, models, any(groups))
             out.append(reason)
+            if cost.advice:
+                out.append(cost.advice)
             decode_bytes = cost.batch * self.model.hidden * self.act_bytes
             kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
             mesh = all(self.pricer.is_nvlink_mesh(r) for r in rings)
@@ -509,7 +514,7 @@ class CostModel:
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
         work = [w for sm in models for w in sm.decode(cost.batch, context)]
-        compute = sum(w.flops / self._flop_rate(w.rows) for w in work)
+        compute = sum(w.flops / self._flop_rate(w.rows, w.attention) for w in work)
         memory = sum(w.nbytes for w in work) / self.mem_bw
         out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
                    f"{sum(w.nbytes for w in work) / 1e9:.2f} GB read per GPU per step")

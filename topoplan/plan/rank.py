@@ -254,8 +254,9 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
 
 def explain_advice(ranked: list[RankedLayout], warnings: list[Warning], objective: str) -> None:
     """Give each layout whose TP size an `inspect` warning advises against (nvlink-split: keep TP <= 2) a reason
-    saying so and how it compares with the best-ranked layout that follows the advice (`ranked` is best first).
-    Nothing is said when no layout within the advice was priced (--tp fixed it): the user chose."""
+    (after its TP finding; the table shows both) saying so and how it compares with the best-ranked layout
+    that follows the advice (`ranked` is best first). Nothing is said when no layout within the advice was
+    priced (--tp fixed it): the user chose."""
     for warning in (w for w in warnings if w.max_tp is not None):
         cap = warning.max_tp
         within = next((r for r in ranked if r.cost.layout.tp <= cap), None)

@@ -29,13 +29,10 @@ def layout_label(layout: Layout) -> str:
 
 
 def headline(entry: RankedLayout) -> str:
-    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline; after
-    the line on `inspect`'s advice when the layout goes against it, since that line only makes sense with
-    the link finding beside it."""
-    reasons = entry.cost.reasons
-    if entry.cost.advice and reasons[0] == entry.cost.advice and len(reasons) > 1:
-        return f"{reasons[0]}; {reasons[1]}"
-    return reasons[0]
+    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline; and
+    the line on `inspect`'s advice when the layout goes against it (it follows the link finding)."""
+    first, advice = entry.cost.reasons[0], entry.cost.advice
+    return f"{first}; {advice}" if advice and advice != first else first
 
 
 def phrases(reason: str) -> str:
