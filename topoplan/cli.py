@@ -164,11 +164,14 @@ def plan_command(
                             "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
                             "arm."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
+    gpus: str = typer.Option(None, "--gpus", help="Plan on these GPUs of the machine only, e.g. 4,5,6,7 or 4-7 "
+                             "(a shared node, a broken GPU); default: all."),
     batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
                               "throughput the default is the largest batch each layout fits, within the limits)."),
     prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
     gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
-    dtype: str = typer.Option("bf16", "--dtype", help="Weights: bf16, fp16, fp32, fp8 (weight-only on Ampere) or "
+    dtype: str = typer.Option(None, "--dtype", help="Weights (default bf16, or what a config's quantization_config "
+                              "stores): bf16, fp16, fp32, fp8 (weight-only on Ampere), mxfp4 or "
                               "int4 (AWQ/GPTQ, bf16 activations); refused where the GPU lacks it."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the "
                                  "activation dtype, bf16 for fp8/int4 weights)."),
@@ -216,7 +219,8 @@ def plan_command(
         request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
                               engine=resolve(engine),
-                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
+                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype or "bf16",
+                                                kv_dtype), dtype_given=dtype is not None, gpus=gpus,
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
         if device is PlanDevice.cpu:

@@ -91,7 +91,8 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     decode, prefill = at(decode_rows, micro), at(workload.batch * workload.prompt_len, 1)
     step_ms = layout.dp * workload.batch / decode.tokens_per_s * 1e3  # every sequence one token: the schedule's step
     return replace(decode, prefill_ms=prefill.prefill_ms, decode_ms_per_token=step_ms,
-                   request_ms=prefill.prefill_ms + workload.gen_len * step_ms)
+                   request_ms=prefill.prefill_ms + workload.gen_len * step_ms,
+                   served=None, offline=None)  # the served model's figures are the GPU plan's (static figures here)
 
 
 def _refuse_gpu_options(r: PlanRequest) -> None:

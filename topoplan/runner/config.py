@@ -17,7 +17,7 @@ from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
 from topoplan.layout import tp_problems
-from topoplan.models import QKV_BIAS_TYPES, spec_from_config
+from topoplan.models import architecture, spec_from_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
 SLIDING_WINDOW_TYPES = ("mistral", "mixtral")  # their `sliding_window` key masks keys older than it
@@ -108,7 +108,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
         qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
-        o_bias=model_type not in QKV_BIAS_TYPES and bool(raw.get("attention_bias", False)),
+        o_bias=not architecture(raw).qkv_bias and bool(raw.get("attention_bias", False)),
         tie_word_embeddings=spec.tied_embeddings,
         sliding_window=int(window) if window else None,
         bos_token_id=raw.get("bos_token_id"),
