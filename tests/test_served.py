@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from topoplan.cli import app
-from topoplan.engines import PROFILES
+from topoplan.engines import ENGINES, resolve
 from topoplan.engines.scheduling import SCHEDULERS, SOURCES, Budget, scheduler_of
 from topoplan.plan.served import mixed, separate, static
 
@@ -92,13 +92,13 @@ def test_separate_prefills_run_the_closed_loop_in_waves():
 
 
 def test_every_engine_profile_has_a_scheduler_with_a_source():
-    for profile in (p for profiles in PROFILES.values() for p in profiles):
+    for profile in ENGINES:
         assert str(profile) in SCHEDULERS and SOURCES[str(profile)]
-    vllm = scheduler_of(PROFILES["vllm"][-1])
+    vllm = scheduler_of(resolve("vllm"))
     assert vllm.mode == "mixed"
     assert vllm.budget("h100-sxm", 80e9) == Budget(70, 8192, 1024, ("a100",))
     assert vllm.budget("a100-sxm4-80gb", 80e9).max_batched_tokens == 2048  # vLLM's A100 exception
-    assert scheduler_of(PROFILES["topoplan"][-1]).mode == "static"
+    assert scheduler_of(resolve("topoplan")).mode == "static"
 
 
 def plan_json(*args: str) -> tuple[dict, str]:
