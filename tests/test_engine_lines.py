@@ -160,7 +160,8 @@ for argv in json.load(sys.stdin):
         "nnodes", "node_rank", "master_addr", "master_port", "headless", "host", "port",
         "distributed_executor_backend", "numa_bind", "numa_bind_nodes", "numa_bind_cpus",
         "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port",
-        "api_server_count")})
+        "api_server_count", "max_num_seqs", "max_model_len", "kv_cache_dtype", "quantization",
+        "gpu_memory_utilization", "dtype")})
 print(json.dumps(out))
 """
 

@@ -200,6 +200,8 @@ def plan_command(
     engine: str = typer.Option("topoplan", "--engine", help="Serving engine to price for: topoplan (the bundled "
                                "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
                                "(docs/engines.md)."),
+    output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Also write the plan as JSON with the "
+                               "request that priced it, for `launch --plan FILE --rank N` (docs/launch-engines.md)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -226,14 +228,25 @@ def plan_command(
         if device is PlanDevice.cpu:
             from topoplan.plan.cpu_layouts import plan_cpu
 
+            if output is not None:
+                raise TopoplanError("-o saves a GPU plan for `launch --plan`; a CPU launch takes --layout")
             result = plan_cpu(request)
         else:
             result = plan_for(request)
+        document = plan_json(result, top or None, per_rank)
+        if device is PlanDevice.gpu:
+            from topoplan.plan.saved import RECORD_KEY, request_record
+
+            document[RECORD_KEY] = request_record(request)
+        if output is not None:
+            from topoplan.atomic import write_atomic
+
+            write_atomic(output, json.dumps(document, indent=1) + "\n")
     except TopoplanError as error:
         raise fail(error) from None
     warn(result.warnings)
     if as_json:
-        print(json.dumps(plan_json(result, top or None, per_rank), indent=1))
+        print(json.dumps(document, indent=1))
     else:
         console = Console()
         emit(console, plan_table(result, top or None, console.width))
@@ -260,6 +273,9 @@ def launch(
                              "node ('-': stdin; --file is the same option). Default: this machine, through NVML."),
     p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` output of the same node."),
     layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N, placed by the planner's placement."),
+    plan_file: str = typer.Option(None, "--plan", metavar="FILE", help="A plan saved by `topoplan plan -o FILE`: "
+                                  "launch its row --rank N exactly, with every option that priced it (model, "
+                                  "topology, engine, dtypes, batch, lengths, limits); refused when stale."),
     rank: int = typer.Option(None, "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same "
                              "--model, --topo, --gpu, --nodes and --objective."),
     model: str = typer.Option(None, "--model", "-m", help=f"Planner model: catalog name, alias ({ALIAS_HELP}) or a "
@@ -280,7 +296,7 @@ def launch(
                              f"{DEFAULT_MASTER_PORT}). A serving engine: its HTTP port (default 8000)."),
     master_port: int = typer.Option(None, "--master-port", help="A serving engine's rendezvous TCP port on node 0 "
                                     f"(default {DEFAULT_MASTER_PORT})."),
-    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the bundled runner, per-rank lines), or a "
+    engine: str = typer.Option(None, "--engine", help="topoplan (default: the bundled runner, per-rank lines), or a "
                                "serving engine: vllm, sglang, trtllm (its own command per node; see "
                                "docs/launch-engines.md)."),
     device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
@@ -320,7 +336,7 @@ def launch(
 
     from topoplan.atomic import write_atomic
     from topoplan.engines import resolve
-    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
+    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, load_saved_plan, parse_hosts
     from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT
     from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
@@ -331,7 +347,15 @@ def launch(
     from topoplan.layout import Layout
 
     try:
-        chosen_engine = resolve(engine)
+        saved = None
+        if plan_file is not None:
+            saved = load_saved_plan(plan_file, rank, given={
+                "--model": model, "--topo": topo, "--gpu": gpu, "--layout": layout, "--engine": engine,
+                "--objective": objective != "latency", "--nodes": nodes != 1})
+            asked = saved.request
+            model, topo, gpu, objective = asked.model, asked.topo, asked.gpu, asked.objective
+            engine, nodes = str(asked.engine), saved.row.nodes
+        chosen_engine = resolve(engine or "topoplan")
         serving = chosen_engine.serves
         if not serving and master_port is not None:
             raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
@@ -346,7 +370,7 @@ def launch(
                                 serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
                                 launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
-                                                         image=image, pod_memory=pod_memory))
+                                                         image=image, pod_memory=pod_memory), saved=saved)
         served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)

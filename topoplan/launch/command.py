@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from topoplan.cpuset import CpuFacts
 from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
-from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, EngineLaunch, ServeOptions
+from topoplan.launch.engines.common import (
+    DEFAULT_HOST,
+    DEFAULT_SERVE_PORT,
+    EngineLaunch,
+    EngineSettings,
+    ServeOptions,
+)
 from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
@@ -20,6 +27,9 @@ from topoplan.models import BUILTIN_MODELS
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.run_options import parse_ids
 from topoplan.topology.model import Topology
+
+if TYPE_CHECKING:  # the planner loads only for --rank and --plan (start-up time)
+    from topoplan.plan.saved import SavedRow
 
 DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default command runs for any checkpoint
 
@@ -65,6 +75,34 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
     return argv
 
 
+def engine_settings(saved: SavedRow) -> EngineSettings:
+    """What the saved plan's row assumed of the engine: its served concurrency (else its batch) per replica, the
+    workload's lengths and dtypes, and the engine's memory share at the row's TP degree."""
+    from topoplan.plan.engine import memory_policy
+
+    plan, cost = saved.plan, saved.row.cost
+    work, layout = plan.workload, cost.layout
+    seqs = cost.served.replica.concurrency if cost.served is not None else cost.batch
+    fraction = memory_policy(plan.engine, plan.calibration).fraction_for(layout.tp)
+    return EngineSettings(max_seqs=max(1, seqs), max_model_len=work.prompt_len + work.gen_len,
+                          dtype=plan.device.activation_dtype(work.weights), kv_dtype=work.kv.short,
+                          weights=work.dtype, memory_fraction=round(fraction, 4),
+                          why=f"plan row {layout}: {seqs} in flight, prompt {work.prompt_len} + {work.gen_len} tokens")
+
+
+def load_saved_plan(path: str, rank: int | None, given: dict[str, object]) -> SavedRow:
+    """`launch --plan FILE --rank N`: the saved plan's row N, checked against a fresh plan (topoplan.plan.saved).
+    `given` maps the options the plan already holds to whether they were passed too, which is refused."""
+    from topoplan.plan.saved import load_plan
+
+    clash = [name for name, value in given.items() if value]
+    if clash:
+        raise TopoplanError(f"--plan FILE holds the options that priced it: drop {', '.join(clash)}")
+    if rank is None:
+        raise TopoplanError("--plan FILE launches one of its rows: add --rank N (1 = the best)")
+    return load_plan(path, rank)
+
+
 def parse_hosts(text: str | None) -> tuple[str, ...] | None:
     """`--hosts a,b,c` -> ("a", "b", "c"); None when not given. Checked against --nodes by LaunchRequest."""
     if text is None:
@@ -108,6 +146,7 @@ class LaunchRequest:
     serve_port: int = DEFAULT_SERVE_PORT
     engine_python: str = "python3"
     kv_cache_gib: int = 1
+    saved: SavedRow | None = None  # `--plan FILE --rank N` (topoplan.plan.saved): the row and what priced it
 
     @property
     def serving(self) -> bool:
@@ -167,7 +206,8 @@ class LaunchRequest:
     def serve_options(self) -> ServeOptions:
         return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
                             python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
-                            extra_args=self.command)
+                            extra_args=self.command,
+                            settings=engine_settings(self.saved) if self.saved is not None else None)
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,
@@ -232,6 +272,11 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
                                 f"have {r.nodes * len(topology.gpus)} ({len(topology.gpus)} per node); add --nodes "
                                 "or shrink the layout", source=topology.source or None)
         placements = place(topology, chosen, r.nodes)
+    elif r.saved is not None:  # `--plan FILE --rank N`: the saved row, planned again and checked
+        from topoplan.plan.placement import expand
+
+        chosen = r.saved.row.cost.layout
+        placements = expand(chosen, r.saved.row.nodes, r.saved.row.order)
     else:
         chosen, placements = planned_placement(topo=r.topo, model=r.model, gpu=r.gpu, nodes=r.nodes,
                                                objective=r.objective, rank=r.rank,  # type: ignore[arg-type]

@@ -35,6 +35,24 @@ DEVICES = ("gpu", "cpu")
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """What the plan assumed of the engine, for its command line: the requests in flight it priced per replica,
+    the longest sequence, the KV-cache and weight dtypes and the engine's memory share (topoplan.plan.saved)."""
+
+    max_seqs: int  # requests in flight per replica (the served concurrency, else the priced batch)
+    max_model_len: int  # prompt + generated tokens
+    dtype: str  # activation dtype the plan priced (bf16, fp16)
+    kv_dtype: str  # KV cache dtype (bf16, fp16, fp8)
+    weights: str  # weight dtype (bf16, fp16, fp8, int4, mxfp4)
+    memory_fraction: float  # the engine's memory share at this TP degree (its MemoryPolicy)
+    why: str  # one line: which plan row these come from
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.kv_dtype == "fp8"
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     """How the user wants the engine served: where, from which checkpoint and interpreter, on which device."""
 
@@ -45,6 +63,7 @@ class ServeOptions:
     device: str = "gpu"
     kv_cache_gib: int = 1  # vLLM CPU: VLLM_CPU_KVCACHE_SPACE
     extra_args: tuple[str, ...] = ()  # appended to the engine's own options, unchecked
+    settings: EngineSettings | None = None  # from `launch --plan FILE --rank N`: what the plan priced
 
     def __post_init__(self) -> None:
         if not self.checkpoint.strip():

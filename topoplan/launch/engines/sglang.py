@@ -17,10 +17,12 @@ only (its CPU backend needs its own build).
 
 from __future__ import annotations
 
+from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
+    EngineSettings,
     NodeCommand,
     Option,
     ServeOptions,
@@ -60,6 +62,21 @@ def _parallel(layout: Layout) -> list[Option]:
             Option(("--ep-size", str(layout.ep)), f"the experts sharded over all {layout.ep} GPUs of the stage")]
 
 
+def _settings(s: EngineSettings, memory_option: str) -> list[Option]:
+    """What the plan priced, as SGLang's options (sglang/srt/server_args.py)."""
+    out = [Option(("--max-running-requests", str(s.max_seqs)), f"the requests in flight per replica the plan priced "
+                  f"({s.why})"),
+           Option(("--context-length", str(s.max_model_len)), "prompt + generated tokens the plan priced"),
+           Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
+           Option((memory_option, f"{s.memory_fraction:g}"), "the static memory share (weights and KV pool) the "
+                  "plan's memory check used at this TP degree (SGLang's default)")]
+    if s.fp8_kv:
+        out.append(Option(("--kv-cache-dtype", "fp8_e4m3"), "the plan priced an fp8 KV cache"))
+    if s.weights == "fp8":
+        out.append(Option(("--quantization", "fp8"), "the plan priced fp8 weights"))
+    return out
+
+
 def _binding(binding: WorkerBinding) -> list[Option]:
     return [Option(("--numa-node", *map(str, binding.numa_nodes)),
                    f"each GPU's NUMA node in local-rank order ({binding.where()}): SGLang binds each GPU's scheduler "
@@ -85,6 +102,8 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
         binding, why_not = worker_binding(spec, node)
         chosen += _binding(binding) if binding is not None else []
         notes += [why_not] if why_not else []
+        if options.settings is not None:
+            chosen += _settings(options.settings, engine.memory.option)
         if node.index == 0:
             chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
                        Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]

@@ -27,6 +27,7 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
+    EngineSettings,
     NodeCommand,
     Option,
     ServeOptions,
@@ -64,7 +65,7 @@ def _options(spec: LaunchSpec, options: ServeOptions) -> list[Option]:
                   Option(("--ep_size", str(layout.ep)), f"the experts sharded over all {layout.ep} ranks (the plan's "
                          "ep)"),
                   Option(("--config", f"{FILES}/{EXTRA_OPTIONS}"), "enable_attention_dp: true, which has no flag: "
-                         "the script writes the YAML when it runs")]
+                         "the script writes the YAML (with any other LLM API option the plan needs) when it runs")]
     else:
         chosen = [Option(("--tp_size", str(layout.tp)), "the plan's TP degree")]
         if layout.ep > 1:
@@ -77,6 +78,18 @@ def _options(spec: LaunchSpec, options: ServeOptions) -> list[Option]:
             Option(("--port", str(options.port)), "its HTTP port (--port)")]
 
 
+def _settings(s: EngineSettings, memory_option: str) -> tuple[list[Option], list[str], list[str]]:
+    """What the plan priced, as trtllm-serve's options, lines of its --config YAML, and notes."""
+    chosen = [Option(("--max_batch_size", str(s.max_seqs)), f"the requests in flight the plan priced ({s.why})"),
+              Option(("--max_seq_len", str(s.max_model_len)), "prompt + generated tokens the plan priced"),
+              Option((memory_option, f"{s.memory_fraction:g}"), "the share of free memory for the KV cache the "
+                     "plan's memory check used (TensorRT-LLM's default)")]
+    yaml = ["kv_cache_config:", "  dtype: fp8"] if s.fp8_kv else []
+    notes = [f"TensorRT-LLM reads the weight quantisation ({s.weights}) from the checkpoint (ModelOpt): serve an "
+             f"{s.weights} checkpoint"] if s.weights not in ("bf16", "fp16") else []
+    return chosen, yaml, notes
+
+
 def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One trtllm-serve for one node; for several nodes, one MPI process per rank (EngineLaunch.mpi_spec)."""
     if options.device != "gpu":
@@ -87,13 +100,21 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
                             f"(tp=1, ep=dp), not {layout}: start one server per replica with a dp=1 layout")
     require_node_blocks(spec, "TensorRT-LLM")
     chosen = _options(spec, options)
+    yaml, plan_notes = ["enable_attention_dp: true"] if _attention_dp(layout) else [], []
+    if options.settings is not None:
+        more, lines, plan_notes = _settings(options.settings, engine.memory.option)
+        chosen, yaml = [*chosen, *more], [*yaml, *lines]
+    if yaml and not _attention_dp(layout):
+        chosen.append(Option(("--config", f"{FILES}/{EXTRA_OPTIONS}"), "LLM API options without a flag (the KV "
+                             "cache dtype): the script writes the YAML when it runs"))
     argv = [options.python, "-m", SERVER_MODULE, "serve", options.checkpoint, *option_words(chosen),
             *options.extra_args]
-    files = ((EXTRA_OPTIONS, "enable_attention_dp: true\n"),) if _attention_dp(layout) else ()
+    files = ((EXTRA_OPTIONS, "\n".join(yaml) + "\n"),) if yaml else ()
     mapping = device_mapping(spec, DEVICE_MAPPING)
     if len(spec.nodes) == 1:
         node = spec.nodes[0]
         env, notes = node_gpu_env(spec, node)
+        notes += plan_notes
         binding, why_not = worker_binding(spec, node)
         if binding is not None:
             env.append(EnvVar(AFFINITY, "1", "trtllm-serve starts its MPI workers itself, so TRT-LLM binds each to "

@@ -30,10 +30,12 @@ one NUMA node vLLM refuses to start without it), and VLLM_CPU_KVCACHE_SPACE (GiB
 from __future__ import annotations
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
+    EngineSettings,
     NodeCommand,
     Option,
     ServeOptions,
@@ -80,6 +82,22 @@ def _binding(binding: WorkerBinding) -> list[Option]:
                               "topoplan's split (whole physical cores first), so workers on one socket do not "
                               "overlap; vLLM passes them to numactl --physcpubind"))
     return options
+
+
+def _settings(s: EngineSettings, memory_option: str) -> list[Option]:
+    """What the plan priced, as vLLM's options (vllm/engine/arg_utils.py)."""
+    out = [Option(("--max-num-seqs", str(s.max_seqs)), f"the requests in flight per replica the plan priced ({s.why})"),
+           Option(("--max-model-len", str(s.max_model_len)), "prompt + generated tokens the plan priced: vLLM "
+                  "reserves KV blocks for no longer sequence"),
+           Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
+           Option((memory_option, f"{s.memory_fraction:g}"), "the share of GPU memory for weights and KV cache the "
+                  "plan's memory check used (vLLM's default)")]
+    if s.fp8_kv:
+        out.append(Option(("--kv-cache-dtype", "fp8"), "the plan priced an fp8 KV cache"))
+    if s.weights == "fp8":
+        out.append(Option(("--quantization", "fp8"), "the plan priced fp8 weights: vLLM quantises a bf16 checkpoint "
+                          "at load, and reads an fp8 one as it is"))
+    return out
 
 
 def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]:
@@ -139,6 +157,8 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             chosen += _binding(binding) if binding is not None else []
             notes += [why_not] if why_not else []
             entry = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint]
+        if options.settings is not None:
+            chosen += _settings(options.settings, engine.memory.option)
         if node.index == 0:
             chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
                        Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
