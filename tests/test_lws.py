@@ -104,8 +104,11 @@ def test_two_node_vllm_manifest_validates_and_says_what_it_needs():
         assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
         limits = {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1, "cpu": 128, "memory": "900Gi"}
         assert c["resources"] == {"limits": limits, "requests": limits}  # Guaranteed: requests = limits
-        env = {e["name"]: e["value"] for e in c["env"]}
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
         assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["NCCL_IB_HCA"].startswith("=mlx5_0")
+        # several pods: NCCL and gloo over the pod network, and vLLM announces the pod's own IP
+        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("eth0", "eth0")
+        assert env["VLLM_HOST_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert worker["command"][worker["command"].index("--node-rank") + 1] == "1" and "--headless" in worker["command"]
     assert leader["command"][leader["command"].index("--host") + 1] == "0.0.0.0"
     assert leader["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
@@ -164,7 +167,7 @@ def test_three_node_workers_pick_their_line_by_worker_index(tmp_path):
     for index in (1, 2):  # what each worker pod runs: LWS's variables, the container env, then the command
         lws = {"LWS_LEADER_ADDRESS": "topoplan-vllm-0.topoplan-vllm.default", "LWS_WORKER_INDEX": str(index)}
         env = dict(os.environ, OUT=str(tmp_path), **lws)
-        env.update({e["name"]: kube_expand(e["value"], env) for e in worker["env"]})
+        env.update({e["name"]: kube_expand(e["value"], env) for e in worker["env"] if "value" in e})
         subprocess.run([kube_expand(w, env) for w in worker["command"]], env=env, check=True, timeout=60)
         argv = (tmp_path / f"argv.{index}").read_text().splitlines()
         assert argv[argv.index("--node-rank") + 1] == str(index) and "--headless" in argv

@@ -302,6 +302,10 @@ def launch(
     device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
                                "nodes; the bundled runner over gloo, or --engine vllm's CPU build), no GPU requests; "
                                "needs --layout."),
+    ifname: str = typer.Option(None, "--ifname", metavar="IF", help="Several nodes: the network interface that "
+                               "reaches the other nodes, for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (default with "
+                               "--this-machine: the one routing to the first --hosts; else the script asks for "
+                               "TOPOPLAN_IFNAME)."),
     host: str = typer.Option(None, "--host", help="A serving engine's HTTP address (default 127.0.0.1; srun/sbatch: "
                              "node 0's address, read from the allocation; lws: 0.0.0.0, the pod's interfaces)."),
     engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
@@ -370,7 +374,8 @@ def launch(
                                 serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
                                 launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
-                                                         image=image, pod_memory=pod_memory), saved=saved)
+                                                         image=image, pod_memory=pod_memory), saved=saved,
+                                ifname=ifname)
         served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)

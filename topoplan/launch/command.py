@@ -20,6 +20,7 @@ from topoplan.launch.engines.common import (
     EngineSettings,
     ServeOptions,
 )
+from topoplan.launch.netif import check_ifname, interface_to
 from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
@@ -147,6 +148,7 @@ class LaunchRequest:
     engine_python: str = "python3"
     kv_cache_gib: int = 1
     saved: SavedRow | None = None  # `--plan FILE --rank N` (topoplan.plan.saved): the row and what priced it
+    ifname: str | None = None  # the interface that reaches the other nodes (--ifname)
 
     @property
     def serving(self) -> bool:
@@ -162,6 +164,8 @@ class LaunchRequest:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
         object.__setattr__(self, "engine", resolve(self.engine))  # NAME or NAME@VERSION from Python callers
+        if self.ifname is not None:
+            check_ifname(self.ifname)
         self._check_engine_options()
         if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
@@ -207,7 +211,15 @@ class LaunchRequest:
         return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
                             python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
                             extra_args=self.command,
-                            settings=engine_settings(self.saved) if self.saved is not None else None)
+                            settings=engine_settings(self.saved) if self.saved is not None else None,
+                            ifname=self.network_interface())
+
+    def network_interface(self) -> str | None:
+        """--ifname; else, on the machine itself (--this-machine) with node 0 named, the interface this machine
+        reaches node 0 through (topoplan.launch.netif); None: the scripts ask for it."""
+        if self.ifname is not None or not (self.this_machine and self.hosts and self.nodes > 1):
+            return self.ifname
+        return interface_to(self.hosts[0])
 
     def _check_plan_options(self) -> None:
         """The planner's options, even where --layout makes the plan unneeded: a typo is refused, not ignored,

@@ -24,6 +24,15 @@ LWS_LEADER_VAR = "LWS_LEADER_ADDRESS"  # set by the LWS controller in every cont
 # (EngineLaunch.files, e.g. TensorRT-LLM's --config YAML): a word holding FILES names a file there.
 FILES_VAR = "TOPOPLAN_FILES"
 FILES = f"@{FILES_VAR}@"
+# The network interface that reaches the other nodes, where launch could not tell (no --ifname, not --this-machine):
+# the scripts refuse to run until TOPOPLAN_IFNAME names it. HOST_IP is this node's IPv4 address on it, read on each
+# node when its line runs (with `ip`, iproute2).
+IFNAME_VAR = "TOPOPLAN_IFNAME"
+IFNAME = f"@{IFNAME_VAR}@"
+HOST_IP = "@TOPOPLAN_HOST_IP@"
+_HOST_IP_SHELL = (f'"$(ip -4 -o addr show dev "${IFNAME_VAR}" | awk \'{{split($4, a, "/"); print a[1]; exit}}\')"')
+IFNAME_GUARD = (f': "${{{IFNAME_VAR}:?set {IFNAME_VAR} to the network interface that reaches the other nodes '
+                f'(see: ip route get NODE0_ADDRESS), or write the lines again with launch --ifname}}"')
 RUNTIME_FORMATS = ("srun", "sbatch", "lws")
 ALL_INTERFACES = "0.0.0.0"
 
@@ -49,14 +58,21 @@ def head_at_run_time(spec: LaunchSpec, fmt: str) -> LaunchSpec:
     return replace(spec, master_addr=HEAD, ranks=ranks)
 
 
+_PLACEHOLDERS = re.compile("(" + "|".join(re.escape(p) for p in (HEAD, FILES, IFNAME, HOST_IP)) + ")")
+
+
 def shell_word(word: str, var: str = HEAD_VAR) -> str:
-    """`word` quoted for bash, with each HEAD in it written as "$var" and each FILES as "$TOPOPLAN_FILES" (expanded
-    when the line runs)."""
-    if HEAD not in word and FILES not in word:
+    """`word` quoted for bash, each placeholder in it written as what it stands for when the line runs: HEAD as
+    "$var", FILES and IFNAME as their variables, HOST_IP as the address read from the interface."""
+    if not _PLACEHOLDERS.search(word):
         return shlex.quote(word)
-    pieces = re.split(f"({re.escape(HEAD)}|{re.escape(FILES)})", word)
-    return "".join(f'"${var}"' if p == HEAD else f'"${FILES_VAR}"' if p == FILES else shlex.quote(p) if p else ""
-                   for p in pieces)
+    by_word = {HEAD: f'"${var}"', FILES: f'"${FILES_VAR}"', IFNAME: f'"${IFNAME_VAR}"', HOST_IP: _HOST_IP_SHELL}
+    return "".join(by_word.get(p) or (shlex.quote(p) if p else "") for p in _PLACEHOLDERS.split(word))
+
+
+def needs_ifname(words: Sequence[str]) -> bool:
+    """Whether lines holding these words need TOPOPLAN_IFNAME set (IFNAME or HOST_IP in one of them)."""
+    return any(IFNAME in w or HOST_IP in w for w in words)
 
 
 def shell_join(words: Sequence[str], var: str = HEAD_VAR) -> str:

@@ -26,6 +26,7 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar
+from topoplan.launch.runtime_addr import HOST_IP, IFNAME
 from topoplan.launch.spec import LaunchSpec, NodeSpec
 from topoplan.vendors import vendor_of
 
@@ -64,6 +65,7 @@ class ServeOptions:
     kv_cache_gib: int = 1  # vLLM CPU: VLLM_CPU_KVCACHE_SPACE
     extra_args: tuple[str, ...] = ()  # appended to the engine's own options, unchecked
     settings: EngineSettings | None = None  # from `launch --plan FILE --rank N`: what the plan priced
+    ifname: str | None = None  # the interface that reaches the other nodes (--ifname, or found by --this-machine)
 
     def __post_init__(self) -> None:
         if not self.checkpoint.strip():
@@ -172,6 +174,26 @@ def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[s
             notes.append(f"node {node.index}: ranks differ in {name} ({found}); one server environment cannot set "
                          "it per worker, so it is left to NCCL")
     return env, notes
+
+
+def network_env(spec: LaunchSpec, options: ServeOptions, host_ip_var: str | None = None) -> list[EnvVar]:
+    """Several nodes: the socket interface NCCL and gloo bootstrap over, and (`host_ip_var`) the node's own address
+    on it, which the engine announces to the others. A wrong interface (docker0, a management port) is the most
+    common multi-node start-up hang in the engines' trackers. The values are placeholders the scripts fill when
+    they run (topoplan.launch.runtime_addr): TOPOPLAN_IFNAME, which --ifname (or --this-machine) sets by default
+    and the scripts otherwise ask for, and the address read from it on each node."""
+    if len(spec.nodes) < 2:
+        return []
+    source = f"--ifname {options.ifname}" if options.ifname else "TOPOPLAN_IFNAME, which the script asks for"
+    env = [EnvVar("NCCL_SOCKET_IFNAME", IFNAME, f"the interface that reaches the other nodes ({source}): NCCL's "
+                  "bootstrap and socket traffic; left to itself NCCL takes the first interface that is up, often a "
+                  "container bridge"),
+           EnvVar("GLOO_SOCKET_IFNAME", IFNAME, "the same interface for torch.distributed's gloo groups (the engine's "
+                  "CPU-side groups), which otherwise resolve the host name, often to loopback")]
+    if host_ip_var:
+        env.append(EnvVar(host_ip_var, HOST_IP, "this node's IPv4 address on that interface, read when the line runs: "
+                          "the address the engine announces to the other nodes"))
+    return env
 
 
 def device_mapping(spec: LaunchSpec, template: str) -> str:

@@ -27,7 +27,15 @@ from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
 from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
-from topoplan.launch.runtime_addr import FILES_VAR, HEAD, HEAD_VAR, shell_join
+from topoplan.launch.runtime_addr import (
+    FILES_VAR,
+    HEAD,
+    HEAD_VAR,
+    IFNAME_GUARD,
+    IFNAME_VAR,
+    needs_ifname,
+    shell_join,
+)
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
 STOP = "\n".join([
@@ -60,6 +68,18 @@ def _line(command: NodeCommand) -> str:
     return shell_join([*env_words(command.env_dict()), *command.argv]) + " &"
 
 
+def ifname_lines(launch: EngineLaunch) -> list[str]:
+    """Where the lines name the interface to the other nodes (topoplan.launch.engines.common.network_env): its
+    default from --ifname, or a guard that stops the script until TOPOPLAN_IFNAME is set; exported for srun."""
+    words = [w for c in launch.nodes for w in (*c.argv, *(v.value for v in c.env))]
+    if not needs_ifname(words):
+        return []
+    given = launch.options.ifname
+    if given:
+        return [f'export {IFNAME_VAR}="${{{IFNAME_VAR}:-{given}}}"  # --ifname: the interface to the other nodes']
+    return [IFNAME_GUARD, f"export {IFNAME_VAR}"]
+
+
 def files_lines(launch: EngineLaunch) -> list[str]:
     """Lines writing the launch's option files (EngineLaunch.files) into a new folder when the script runs: the
     script carries them, so it works wherever it is copied (sbatch runs a spooled copy)."""
@@ -84,7 +104,7 @@ def render_serve_script(launch: EngineLaunch) -> str:
     if not launch.nodes:  # TRT-LLM over several nodes: one MPI process per rank, started from node 0
         return render_mpirun(launch.spec)
     out = [*_header(launch), "set -m  # the server gets its own process group, so one signal reaches all it started",
-           STOP, *files_lines(launch)]
+           STOP, *ifname_lines(launch), *files_lines(launch)]
     if len(launch.nodes) == 1:
         out.append(_line(launch.nodes[0]))
     else:
@@ -118,7 +138,8 @@ def _step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
 
 def _serve_step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
     options = launch.options
-    return ["set -euo pipefail", *files_lines(launch), *_step(launch, cluster_options), "server=$!",
+    return ["set -euo pipefail", *ifname_lines(launch), *files_lines(launch), *_step(launch, cluster_options),
+            "server=$!",
             "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
             *wait_lines(launch.engine.name, options.host, options.port, launch.url)]
 

@@ -33,7 +33,7 @@ from topoplan.launch.dispatch import dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
 from topoplan.launch.engines.health import HEALTH_PATH
 from topoplan.launch.nccl_env import EnvVar
-from topoplan.launch.runtime_addr import LWS_LEADER_VAR, kube_word, shell_join
+from topoplan.launch.runtime_addr import HOST_IP, IFNAME, LWS_LEADER_VAR, kube_word, shell_join
 from topoplan.launch.yaml_text import Commented, dump
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"  # LWS v0.10.0 (tests/data/lws)
@@ -69,8 +69,23 @@ def _unbound(argv: tuple[str, ...]) -> list[str]:
     return out
 
 
+POD_IFNAME = "eth0"  # the pod network's interface in every container (its address is the pod IP)
+
+
+def _env_entry(v: EnvVar) -> Commented:
+    """One container variable. The multi-node network placeholders become the pod's own: its interface and, for
+    the address it announces, the pod IP from the downward API (a pod cannot run the scripts' `ip` lookup)."""
+    if HOST_IP in v.value:
+        return Commented({"name": v.name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                         "this pod's IP, which the engine announces to the other pods")
+    if IFNAME in v.value:
+        return Commented({"name": v.name, "value": v.value.replace(IFNAME, POD_IFNAME)},
+                         f"the pod network's interface ({POD_IFNAME}), which reaches the other pods of the group")
+    return Commented({"name": v.name, "value": kube_word(v.value)}, v.reason)
+
+
 def _env(env: tuple[EnvVar, ...] | list[EnvVar]) -> list[Commented]:
-    return [Commented({"name": v.name, "value": kube_word(v.value)}, v.reason) for v in env]
+    return [_env_entry(v) for v in env]
 
 
 def _worker_command(workers: list[NodeCommand]) -> tuple[list[str], list[EnvVar]]:

@@ -28,6 +28,7 @@ from topoplan.launch.engines.common import (
     ServeOptions,
     WorkerBinding,
     device_mapping,
+    network_env,
     node_gpu_env,
     option_words,
     worker_binding,
@@ -97,6 +98,7 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
     commands, notes = [], []
     for node in spec.nodes:
         env, node_notes = node_gpu_env(spec, node)
+        env += network_env(spec, options)
         notes += node_notes
         chosen = _parallel(layout)
         binding, why_not = worker_binding(spec, node)

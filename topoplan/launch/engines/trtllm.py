@@ -126,16 +126,22 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
     if files:
         raise TopoplanError("TensorRT-LLM attention DP over several nodes reads its --config YAML on every node: write "
                             "`enable_attention_dp: true` to a shared path and pass `--config PATH` after --")
-    return EngineLaunch(engine, mpi_spec(spec, argv), options, (), mapping,
-                        ("several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP",))
+    notes = ["several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP"]
+    if options.ifname is None:
+        notes.append("several nodes: pass --ifname IF so NCCL and gloo bootstrap over the interface that reaches the "
+                     "other nodes (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
+    return EngineLaunch(engine, mpi_spec(spec, argv, options.ifname), options, (), mapping, tuple(notes))
 
 
-def mpi_spec(spec: LaunchSpec, argv: list[str]) -> LaunchSpec:
+def mpi_spec(spec: LaunchSpec, argv: list[str], ifname: str | None) -> LaunchSpec:
     """The per-rank spec whose command is the engine under TRT-LLM's MPI wrapper: the mpirun and srun renderers
     give every rank its GPU order, numactl binding and NCCL variables, as for the bundled runner, and each rank
     keeps that binding (TRT-LLM would otherwise clear an affinity set from outside)."""
     keep = EnvVar(AFFINITY, "0", "keep the per-rank numactl binding topoplan computed: with the variable unset, "
                   "TRT-LLM clears an affinity constrained from outside")
-    ranks = tuple(replace(r, env=(*r.env, keep)) if r.cpus is not None or r.cpu_node is not None else r
-                  for r in spec.ranks)
+    sockets = [EnvVar(name, ifname, f"--ifname: the interface that reaches the other nodes, for {what}")
+               for name, what in (("NCCL_SOCKET_IFNAME", "NCCL's bootstrap"), ("GLOO_SOCKET_IFNAME", "gloo groups"))
+               ] if ifname else []
+    ranks = tuple(replace(r, env=(*r.env, *([keep] if r.cpus is not None or r.cpu_node is not None else []),
+                                  *sockets)) for r in spec.ranks)
     return replace(spec, command=(MPI_WRAPPER, *argv), ranks=ranks)

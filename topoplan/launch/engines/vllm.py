@@ -41,6 +41,7 @@ from topoplan.launch.engines.common import (
     ServeOptions,
     WorkerBinding,
     device_mapping,
+    network_env,
     node_gpu_env,
     option_words,
     worker_binding,
@@ -152,6 +153,7 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             entry = [options.python, "-m", SERVER_MODULE, "--model", options.checkpoint]
         else:
             env, node_notes = node_gpu_env(spec, node)
+            env += network_env(spec, options, "VLLM_HOST_IP")
             notes += node_notes
             binding, why_not = worker_binding(spec, node)
             chosen += _binding(binding) if binding is not None else []
