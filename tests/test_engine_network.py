@@ -26,7 +26,7 @@ needs_ip = pytest.mark.skipif(shutil.which("ip") is None and not os.environ.get(
 
 def script(tmp_path: Path, engine: str, *extra: str) -> Path:
     done = runner.invoke(app, ["launch", "--topo", DGX, "--layout", "tp=8,pp=2", "--nodes", "2", "--hosts",
-                               "node-a,node-b", "--engine", engine, "--checkpoint", "/m", "--engine-python",
+                               "node-a,node-b", "--engine", engine, "--checkpoint", str(tmp_path), "--engine-python",
                                f"{sys.executable}", *extra, "--", "--fake"])
     assert done.exit_code == 0, done.output
     path = tmp_path / "serve.sh"
@@ -75,3 +75,26 @@ def test_this_machine_finds_the_interface_routing_to_node_0() -> None:
 def test_one_node_needs_no_interface() -> None:
     done = runner.invoke(app, ["launch", "--topo", DGX, "--layout", "tp=8", "--engine", "vllm", "--checkpoint", "/m"])
     assert done.exit_code == 0 and "TOPOPLAN_IFNAME" not in done.stdout and "SOCKET_IFNAME" not in done.stdout
+
+
+def test_scripts_stop_first_when_what_they_call_is_missing(tmp_path: Path) -> None:
+    """Missing numactl: one line naming both ways out, status 127, before any rank starts; --mem-policy none binds
+    with taskset instead; an engine script whose checkpoint folder is missing stops with status 2."""
+    bash = shutil.which("bash")
+    runner_lines = runner.invoke(app, ["launch", "--topo", DGX, "--layout", "tp=2", "--format", "shell", "--",
+                                       "touch", str(tmp_path / "started")])
+    path = tmp_path / "ranks.sh"
+    path.write_text(runner_lines.stdout)
+    done = subprocess.run([bash, str(path)], capture_output=True, text=True, timeout=60,
+                          env={"PATH": str(tmp_path / "empty")})
+    assert done.returncode == 127 and "numactl not found on this host" in done.stderr
+    assert "--mem-policy none" in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "started").exists()
+    unbound = runner.invoke(app, ["launch", "--topo", DGX, "--layout", "tp=2", "--format", "shell",
+                                  "--mem-policy", "none", "--", "true"]).stdout
+    assert "numactl" not in unbound and "taskset -c 48-55,176-183 true" in unbound
+    served = runner.invoke(app, ["launch", "--topo", DGX, "--layout", "tp=2", "--engine", "vllm", "--checkpoint",
+                                 str(tmp_path / "no-such-model"), "--engine-python", sys.executable]).stdout
+    path.write_text(served)
+    done = subprocess.run([bash, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no-such-model not found on this host" in done.stderr

@@ -31,6 +31,7 @@ def serve_script(tmp_path: Path, *extra: str) -> Path:
     fake.write_text(FAKE_ENGINE)
     fake.chmod(0o755)
     script = tmp_path / "serve.sh"
+    (tmp_path / "ckpt").mkdir(exist_ok=True)  # the script checks the checkpoint folder before it starts the engine
     subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu", "--layout",
                     "tp=1", "--checkpoint", str(tmp_path / "ckpt"), "--engine-python", str(fake), *extra,
                     "-o", str(script)], check=True, env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)))

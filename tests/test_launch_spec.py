@@ -130,7 +130,8 @@ def test_dgx_a100_by_hand():
     assert strict.ranks[0].binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--membind=3", "--"]
     free = build_spec(topo, Layout(tp=8), block_placements(Layout(tp=8), [g.id for g in topo.gpus]), command=CMD,
                       mem_policy="none")
-    assert free.ranks[0].binding_argv() == ["numactl", "--physcpubind=48-55,176-183", "--"]
+    # --mem-policy none: no numactl at all (issue 33): taskset binds the CPUs, the kernel places memory
+    assert free.ranks[0].binding_argv() == ["taskset", "-c", "48-55,176-183"]
     assert "NCCL_P2P_LEVEL" not in r0.env_dict()
 
 

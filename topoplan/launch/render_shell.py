@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 
 from topoplan.launch.dispatch import SHEBANG, env_words
+from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.spec import LaunchSpec, require_master_addr
 
 KILL_ON_SIGNAL = "trap 'kill $(jobs -p) 2>/dev/null; exit 143' INT TERM"
@@ -35,8 +36,10 @@ def rank_line(spec: LaunchSpec, rank: int) -> str:
 
 def render_shell(spec: LaunchSpec) -> str:
     require_master_addr(spec, "a shell launch")
+    programs = [p for r in spec.ranks for p in argv_programs(spec.rank_argv(r))]
     out = [SHEBANG,
-           f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)", KILL_ON_SIGNAL]
+           f"# topoplan launch: {spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s)",
+           *require_lines(programs), KILL_ON_SIGNAL]
     if len(spec.nodes) == 1:
         out += [rank_line(spec, r) for r in spec.nodes[0].ranks]
         out.append(f"ranks={len(spec.nodes[0].ranks)}")

@@ -72,7 +72,11 @@ class RankSpec:
         return {v.name: v.reason for v in self.env}
 
     def binding_argv(self) -> list[str]:
-        """`numactl ... --` to put in front of the command; [] when there is nothing to bind."""
+        """`numactl ... --` to put in front of the command; [] when there is nothing to bind. `--mem-policy none`
+        sets no memory policy, so no numactl at all: `taskset -c CPUS` (util-linux, on every Linux host) binds
+        the rank's CPUs alone."""
+        if MEM_POLICIES[self.mem_policy][0] is None:
+            return ["taskset", "-c", format_cpu_list(self.cpus)] if self.cpus else []
         argv = []
         if self.cpus is not None:
             argv.append(f"--physcpubind={format_cpu_list(self.cpus)}")

@@ -27,6 +27,7 @@ from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
 from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
+from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.runtime_addr import (
     FILES_VAR,
     HEAD,
@@ -68,6 +69,11 @@ def _line(command: NodeCommand) -> str:
     return shell_join([*env_words(command.env_dict()), *command.argv]) + " &"
 
 
+def requires(launch: EngineLaunch) -> list[str]:
+    """Checks of the engine's Python (and any wrapper) and of a checkpoint given as a local path."""
+    return require_lines([p for c in launch.nodes for p in argv_programs(c.argv)], [launch.options.checkpoint])
+
+
 def ifname_lines(launch: EngineLaunch) -> list[str]:
     """Where the lines name the interface to the other nodes (topoplan.launch.engines.common.network_env): its
     default from --ifname, or a guard that stops the script until TOPOPLAN_IFNAME is set; exported for srun."""
@@ -104,7 +110,7 @@ def render_serve_script(launch: EngineLaunch) -> str:
     if not launch.nodes:  # TRT-LLM over several nodes: one MPI process per rank, started from node 0
         return render_mpirun(launch.spec)
     out = [*_header(launch), "set -m  # the server gets its own process group, so one signal reaches all it started",
-           STOP, *ifname_lines(launch), *files_lines(launch)]
+           STOP, *requires(launch), *ifname_lines(launch), *files_lines(launch)]
     if len(launch.nodes) == 1:
         out.append(_line(launch.nodes[0]))
     else:
