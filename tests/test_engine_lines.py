@@ -297,3 +297,17 @@ def test_launch_rank_n_launches_the_engines_own_plan_row_n(engine: str, third: t
             else (document["layout"]["tp"], document["layout"]["pp"], document["layout"]["dp"]) == (
                 row["tp"], row["pp"], row["dp"])
         assert {r["rank"]: r["gpu"] for r in document["ranks"]} == {p["rank"]: p["gpu"] for p in row["placement"]}
+
+
+@pytest.mark.parametrize(("engine", "accepted"), [("vllm@0.32", True), ("vllm@0.32.0", True), ("vllm@0.12", False),
+                                                  ("sglang@0.5.23", True), ("sglang@0.4.6", False),
+                                                  ("trtllm@1.0", True)])
+def test_launch_writes_only_for_the_release_whose_parser_checked_it(engine: str, accepted: bool) -> None:
+    """`launch --engine vllm@X` writes what the checked release accepts, and refuses another in one line (`plan`
+    still prices the profile covering X)."""
+    if accepted:
+        assert launch(engine, "tp=2").nodes
+        return
+    with pytest.raises(TopoplanError) as error:
+        launch(engine, "tp=2")
+    assert "checked against its own parser" in str(error.value) and "\n" not in str(error.value)

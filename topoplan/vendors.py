@@ -25,13 +25,16 @@ class Vendor:
     visible_note: str  # what to know about that variable, beyond the device order ("": nothing)
     device_order: tuple[str, str, str] | None  # (variable, value, reason) making the runtime count like the topology
     k8s_gpu_resource: str  # the extended resource its device plugin advertises
+    host_notes: tuple[str, ...] = ()  # host settings the vendor requires for multi-GPU work, said with every launch
 
 
 NVIDIA = Vendor("nvidia", "CUDA", "NCCL", "CUDA_VISIBLE_DEVICES", "",
                 ("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "number GPUs like nvidia-smi/NVML (PCI bus order); CUDA's default "
                  "order is fastest-first"), "nvidia.com/gpu")
 AMD = Vendor("amd", "ROCm", "RCCL", "HIP_VISIBLE_DEVICES", "rocm-smi numbering; ROCR_VISIBLE_DEVICES must be unset or "
-             "list every GPU, it renumbers them first", None, "amd.com/gpu")
+             "list every GPU, it renumbers them first", None, "amd.com/gpu",
+             ("AMD: turn NUMA auto-balancing off on the host (sysctl kernel.numa_balancing=0): with it on, MI300X GPUs "
+              "can hang or slow down (AMD Instinct MI300X system optimization guide); `topoplan doctor` checks it",))
 VENDORS = {v.name: v for v in (NVIDIA, AMD)}
 TORCH_RUNTIMES = {"cuda": NVIDIA, "rocm": AMD}  # torch.version.hip set: a ROCm build
 

@@ -9,6 +9,8 @@ first); adding a version is one Engine there (docs/library.md). This is the only
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topoplan.engines import sglang, trtllm, vllm
 from topoplan.engines import topoplan as bundled
 from topoplan.engines.engine import Engine
@@ -42,7 +44,7 @@ def resolve(engine: Engine | str) -> Engine:
     if found is None:
         covered = "; ".join(f"{e} covers {e.covers[0]}-{e.covers[1]}" for e in known)
         raise TopoplanError(f"no {name} profile for version {version!r}: known {covered}")
-    return found
+    return replace(found, pinned=version)
 
 
 def default_engine() -> Engine:

@@ -155,6 +155,11 @@ class Engine:
     launcher: str | None = None
     # the module of topoplan.bench that runs this engine on this machine for calibrate/validate; None: none
     driver: str | None = None
+    # the release whose options `launch` writes (tests parse the lines with that release's own parser or its
+    # pinned option list); a user who pins another release with NAME@VERSION is refused in one line
+    launch_release: str | None = None
+    # the version the user pinned with NAME@VERSION (None: the newest), which `launch` checks against the above
+    pinned: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
@@ -172,7 +177,8 @@ def constants(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Every number in a profile by dotted path (what needs a source); booleans and names excluded."""
     out: dict[str, Any] = {}
     for f in fields(obj):
-        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp"):
+        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp",
+                      "launch_release", "pinned"):
             continue
         value, path = getattr(obj, f.name), f"{prefix}{f.name}"
         if isinstance(value, AllReducePath) and not value.custom:

@@ -47,7 +47,7 @@ V0_5 = Engine(
         }.items()},
     },
     notes="Fewer published TP sweeps than vLLM or TensorRT-LLM: one (NVIDIA's aiconfigurator silicon samples).",
-    launcher="sglang",
+    launcher="sglang", launch_release="0.5",  # tests/data/engines/sglang-0.5.23-options.json
 )
 
 ENGINES = (V0_5,)

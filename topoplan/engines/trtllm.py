@@ -53,7 +53,7 @@ V1 = Engine(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
-    launcher="trtllm",
+    launcher="trtllm", launch_release="1.0",  # tests/data/engines/trtllm-serve-options.json (1.x main)
 )
 
 ENGINES = (V1,)

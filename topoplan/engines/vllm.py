@@ -94,7 +94,7 @@ V1 = Engine(
     },
     notes="V1 engine (default from 0.8.0): CUDA graphs for decode, custom one-shot/two-shot all-reduce on an "
           "NVLink mesh, PP and DP over its own multiprocessing executor or Ray.",
-    launcher="vllm", driver="vllm_cpu",
+    launcher="vllm", driver="vllm_cpu", launch_release="0.32",  # tests/test_engine_lines.py: vLLM 0.32's parser
 )
 
 ENGINES = (V0_2, V1)

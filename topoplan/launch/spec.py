@@ -27,6 +27,7 @@ from topoplan.launch.options import LauncherOptions
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.topology.model import Topology
+from topoplan.vendors import vendor_of
 
 # Variables every launcher sets by itself (torchrun, Open MPI, Slurm under their own names): renderers for
 # those launchers leave them out so the launcher stays the one source of truth.
@@ -287,6 +288,8 @@ def build_spec(
     if on_gpu and topology.vendor == "amd":
         notes.append("AMD GPUs: HIP_VISIBLE_DEVICES selects them (ROCR_VISIBLE_DEVICES must be unset or list every "
                      "GPU); RCCL reads the NCCL_* variables")
+    if on_gpu:
+        notes += vendor_of(topology.vendor).host_notes
     return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
                       master_addr, master_port, len(topology.gpus) if on_gpu else 0, tuple(notes), device,
                       launcher or LauncherOptions(), topology.vendor if on_gpu else None)

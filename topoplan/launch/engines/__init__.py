@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from topoplan.engines import Engine, versions
+from topoplan.engines.engine import version_tuple
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import EngineLaunch, ServeOptions
 from topoplan.launch.spec import LaunchSpec
@@ -25,6 +26,12 @@ def check_engine(engine: Engine, spec: LaunchSpec) -> None:
         raise TopoplanError(f"--engine {engine}: launch writes no command line for {engine.name} "
                             f"{engine.covers[0]}-{engine.covers[1]} (its options differ); launch writes "
                             f"{launchable or 'none'}, and `plan` prices {engine}")
+    if engine.pinned and engine.launch_release and not _same_release(engine.pinned, engine.launch_release):
+        raise TopoplanError(f"--engine {engine.name}@{engine.pinned}: launch writes {engine.name} "
+                            f"{engine.launch_release}'s options (checked against its own parser), and "
+                            f"{engine.pinned} may lack some it writes (binding, multi-node, DP options): upgrade, or "
+                            "pass --engine "
+                            f"{engine.name}@{engine.launch_release} (`plan` prices {engine} for {engine.pinned})")
     rules, layout = engine.parallelism, spec.layout
     for degree, allowed in (("tp", rules.tp), ("pp", rules.pp), ("dp", rules.runs(layout, layout.ep > 1))):
         if getattr(layout, degree) > 1 and not allowed:
@@ -32,6 +39,12 @@ def check_engine(engine: Engine, spec: LaunchSpec) -> None:
     if not rules.tp_across_nodes and any(len({spec.ranks[r].node for r in group}) > 1
                                          for group in RankGrid(layout).tp_groups):
         raise TopoplanError(f"{engine} keeps a TP group on one node; {layout} spreads one over nodes")
+
+
+def _same_release(asked: str, written: str) -> bool:
+    """Whether a pinned version is the release the lines are written for (`0.32`, `0.32.0`, `0.32.1` are 0.32)."""
+    want, have = version_tuple(asked), version_tuple(written)
+    return bool(want and have) and want[:len(have)] == have  # type: ignore[index]
 
 
 def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
