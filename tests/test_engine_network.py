@@ -98,3 +98,26 @@ def test_scripts_stop_first_when_what_they_call_is_missing(tmp_path: Path) -> No
     path.write_text(served)
     done = subprocess.run([bash, str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no-such-model not found on this host" in done.stderr
+
+
+def _port(root: Path, name: str, layer: str, gids: dict[int, tuple[str, str]]) -> None:
+    port = root / name / "ports" / "1"
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    (port / "gids").mkdir()
+    (port / "link_layer").write_text(layer + "\n")
+    for index, (kind, gid) in gids.items():
+        (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+        (port / "gids" / str(index)).write_text(gid + "\n")
+
+
+def test_roce_gets_its_routable_gid_index_and_infiniband_none(tmp_path: Path) -> None:
+    from topoplan.launch.nccl_env import roce_gid_index
+
+    link_local = "fe80:0000:0000:0000:0a0b:0cff:fe0d:0e0f"
+    ipv4 = "0000:0000:0000:0000:0000:ffff:0a00:0001"  # ::ffff:10.0.0.1
+    _port(tmp_path, "mlx5_0", "Ethernet", {0: ("IB/RoCE v1", link_local), 1: ("RoCE v2", link_local),
+                                           2: ("IB/RoCE v1", ipv4), 3: ("RoCE v2", ipv4)})
+    _port(tmp_path, "mlx5_1", "InfiniBand", {0: ("IB/RoCE v1", link_local)})
+    found = roce_gid_index(["mlx5_0"], tmp_path)
+    assert found is not None and (found.name, found.value) == ("NCCL_IB_GID_INDEX", "3") and "RoCE v2" in found.reason
+    assert roce_gid_index(["mlx5_1"], tmp_path) is None and roce_gid_index(["mlx5_9"], tmp_path) is None

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 
 from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Nic, Topology
@@ -111,3 +112,36 @@ def mnnvl(topology: Topology, nodes: int) -> EnvVar | None:
     return EnvVar("NCCL_MNNVL_ENABLE", "1", f"the GPUs are in one multi-node NVLink domain (cluster {cluster}, "
                   f"clique {clique}): the {nodes} nodes reach each other over NVLink; fail rather than fall back to "
                   "the network")
+
+
+INFINIBAND = Path("/sys/class/infiniband")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def roce_gid_index(names: Sequence[str], root: Path = INFINIBAND) -> EnvVar | None:
+    """NCCL_IB_GID_INDEX when these RDMA devices (on this machine) are RoCE: the index of the GID of type
+    "RoCE v2" holding an IPv4 address (::ffff:a.b.c.d), read from sysfs (ports/1/gid_attrs/types/N, gids/N). On
+    RoCE, NCCL's default GID index 0 is RoCE v1, link-local, not routable: cross-node traffic then fails or hangs.
+    None for InfiniBand, or when sysfs does not say."""
+    for name in names:
+        port = root / name / "ports" / "1"
+        if _read(port / "link_layer") != "Ethernet":
+            continue
+        types = port / "gid_attrs" / "types"
+        try:
+            indices = sorted(int(entry.name) for entry in types.iterdir() if entry.name.isdigit())
+        except OSError:
+            continue
+        for index in indices:
+            gid = _read(port / "gids" / str(index)) or ""
+            if _read(types / str(index)) == "RoCE v2" and gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+                return EnvVar("NCCL_IB_GID_INDEX", str(index), f"{name} is RoCE (link_layer Ethernet): GID {index} is "
+                              "its RoCE v2 IPv4 GID (sysfs gid_attrs), routable between nodes; NCCL's default 0 is "
+                              "RoCE v1")
+    return None

@@ -22,7 +22,7 @@ from topoplan.cpuset import GOMP_SPIN_COUNT, CpuFacts, format_cpu_list, split_cp
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, MEM_POLICIES, check_mem_policy, cpu_source, memory_node
 from topoplan.launch.device_env import device_env
-from topoplan.launch.nccl_env import EnvVar, ib_hca, mnnvl, p2p_level
+from topoplan.launch.nccl_env import EnvVar, ib_hca, mnnvl, p2p_level, roce_gid_index
 from topoplan.launch.options import LauncherOptions
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -224,6 +224,13 @@ def build_spec(
     node_specs: list[NodeSpec] = []
     ranks: dict[int, RankSpec] = {}
     hca = ib_hca(topology)  # the same node-wide list for every rank
+    gid = None
+    if hca is not None and nodes > 1:  # RoCE's routable GID, read where launch runs on the machine itself
+        names = hca.value.lstrip("=").split(",")
+        gid = roce_gid_index(names) if facts is not None else None
+        if facts is None:
+            notes.append("several nodes: if the NICs run RoCE (not InfiniBand), NCCL_IB_GID_INDEX must name their "
+                         "RoCE v2 GID (usually 3; `show_gids`); launch with --this-machine to read it from sysfs")
     for node in range(nodes):
         mine = [p for p in by_rank if p.node == node]
         if not mine:
@@ -268,6 +275,8 @@ def build_spec(
                                   "runner's `small` 3-5x faster so, the same quiet; docs/runner.md)"))
             if hca and on_gpu:
                 env.append(hca)
+            if gid and on_gpu:
+                env.append(gid)
             if p2p and on_gpu:
                 env.append(p2p)
             if fabric and on_gpu:

@@ -162,7 +162,7 @@ def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[s
                      f"node {node.index}'s planned GPUs in local-rank order: worker local rank i uses cuda:i = "
                      + ", ".join(f"{r.gpu} (rank {r.rank})" for r in ranks))
     notes = []
-    for name in ("NCCL_IB_HCA", "NCCL_P2P_LEVEL"):
+    for name in ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_P2P_LEVEL"):
         found_vars = [next((v for v in r.env if v.name == name), None) for r in ranks]
         values = {v.value if v else None for v in found_vars}
         if len(values) == 1:
