@@ -19,6 +19,7 @@ into what that engine lets us set for the whole node:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from topoplan.cpuset import format_cpu_list
@@ -194,6 +195,25 @@ def network_env(spec: LaunchSpec, options: ServeOptions, host_ip_var: str | None
         env.append(EnvVar(host_ip_var, HOST_IP, "this node's IPv4 address on that interface, read when the line runs: "
                           "the address the engine announces to the other nodes"))
     return env
+
+
+def gpu_node(spec: LaunchSpec, node: NodeSpec, options: ServeOptions,
+             bind: Callable[[WorkerBinding], list[Option]], host_ip_var: str | None = None,
+             ) -> tuple[list[EnvVar], list[Option], list[str]]:
+    """A GPU node's environment (GPU selection, NCCL, the network of several nodes), the engine's binding options
+    (`bind` writes the node's WorkerBinding in the engine's terms) and the notes on what could not be set."""
+    env, notes = node_gpu_env(spec, node)
+    env += network_env(spec, options, host_ip_var)
+    binding, why_not = worker_binding(spec, node)
+    return env, bind(binding) if binding is not None else [], notes + ([why_not] if why_not else [])
+
+
+def http_options(options: ServeOptions, node: int) -> list[Option]:
+    """Where node 0 serves HTTP; the other nodes serve nothing."""
+    if node:
+        return []
+    return [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
+            Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
 
 
 def device_mapping(spec: LaunchSpec, template: str) -> str:

@@ -28,10 +28,9 @@ from topoplan.launch.engines.common import (
     ServeOptions,
     WorkerBinding,
     device_mapping,
-    network_env,
-    node_gpu_env,
+    gpu_node,
+    http_options,
     option_words,
-    worker_binding,
 )
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 from topoplan.layout import Layout
@@ -97,18 +96,11 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
                             "or dp=1 over several nodes")
     commands, notes = [], []
     for node in spec.nodes:
-        env, node_notes = node_gpu_env(spec, node)
-        env += network_env(spec, options)
-        notes += node_notes
-        chosen = _parallel(layout)
-        binding, why_not = worker_binding(spec, node)
-        chosen += _binding(binding) if binding is not None else []
-        notes += [why_not] if why_not else []
+        env, bound, node_notes = gpu_node(spec, node, options, _binding)
+        chosen, notes = _parallel(layout) + bound, notes + node_notes
         if options.settings is not None:
             chosen += _settings(options.settings, engine.memory.option)
-        if node.index == 0:
-            chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
-                       Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
+        chosen += http_options(options, node.index)
         if nnodes > 1:
             master = require_master_addr(spec, "SGLang")
             chosen += [Option(("--nnodes", str(nnodes)), "the nodes the server spans"),

@@ -41,10 +41,9 @@ from topoplan.launch.engines.common import (
     ServeOptions,
     WorkerBinding,
     device_mapping,
-    network_env,
-    node_gpu_env,
+    gpu_node,
+    http_options,
     option_words,
-    worker_binding,
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -152,18 +151,12 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             env = _cpu_env(spec, node.index, options)
             entry = [options.python, "-m", SERVER_MODULE, "--model", options.checkpoint]
         else:
-            env, node_notes = node_gpu_env(spec, node)
-            env += network_env(spec, options, "VLLM_HOST_IP")
-            notes += node_notes
-            binding, why_not = worker_binding(spec, node)
-            chosen += _binding(binding) if binding is not None else []
-            notes += [why_not] if why_not else []
+            env, bound, node_notes = gpu_node(spec, node, options, _binding, "VLLM_HOST_IP")
+            chosen, notes = chosen + bound, notes + node_notes
             entry = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint]
         if options.settings is not None:
             chosen += _settings(options.settings, engine.memory.option)
-        if node.index == 0:
-            chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
-                       Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
+        chosen += http_options(options, node.index)
         if nnodes > 1:
             chosen += _nodes(spec, node.index)
         argv = (*entry, *option_words(chosen), *options.extra_args)
