@@ -67,7 +67,9 @@ def graph() -> nx.DiGraph:
 def layer(module: str) -> str:
     """`topoplan.plan.cost` -> "plan"; `topoplan.runner.builtin` -> "runner.builtin" where that matters."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("cli", "__main__"):
+    if not parts:
+        return "base"  # the package's __init__: its version string, nothing else
+    if parts[0] in ("cli", "__main__"):
         return "cli"
     if parts[0] in BASE:
         return "base"

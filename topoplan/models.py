@@ -293,13 +293,27 @@ class Architecture:
     layer_norms: int = 2
     qkv_bias: bool = False  # q/k/v biases always on
     qk_norm: bool = False  # RMSNorm over each query and key head
+    # what the bundled runner reads of the family (topoplan.runner): whether it runs it at all, whether the
+    # config's `sliding_window` masks keys older than it (Mistral, Mixtral; Qwen2's needs use_sliding_window, which
+    # the runner refuses), the HF names of an MoE block and its experts' gate/up/down matrices, and Mixtral's
+    # router quirks (transformers' MixtralTopKRouter: weights in fp32, top-k probabilities always renormalised)
+    runner: bool = False
+    sliding_window: bool = False
+    moe_names: tuple[str, tuple[str, str, str]] | None = None
+    router_fp32: bool = False
+    always_norm_topk: bool = False
 
 
 _GEMMA2 = Architecture(tied_default=True, layer_norms=4)  # pre/post norms around attention and the MLP
 # transformers' models/<type>/configuration_*.py (tie_word_embeddings default) and modeling_*.py (the layers)
 ARCHITECTURES: dict[str, Architecture] = {
-    **dict.fromkeys(("llama", "mistral", "mixtral", "deepseek_v2", "deepseek_v3"), Architecture()),
-    **dict.fromkeys(("qwen2", "qwen2_moe"), Architecture(qkv_bias=True)),
+    "llama": Architecture(runner=True),
+    "mistral": Architecture(runner=True, sliding_window=True),
+    "mixtral": Architecture(runner=True, sliding_window=True, moe_names=("block_sparse_moe", ("w1", "w3", "w2")),
+                            router_fp32=True, always_norm_topk=True),
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3"), Architecture()),
+    "qwen2": Architecture(qkv_bias=True, runner=True),
+    "qwen2_moe": Architecture(qkv_bias=True, runner=True, moe_names=("mlp", ("gate_proj", "up_proj", "down_proj"))),
     **dict.fromkeys(("qwen3", "qwen3_moe"), Architecture(qk_norm=True)),
     "gemma": Architecture(tied_default=True),  # GeGLU (hidden_act gelu): gated
     "gemma2": _GEMMA2,

@@ -17,10 +17,9 @@ from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
 from topoplan.layout import tp_problems
-from topoplan.models import architecture, spec_from_config
+from topoplan.models import ARCHITECTURES, spec_from_config
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
-SLIDING_WINDOW_TYPES = ("mistral", "mixtral")  # their `sliding_window` key masks keys older than it
+SUPPORTED_MODEL_TYPES = tuple(name for name, family in ARCHITECTURES.items() if family.runner)
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,8 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
                             source=source)
     if raw.get("mlp_bias"):
         raise TopoplanError("mlp_bias=true is not supported", source=source)
-    if model_type in ("qwen2", "qwen2_moe") and raw.get("use_sliding_window"):
+    family = ARCHITECTURES[model_type]
+    if raw.get("use_sliding_window") and not family.sliding_window:
         raise TopoplanError(f"{model_type} use_sliding_window=true is not supported", source=source)
 
     spec = spec_from_config(raw, name=str(source), source=source)  # the sizes: one reader, shared with the planner
@@ -95,7 +95,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         raise TopoplanError(f"rope type {rope_type!r} is not supported; expected default, linear or llama3",
                             source=source)
     rope = {} if rope_type == "default" else {**rope, "rope_type": rope_type}
-    window = raw.get("sliding_window") if model_type in SLIDING_WINDOW_TYPES else None
+    window = raw.get("sliding_window") if family.sliding_window else None
     return ModelConfig(
         vocab_size=spec.vocab,
         dim=spec.hidden,
@@ -108,7 +108,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
         qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
-        o_bias=not architecture(raw).qkv_bias and bool(raw.get("attention_bias", False)),
+        o_bias=not family.qkv_bias and bool(raw.get("attention_bias", False)),
         tie_word_embeddings=spec.tied_embeddings,
         sliding_window=int(window) if window else None,
         bos_token_id=raw.get("bos_token_id"),
@@ -120,7 +120,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         experts_per_tok=spec.experts_per_token,
         moe_intermediate_size=spec.expert_intermediate,
         shared_expert_intermediate_size=spec.shared_intermediate,
-        norm_topk_prob=model_type == "mixtral" or bool(raw.get("norm_topk_prob", False)),
+        norm_topk_prob=family.always_norm_topk or bool(raw.get("norm_topk_prob", False)),
         moe_layers=spec.moe_layer_ids,
     )
 

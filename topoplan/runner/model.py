@@ -31,8 +31,7 @@ from topoplan.runner.layers import (
     block,
     scaled,
 )
-from topoplan.runner.moe import NAMES as MOE_NAMES
-from topoplan.runner.moe import MoE
+from topoplan.runner.moe import MoE, moe_names
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(config, shard)
         self.post_attention_layernorm = RMSNorm(config.dim, config.rms_norm_eps)
         if layer_id in config.moe_layers:
-            self.mlp_name = MOE_NAMES[config.model_type][0]
+            self.mlp_name = moe_names(config.model_type)[0]
             self.add_module(self.mlp_name, MoE(config, shard.tp_rank, shard.tp_size, shard.ep_rank, shard.ep_size,
                                                shard.comm))
         else:

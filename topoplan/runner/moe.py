@@ -25,12 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from topoplan.models import ARCHITECTURES
 from topoplan.runner.config import ModelConfig
 from topoplan.runner.layers import ColumnParallelLinear, NoComm, Part, RowParallelLinear, TpComm, block
 
 # HF module names per model type: the MoE block, and an expert's (gate, up, down) projections.
-NAMES = {"mixtral": ("block_sparse_moe", ("w1", "w3", "w2")),
-         "qwen2_moe": ("mlp", ("gate_proj", "up_proj", "down_proj"))}
+
+def moe_names(model_type: str) -> tuple[str, tuple[str, str, str]]:
+    """The HF names of a family's MoE block and its experts' gate, up and down matrices (topoplan.models)."""
+    names = ARCHITECTURES[model_type].moe_names
+    assert names is not None, model_type  # config.parse_hf_config runs only families with an MoE layout here
+    return names
 
 
 class EpComm(Protocol):
@@ -62,9 +67,9 @@ class MoE(nn.Module):
     def __init__(self, config: ModelConfig, tp_rank: int, tp_size: int, ep_rank: int, ep_size: int, comm: TpComm):
         super().__init__()
         self.top_k, self.normalise, self.n_experts = config.experts_per_tok, config.norm_topk_prob, config.n_experts
-        self.fp32_weights = config.model_type == "mixtral"  # transformers' MixtralTopKRouter does not cast them
+        self.fp32_weights = ARCHITECTURES[config.model_type].router_fp32  # as transformers' router (no cast)
         self.ep_rank, self.ep_size, self.comm = ep_rank, ep_size, comm  # with ep > 1, comm is an EpComm too
-        expert_names = NAMES[config.model_type][1]
+        expert_names = moe_names(config.model_type)[1]
         self.gate = nn.Linear(config.dim, config.n_experts, bias=False)  # the router: [E, D], every rank
         width = config.moe_intermediate_size
         cols = range(width) if ep_size > 1 else block(width, tp_rank, tp_size)
@@ -74,7 +79,7 @@ class MoE(nn.Module):
         shared = config.shared_expert_intermediate_size
         if shared:  # Qwen2-MoE: HF names gate_proj/up_proj/down_proj
             self.shared_expert = GatedMLP(config.dim, shared, block(shared, tp_rank, tp_size),
-                                          NAMES["qwen2_moe"][1], NoComm())
+                                          moe_names("qwen2_moe")[1], NoComm())
             self.shared_expert_gate = nn.Linear(config.dim, 1, bias=False)
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
