@@ -44,7 +44,7 @@ from typing import Any
 from topoplan.bench.cpu import MOE_OVERHEADS
 from topoplan.bench.cpu_plan import Candidate, cpu_candidates
 from topoplan.bench.load import LoadMonitor
-from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
+from topoplan.bench.validate import check_counts, check_sizes, model_spec, predict, prompts
 from topoplan.cpuset import cpu_cores
 from topoplan.engines import EngineId
 from topoplan.errors import TopoplanError
@@ -266,6 +266,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
     from topoplan.bench.cpu import load_cpu_entry
     from topoplan.bench.validate import bandwidth_probe, drift, summarize
 
+    check_counts(batch, prompt_len, gen_len, repeats)
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
                             "--engine vllm --calibration FILE`")
