@@ -82,3 +82,15 @@ def marked_processes(mark: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def mapped_shm(mark: str, prefix: str = "/dev/shm/") -> set[str]:
+    """The files under `prefix` that the processes marked with MARK=mark have mapped (/proc/PID/maps)."""
+    found = set()
+    for pid in marked_processes(mark):
+        try:
+            found |= {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                      if line.split()[-1].startswith(prefix)}
+        except OSError:
+            continue
+    return found

