@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_support import MARK, ROOT, mapped_shm
+from tests.launch_support import MARK, ROOT, mapped_shm, server_group
 
 SHM = Path("/dev/shm")
 WORKER = """import mmap, os, sys, time
@@ -63,9 +63,10 @@ def test_the_servers_shared_memory_files_are_unlinked(tmp_path: Path, how: str) 
         proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
-        while not {str(served), str(other_prefix)} <= mapped_shm(mark) and time.monotonic() < deadline:
+        wanted = {str(served), str(other_prefix)}
+        while not wanted <= mapped_shm(server_group(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert {str(served), str(other_prefix)} <= mapped_shm(mark), "the stand-in worker did not map its files"
+        assert wanted <= mapped_shm(server_group(proc.pid)), "the stand-in worker did not map its files"
         if how == "term":
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == (143 if how == "term" else 3)
