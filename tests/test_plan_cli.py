@@ -135,9 +135,9 @@ def test_unreadable_json_inputs_are_one_line(tmp_path):
 
 
 def test_context_beyond_the_model_is_refused(tmp_path):
-    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000000000")
+    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000")  # within --prompt-len's bound (docs/limits.md)
     assert run.returncode == 2 and run.stdout == "", run.stdout
-    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceed the model's context of "
+    assert ("--prompt-len 1000000 + --gen-len 128 = 1000128 tokens exceed the model's context of "
             "131072 tokens (max_position_embeddings of Llama-3.1-70B)") in run.stderr
     assert topoplan("plan", *A100_PLAN, "--prompt-len", "130944", "--top", "1").returncode == 0  # exactly 131072
     config = tmp_path / "config.json"  # a config without max_position_embeddings: nothing to check against
