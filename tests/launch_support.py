@@ -82,3 +82,33 @@ def marked_processes(mark: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _stat(pid: int | str) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state, ppid, pgrp, ...); [] when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def server_group(script: int) -> list[int]:
+    """The processes of the process group that a serve script (pid `script`) started its server in (`set -m`).
+    vLLM renames its engine and workers (setproctitle), which overwrites their environment, so MARK cannot
+    find them; their process group can."""
+    groups = {fields[2] for proc in Path("/proc").iterdir() if proc.name.isdigit()
+              if (fields := _stat(proc.name)) and fields[1] == str(script)}
+    return [int(proc.name) for proc in Path("/proc").iterdir() if proc.name.isdigit()
+            if (fields := _stat(proc.name)) and fields[2] in groups]
+
+
+def mapped_shm(pids: list[int], prefix: str = "/dev/shm/") -> set[str]:
+    """The files under `prefix` that processes `pids` have mapped (/proc/PID/maps)."""
+    found = set()
+    for pid in pids:
+        try:
+            found |= {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                      if line.split()[-1].startswith(prefix)}
+        except OSError:
+            continue
+    return found

@@ -116,3 +116,40 @@ def test_two_processes_building_at_once_both_succeed(start: str, tmp_path: Path)
     assert _leftovers(folder) == []
     notices = sum("notice: rebuilding" in err for _, err in results)
     assert notices == (1 if start == "corrupted" else 0)  # one rebuilt under the lock, the other found it done
+
+
+def test_a_build_killed_midway_is_cleaned_by_the_next_use(isolated_home: Path):
+    """SIGKILL while the weights are being written leaves the hidden build folder (no `finally` runs); the next
+    use removes it under the cache's lock and builds the model."""
+    killer = ("import os, signal\n"
+              "import topoplan.runner.tiny as tiny\n"
+              "def dying_save(*args, **kwargs):\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n"
+              "tiny.save_file = dying_save\n"
+              "tiny.builtin_folder('tiny')\n")
+    done = subprocess.run([sys.executable, "-c", killer], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == -9, done.stderr
+    folder = builtin_cache_folder("tiny")
+    left = _leftovers(folder)
+    assert len(left) == 1 and left[0].startswith(f".{folder.name}.build."), left  # the kill left its folder
+    assert (folder.parent / left[0] / "config.json").is_file()  # written before the weights
+    assert builtin_folder("tiny") == folder
+    _check_built(folder)
+    assert _leftovers(folder) == []
+
+
+def test_stale_build_folders_beside_a_valid_cache_are_removed():
+    """A builder killed after swapping its folder in but before removing the old one (`.stale`): the cache is
+    valid, and the next use still removes the leftovers, and only them."""
+    folder = builtin_folder("tiny")
+    stale = [folder.parent / f".{folder.name}.build.x1y2", folder.parent / f".{folder.name}.build.x1y2.stale"]
+    for path in stale:
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"partial")
+    unrelated = folder.parent / "small-seed0.build.keep"  # not hidden, not this model's: not ours to remove
+    unrelated.mkdir()
+    weights_written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert builtin_folder("tiny") == folder
+    assert _leftovers(folder) == ["small-seed0.build.keep"]
+    assert (folder / "model.safetensors").stat().st_mtime_ns == weights_written  # not rebuilt

@@ -65,8 +65,8 @@ def test_one_dtype_table_sizes_and_torch_dtypes():
     (["--top-p", "0"], "--top-p 0: expected a probability mass in (0, 1]"),
     (["--top-p", "2"], "--top-p 2: expected"),
     (["--seed", "-1"], "--seed -1: expected 0 to 2**64-1"),
-    (["--max-new-tokens", "100000000"], "--max-new-tokens 100000000 + a 3-token prompt exceed the model's context "
-                                        "of 4096 tokens"),
+    (["--max-new-tokens", "10000000"], "--max-new-tokens 10000000 + a 3-token prompt exceed the model's context "
+                                       "of 4096 tokens"),
     (["--max-new-tokens", "4094"], "--max-new-tokens 4094 + a 3-token prompt exceed"),
 ])
 def test_run_refuses_bad_options_before_any_rank(no_ranks, monkeypatch, capsys, args, message):
@@ -174,3 +174,40 @@ def test_validate_sizes_are_bounded_before_prompts_are_built():
     huge_batch = physical_memory_bytes() // (64 * spec.kv_bytes_per_token("fp32")) + 1
     with pytest.raises(TopoplanError, match=rf"--batch {huge_batch} x 64 tokens need a .* KV cache, more than half"):
         check_sizes(spec, batch=huge_batch, prompt_len=32, gen_len=32)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--iters", "100001"], "--iters 100001: expected 1 to 100,000"),
+    (["bench", "--iters", "10" * 30], "--iters 1010101010"),  # no overflow, no traceback: the same line
+    (["bench", "--warmup", "100001"], "--warmup 100001: expected 0 to 100,000"),
+    (["calibrate", "--iters", "1000000"], "--iters 1000000: expected 1 to 100,000"),
+    (["calibrate", "--warmup", "1000000"], "--warmup 1000000: expected 0 to 100,000"),
+    (["validate", "--repeats", "101"], "--repeats 101: expected 1 to 100"),
+    (["validate", "--repeats", "0"], "--repeats 0: expected 1 to 100"),
+    (["validate", "--engine", "vllm", "--repeats", "101"], "--repeats 101: expected 1 to 100"),
+    (["validate", "--batch", "2000000"], "--batch 2000000: expected 1 to 1,048,576"),
+    (["validate", "--gen-len", "20000000"], "--gen-len 20000000: expected 1 to 16,777,216"),
+    (["validate", "--prompt-len", "20000000"], "--prompt-len 20000000: expected 1 to 16,777,216"),
+    (["run", "--prompt", "Hi", "--max-new-tokens", "20000000"], "--max-new-tokens 20000000: expected 1 to "
+                                                               "16,777,216"),
+    (["run", "--prompt", "Hi", "--max-new-tokens", "0"], "--max-new-tokens 0: expected 1 to 16,777,216"),
+    (["run", "--prompt", "Hi", "--micro-batches", "5000"], "--micro-batches 5000: expected 0 to 4,096"),
+    (["plan", "-m", "tiny", "--batch", "2000000"], "--batch 2000000: expected 1 to 1,048,576"),
+    (["plan", "-m", "tiny", "--gen-len", "20000000"], "--gen-len 20000000: expected 1 to 16,777,216"),
+])
+def test_every_count_option_has_an_upper_bound(no_ranks, monkeypatch, capsys, tmp_path, args, message):
+    """A slip of a few zeros is refused in one line before anything is measured or started (topoplan.limits'
+    COUNT_OPTIONS, docs/limits.md); calibrate's --out is a fresh file that must stay unwritten."""
+    if args[0] == "calibrate":
+        args = [*args, "--out", str(tmp_path / "cal.json")]
+    assert message in topoplan_error(monkeypatch, capsys, *args)
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_count_bounds_are_documented():
+    """Every row of COUNT_OPTIONS appears in docs/limits.md with its bounds."""
+    from topoplan.limits import COUNT_OPTIONS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "limits.md").read_text()
+    for option, (least, most) in COUNT_OPTIONS.items():
+        assert f"`{option}` | {least:,} to {most:,}" in doc, option

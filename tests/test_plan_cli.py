@@ -115,8 +115,9 @@ A100_PLAN = ("-m", "70b", "--topo", DGX_A100, "--gpu", "a100-80gb")
     ("--pp", "0", "--pp must be >= 1, got 0"), ("--dp", "0", "--dp must be >= 1, got 0"),
     ("--max-tp", "0", "--max-tp must be >= 1, got 0"), ("--max-tp", "-1", "--max-tp must be >= 1, got -1"),
     ("--top", "-1", "--top must be >= 0 (0: all), got -1"), ("--nodes", "0", "--nodes must be from 1 to 4096, got 0"),
-    ("--batch", "0", "--batch must be >= 1, got 0"), ("--prompt-len", "0", "--prompt-len must be >= 1, got 0"),
-    ("--gen-len", "0", "--gen-len must be >= 1, got 0"),
+    ("--batch", "0", "--batch 0: expected 1 to 1,048,576"),
+    ("--prompt-len", "0", "--prompt-len 0: expected 1 to 16,777,216"),
+    ("--gen-len", "0", "--gen-len 0: expected 1 to 16,777,216"),
     ("--nic-gbps", "nan", "--nic-gbps must be a positive finite number, got nan"),
     ("--nic-gbps", "inf", "--nic-gbps must be a positive finite number, got inf"),
     ("--nic-gbps", "-1", "--nic-gbps must be a positive finite number, got -1.0"),
@@ -148,9 +149,9 @@ def test_unreadable_json_inputs_are_one_line(tmp_path):
 
 
 def test_context_beyond_the_model_is_refused(tmp_path):
-    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000000000")
+    run = topoplan("plan", *A100_PLAN, "--prompt-len", "1000000")  # within --prompt-len's bound (docs/limits.md)
     assert run.returncode == 2 and run.stdout == "", run.stdout
-    assert ("--prompt-len 1000000000000 + --gen-len 128 = 1000000000128 tokens exceed the model's context of "
+    assert ("--prompt-len 1000000 + --gen-len 128 = 1000128 tokens exceed the model's context of "
             "131072 tokens (max_position_embeddings of Llama-3.1-70B)") in run.stderr
     assert topoplan("plan", *A100_PLAN, "--prompt-len", "130944", "--top", "1").returncode == 0  # exactly 131072
     config = tmp_path / "config.json"  # a config without max_position_embeddings: nothing to check against

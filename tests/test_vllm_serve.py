@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch_support import MARK, ROOT, free_port, marked_processes
+from tests.launch_support import MARK, ROOT, free_port, mapped_shm, marked_processes, server_group
 
 VLLM_PYTHON = os.environ.get("TOPOPLAN_VLLM_PYTHON")
 PROMPT = [1, 2, 3, 40, 50]
@@ -97,6 +97,11 @@ def emit(tmp: Path, checkpoint: Path, layout: str, port: int, *extra: str) -> Pa
 
 
 def stop_and_check(script: subprocess.Popen, mark: str) -> None:
+    """TERM the script: it exits 143, no process it started is left (marked, or in the server's process group:
+    vLLM's renamed workers lose the mark), and neither is any /dev/shm/vllm_* file they had mapped (vLLM-CPU's
+    all-reduce buffers, which its workers leave behind when TERMed)."""
+    group = server_group(script.pid)
+    engine_files = mapped_shm(group, "/dev/shm/vllm_")
     script.send_signal(signal.SIGTERM)
     code = script.wait(timeout=120)
     assert code == 143, f"the script should exit 143 after TERM, got {code}"
@@ -104,6 +109,8 @@ def stop_and_check(script: subprocess.Popen, mark: str) -> None:
     while marked_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert marked_processes(mark) == [], "processes the launch script started are still running"
+    assert [pid for pid in group if os.path.exists(f"/proc/{pid}")] == [], "the server's group is still running"
+    assert [path for path in engine_files if os.path.exists(path)] == [], "the server's /dev/shm files were left"
 
 
 @pytest.mark.parametrize(("layout", "tp", "pp"), [("tp=2", 2, 1), ("tp=1", 1, 1), ("pp=2", 1, 2)])
@@ -126,6 +133,9 @@ def test_vllm_serves_the_runners_tokens(tmp_path: Path, checkpoint: Path, layout
         except urllib.error.HTTPError as error:
             pytest.fail(f"{layout}: HTTP {error.code} {error.read()[:2000]!r}\n{log.read_text()[-6000:]}")
         assert reply["choices"][0]["token_ids"] == runner_tokens(tp, pp, tmp_path)
+        if tp > 1:  # the TP group's shared-memory all-reduce: files stop_and_check must see unlinked
+            served = mapped_shm(server_group(proc.pid), "/dev/shm/vllm_")
+            assert any(path.startswith("/dev/shm/vllm_dist_") for path in served), served
     finally:
         if proc.poll() is None:
             stop_and_check(proc, mark)

@@ -133,6 +133,9 @@ def inspect(
                                              "nccl-xml writes a file for NCCL_TOPO_FILE."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
+    allow_invented_bus_ids: bool = typer.Option(False, "--allow-invented-bus-ids", help="--format nccl-xml: write "
+                                                "made-up PCI bus ids where the source gives none (NCCL matches "
+                                                "devices by bus id: for reading back, not for NCCL)."),
 ) -> None:
     """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
     from topoplan.machine import load_topology
@@ -142,7 +145,7 @@ def inspect(
         if as_json and fmt not in (None, InspectFormat.json):
             raise TopoplanError(f"--json and --format {fmt.value} ask for two formats: pass one")
         chosen = "json" if as_json else (fmt or InspectFormat.table).value
-        emit(load_topology(file, p2p, source.value, save, gpu), chosen, output)
+        emit(load_topology(file, p2p, source.value, save, gpu), chosen, output, allow_invented_bus_ids)
     except TopoplanError as error:
         raise fail(error) from None
 

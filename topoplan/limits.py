@@ -46,3 +46,32 @@ def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX
                             f"expected a topology, recording, config or calibration file", source=str(path))
     return data
 
+
+
+# Count options: (least, most) per option. The most is far above any real use, so a slip (a few extra zeros) is
+# refused in one line instead of running for days or sizing a KV cache for a billion tokens:
+# - --iters, --warmup (bench, calibrate): nccl-tests' default is 20 timed and 5 untimed operations; 100,000 x the
+#   smallest collective is minutes already.
+# - --repeats (validate): the median of 3; 100 runs per layout is hours with the `small` model.
+# - --max-new-tokens (run), --gen-len, --prompt-len (plan, validate): the longest context of a released model is
+#   10M tokens (Llama 4 Scout); 2**24 leaves room for it.
+# - --batch (plan, validate): served batches are hundreds to a few thousand sequences per replica.
+# - --micro-batches (run): at most one per sequence is useful; 4,096 covers any batch `run` takes.
+COUNT_OPTIONS: dict[str, tuple[int, int]] = {
+    "--iters": (1, 100_000),
+    "--warmup": (0, 100_000),
+    "--repeats": (1, 100),
+    "--max-new-tokens": (1, 2**24),
+    "--gen-len": (1, 2**24),
+    "--prompt-len": (1, 2**24),
+    "--batch": (1, 1_048_576),
+    "--micro-batches": (0, 4_096),
+}
+
+
+def check_count(option: str, value: int) -> int:
+    """`value` of count option `option` if within COUNT_OPTIONS' bounds, else a one-line TopoplanError."""
+    least, most = COUNT_OPTIONS[option]
+    if not least <= value <= most:
+        raise TopoplanError(f"{option} {value}: expected {least} to {most:,}")
+    return value

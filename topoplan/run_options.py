@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
+from topoplan.limits import check_count
 
 
 def parse_ids(text: str) -> list[int]:
@@ -96,10 +97,8 @@ class RunOptions:
             raise TopoplanError(f"--top-p {self.top_p:g}: expected a probability mass in (0, 1]")
         if not 0 <= self.seed <= SEED_MAX:
             raise TopoplanError(f"--seed {self.seed}: expected 0 to 2**64-1")
-        if self.micro_batches < 0:
-            raise TopoplanError(f"--micro-batches {self.micro_batches}: expected 0 (one per stage) or more")
-        if self.max_new_tokens < 1:
-            raise TopoplanError(f"--max-new-tokens {self.max_new_tokens}: expected at least 1")
+        check_count("--micro-batches", self.micro_batches)  # 0: one per stage
+        check_count("--max-new-tokens", self.max_new_tokens)
         if self.cuda_graphs and self.compile:
             raise TopoplanError("--cuda-graphs and --compile: pick one (a compiled step is not recorded as a graph "
                                 "here; docs/runner.md)")

@@ -35,6 +35,7 @@ from topoplan.bench.options import BenchRequest
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
+from topoplan.limits import check_count
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
 from topoplan.plan.cpu_entry import CPU_LINK, MOE_OVERHEADS
 from topoplan.topology.links import parse_link_code
@@ -142,6 +143,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     disturbed is refused after it, unless `force`; then the file records the warnings. `on_step(label, done,
     total)` reports progress."""
     parse_sizes(sizes)
+    check_count("--iters", iters)
+    check_count("--warmup", warmup)
     check_probe_mib(probe_mib)
     gpu = torch.cuda.is_available()
     dtype = dtype or ("bf16" if gpu else "fp32")

@@ -28,7 +28,7 @@ from topoplan.bench.definitions import (
 from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import GROUP_KINDS, Layout
-from topoplan.limits import RANKS_PER_CPU, max_local_ranks
+from topoplan.limits import RANKS_PER_CPU, check_count, max_local_ranks
 from topoplan.run_options import check_common
 
 
@@ -79,10 +79,8 @@ class BenchRequest:
         if not self.sizes or min(self.sizes) < 1:
             raise TopoplanError(f"--sizes {self.sizes}: expected positive byte counts")
         check_common(backend=self.backend, dtype=self.dtype, dtypes=BENCH_DTYPES, timeout=self.timeout)
-        if self.iters < 1:
-            raise TopoplanError(f"--iters {self.iters}: expected at least 1")
-        if self.warmup < 0:
-            raise TopoplanError(f"--warmup {self.warmup}: expected at least 0")
+        check_count("--iters", self.iters)
+        check_count("--warmup", self.warmup)
         if self.plot is not None:
             if not self.plot.lower().endswith(".svg"):
                 raise TopoplanError(f"--plot {self.plot!r}: the chart is SVG; expected a file name ending in .svg")

@@ -26,6 +26,7 @@ from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.layout import Layout, layer_split_json
+from topoplan.limits import check_count
 from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import Workload
@@ -42,6 +43,15 @@ def model_spec(model: str) -> ModelSpec:
     path = Path(folder) / "config.json"
     raw = read_json(path, "the model's HF config.json")
     return spec_from_config(raw, model, source=path)
+
+
+def check_counts(batch: int, prompt_len: int, gen_len: int, repeats: int) -> None:
+    """validate's count options within topoplan.limits' bounds (either engine), before anything is read or run."""
+    for option, value in (("--batch", batch), ("--prompt-len", prompt_len), ("--gen-len", gen_len),
+                          ("--repeats", repeats)):
+        check_count(option, value)
+    if gen_len < 2:
+        raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
 
 
 def check_sizes(spec: ModelSpec, batch: int, prompt_len: int, gen_len: int) -> None:
@@ -150,14 +160,10 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
 
     A busy machine (topoplan.bench.load) is refused before any run unless `force`; runs other processes
     disturbed are reported in the result's "load" warnings. `on_step(label, done, total)` reports progress."""
+    check_counts(batch, prompt_len, gen_len, repeats)
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed on CPU: run `topoplan calibrate` first (the planner has "
                             "no built-in CPU figures)")
-    for name, value in (("batch", batch), ("prompt-len", prompt_len), ("gen-len", gen_len), ("repeats", repeats)):
-        if value < 1:
-            raise TopoplanError(f"--{name} must be at least 1, got {value}")
-    if gen_len < 2:
-        raise TopoplanError("--gen-len must be at least 2: the first new token is prefill, decode starts after it")
     entry = load_cpu_entry(calibration)
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.bench.load import LoadMonitor
-from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
+from topoplan.bench.validate import check_counts, check_sizes, model_spec, predict, prompts
 from topoplan.cpuset import cpu_cores
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
@@ -267,6 +267,7 @@ def validate_served(engine: Engine, model: str, calibration: str | None, *, pyth
     from topoplan.bench.validate import bandwidth_probe, drift, summarize
     from topoplan.plan.cpu_entry import load_cpu_entry
 
+    check_counts(batch, prompt_len, gen_len, repeats)
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
                             "--engine vllm --calibration FILE`")

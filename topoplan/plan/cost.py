@@ -33,6 +33,7 @@ from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_
 from topoplan.engines.engine import MemoryPolicy
 from topoplan.errors import TopoplanError
 from topoplan.layout import STREAMED_WEIGHT_BYTES, Layout, RankCoords, RankGrid, micro_batches, split_layers
+from topoplan.limits import check_count
 from topoplan.models import ModelSpec
 from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
@@ -55,10 +56,9 @@ class Workload:
     kv_dtype: str | None = None  # the KV cache; None: the activation dtype (vLLM's --kv-cache-dtype auto)
 
     def __post_init__(self) -> None:
-        """The workload's checks, in one place: counts of at least 1, dtypes the planner prices."""
+        """The workload's checks, in one place: counts within topoplan.limits' bounds, dtypes the planner prices."""
         for option, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
-            if value < 1:
-                raise TopoplanError(f"{option} must be >= 1, got {value}")
+            check_count(option, value)
         checked_dtype(self.dtype, PLAN_DTYPES)
         if self.kv_dtype is not None:
             checked_dtype(self.kv_dtype, KV_DTYPES, "--kv-dtype")

@@ -26,13 +26,14 @@ import os
 import platform
 import socket
 import time
-import uuid
+from contextlib import suppress
 
 import torch
 import torch.distributed as dist
 
+from topoplan.runner.shm_names import SHM_DIR, new_segment_name
+
 LINE = 64  # bytes per member header line (its counter, then its pid): one cache line each, not shared
-SHM_DIR = "/dev/shm"
 DEFAULT_CAPACITY = 8 << 20  # bytes per member per parity: decode and short prefills; larger calls use gloo
 SPINS_BEFORE_CLOCK = 1024  # counter reads between deadline checks
 CACHED_SHAPES = 64  # ShmGroup keeps its slot views for this many call shapes (decode's few, the first prefills')
@@ -72,9 +73,13 @@ def alive(pid: int) -> bool:
 
 def shared_segment(group: dist.ProcessGroup, nbytes: int) -> mmap.mmap:
     """A zeroed /dev/shm mapping of `nbytes` shared by every member of `group` (collective): member 0 creates it,
-    the others map it, and its name is unlinked as soon as all have, so nothing outlives the job."""
+    the others map it, and its name is unlinked as soon as all have, so nothing outlives the job.
+
+    Member 0 unlinks on every path it survives: after the last barrier, or when a barrier raises because a peer
+    died (no barrier runs in `finally`: one that raises there would skip the unlink). A member 0 killed before
+    the unlink leaves the name to its spawner (topoplan.runner.shm_names)."""
     me = dist.get_rank(group)
-    names = [f"topoplan-{uuid.uuid4().hex}" if me == 0 else ""]
+    names = [new_segment_name() if me == 0 else ""]
     dist.broadcast_object_list(names, src=dist.get_global_rank(group, 0), group=group)
     path = os.path.join(SHM_DIR, names[0])
     try:
@@ -88,10 +93,11 @@ def shared_segment(group: dist.ProcessGroup, nbytes: int) -> mmap.mmap:
             fd = os.open(path, os.O_RDWR)
             mapped = mmap.mmap(fd, nbytes)
             os.close(fd)
-    finally:
         dist.barrier(group=group)  # everyone has mapped it: the name is no longer needed
+    finally:
         if me == 0:
-            os.unlink(path)
+            with suppress(FileNotFoundError):  # never created (os.open failed)
+                os.unlink(path)
     return mapped
 
 

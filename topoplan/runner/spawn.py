@@ -24,6 +24,7 @@ from typing import IO
 
 from topoplan.errors import TopoplanError
 from topoplan.limits import max_local_ranks
+from topoplan.runner.shm_names import JOB_ENV, new_job_tag, remove_job_segments
 
 PORT_TAKEN = ("address already in use", "eaddrinuse")
 POLL_S = 0.05
@@ -124,25 +125,41 @@ def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
 
 
 def _wait(procs: list[subprocess.Popen], timeout_s: float | None, grace_s: float) -> tuple[int | None, int]:
-    """Wait for every rank; (first failing rank or None, its exit code as a shell reports it, or 124)."""
-    start, failed, code, failed_at = time.monotonic(), None, 0, 0.0
+    """Wait for every rank; (the failing rank that caused the end or None, its exit code as a shell reports it,
+    or 124 after `timeout_s`). See `_cause` for which failure is the cause."""
+    start, failures, failed_at, stopped, timed_out = time.monotonic(), {}, 0.0, False, False
     while None in (codes := [proc.poll() for proc in procs]):  # poll every rank, not just the first running
-        if failed is None:
-            for rank, returncode in enumerate(codes):
-                if returncode not in (None, 0):
-                    failed, code, failed_at = rank, exit_code(returncode), time.monotonic()
-                    break
-        if failed is not None and time.monotonic() - failed_at > grace_s:
+        if not stopped:
+            _note_failures(codes, failures)
+            failed_at = failed_at or (time.monotonic() if failures else 0.0)
+        if failures and not stopped and time.monotonic() - failed_at > grace_s:
             _stop(procs, grace_s=STOP_GRACE_S)  # the others did not end on their own: end them
+            stopped = True
         if timeout_s is not None and time.monotonic() - start > timeout_s:
             _stop(procs, grace_s=STOP_GRACE_S)
-            code = 124
+            stopped = timed_out = True
         time.sleep(POLL_S)
-    if failed is None and code == 0:
-        for rank, proc in enumerate(procs):
-            if proc.returncode != 0:
-                return rank, exit_code(proc.returncode)
-    return failed, code
+    if not stopped:  # every rank ended on its own: all their codes count
+        _note_failures(codes, failures)
+    failed, code = _cause(failures)
+    return failed, 124 if timed_out else code
+
+
+def _note_failures(codes: list[int | None], failures: dict[int, int]) -> None:
+    """Add the ranks that ended with an error to `failures` (rank -> Popen return code), in the order seen."""
+    for rank, returncode in enumerate(codes):
+        if returncode not in (None, 0) and rank not in failures:
+            failures[rank] = returncode
+
+
+def _cause(failures: dict[int, int]) -> tuple[int | None, int]:
+    """The failure that ended the job: a rank killed by a signal we did not send (SIGKILL, the OOM killer)
+    before any that exited with an error, since its peers then fail with 1 ("peer has ended") and may be
+    reaped first; else the first seen. (None, 0) when none failed."""
+    if not failures:
+        return None, 0
+    rank = next((r for r, returncode in failures.items() if returncode < 0), next(iter(failures)))
+    return rank, exit_code(failures[rank])
 
 
 @contextmanager
@@ -169,9 +186,12 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
               cpus_per_rank: Callable[[int], Sequence[int] | None] | None, timeout_s: float | None, grace_s: float,
               capture_stdout: bool, echo: bool, port: int,
               cwd: str | None) -> SpawnResult:
+    """One try of spawn_ranks: start every rank, wait for all, then unlink the shared-memory segments a killed
+    rank left (topoplan.runner.shm_names), whatever ended the ranks."""
     procs: list[subprocess.Popen] = []
     threads = []
     parent = os.getpid()
+    job = new_job_tag()
     out_lines: list[str] = []
     err_lines: list[list[str]] = [[] for _ in range(world_size)]
     for rank in range(world_size):
@@ -179,6 +199,7 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),  # rendezvous on loopback: one machine
                "RANK": str(rank), "WORLD_SIZE": str(world_size),  # who am I, read by topoplan.rank_env
                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size),  # all ranks are on this node
+               JOB_ENV: job,  # names their /dev/shm segments, so we can remove what a killed rank left
                **(env_per_rank(rank) if env_per_rank else {})}
         cpus = cpus_per_rank(rank) if cpus_per_rank else None
         # Before exec: die with us, and pin as taskset would (threads and first allocations on its own CPUs).
@@ -198,6 +219,8 @@ def _run_once(world_size: int, argv: Sequence[str], env_per_rank: Callable[[int]
     except BaseException:  # Ctrl-C, SIGTERM (see _terminate_raises), or a bug: never leave ranks behind
         _stop(procs, grace_s=STOP_GRACE_S)
         raise
+    finally:
+        remove_job_segments(job)  # every rank has been reaped: nothing maps them by name any more
     for thread in threads:
         thread.join()
     stdout = "\n".join(line.split("] ", 1)[1] for line in out_lines)

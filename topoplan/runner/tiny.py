@@ -93,15 +93,25 @@ def _build_cached(name: str, folder: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def _interrupted_builds(folder: Path) -> list[Path]:
+    """The temporary folders of `_build_cached` beside `folder` (`.NAME.build.*`, and `.stale` ones). Only the
+    holder of the cache's lock writes them, so any found by the next holder are those of a build that was killed
+    (SIGKILL, power loss) before its `finally` ran."""
+    return sorted(folder.parent.glob(f".{folder.name}.build.*")) if folder.parent.is_dir() else []
+
+
 def builtin_folder(name: str) -> Path:
     """The HF folder of built-in model `name` in the user cache: checked against its definition on every use,
     built on first use, rebuilt (with a one-line notice on stderr) when it does not match. Concurrent callers
-    (the ranks of one run, two runs) take turns on a lock file, so one builds and the others find it built."""
+    (the ranks of one run, two runs) take turns on a lock file, so one builds and the others find it built; the
+    next holder of the lock removes what a killed build left."""
     folder = builtin_cache_folder(name)
-    if cache_mismatch(name, folder) is None:
+    if cache_mismatch(name, folder) is None and not _interrupted_builds(folder):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(folder.parent / f".{folder.name}.lock"):
+        for leftover in _interrupted_builds(folder):
+            shutil.rmtree(leftover, ignore_errors=True)
         problem = cache_mismatch(name, folder)  # another process may have built it while we waited
         if problem is None:
             return folder

@@ -41,6 +41,10 @@ class Gpu:
     # The multi-node NVLink domain (GB200/GB300 NVL72): NVML fabric info's "clusterUuid/cliqueId". GPUs with the
     # same domain reach each other over NVLink even on different nodes (trays); None when not in one.
     fabric_domain: str | None = None
+    # Its NVLink/XGMI links to switches as an NCCL dump lists them: (tag, switch's PCI bus id, links), e.g.
+    # ("nvlink", "0000:f3:00.0", 4). Empty when the source does not list switches (topo -m, NVML): kept so an NCCL
+    # XML export writes the switches back instead of direct GPU-to-GPU links.
+    switch_links: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """NCCL's topology XML (what `NCCL_TOPO_DUMP_FILE` writes and `NCCL_TOPO_FILE` reads; RCCL writes the same
-with `<xgmi>`): read it into a Topology, and write a Topology back out as one.
+with `<xgmi>`): read it into a Topology (topoplan.topology.nccl_xml_write writes one back out).
 
 The file is a tree: `<system version>` > `<cpu numaid affinity ...>` (a NUMA node) > nested `<pci busid class
 link_speed link_width>` (bridges, then devices) > `<gpu dev sm rank gdr>` with `<nvlink|xgmi target count
@@ -25,14 +25,11 @@ from dataclasses import dataclass, field
 
 from topoplan.cpuset import MAX_CPU
 from topoplan.errors import TopoplanError
-from topoplan.topology.links import ARCH_LINKS, LinkKind
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 
 MAX_CHARS = 4_000_000  # a 72-GPU dump is ~100 kB; anything this large is not a topology file
 VERSIONS = ("1", "2")
 SWITCH_CLASS = "0x068000"  # NVSwitch, as NCCL's tclass names it
-BRIDGE_CLASS = "0x060400"  # a PCI-to-PCI bridge (a PCIe switch port)
-_SAME_SOCKET = ("PIX", "PXB", "PHB", "NODE")  # PCIe paths that stay inside one socket
 _BUSID = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
 _FORBIDDEN = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
@@ -123,7 +120,9 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
                 codes[pair], evidence[pair] = _pci_code(a, b)
     arch, vendor = _arch(gpus, notes)
     return build_topology(
-        [Gpu(ids[id(d)], i, pci_bus_id=d.busid, cpus=d.cpu.cpus, numa_node=d.cpu.numa) for i, d in enumerate(gpus)],
+        [Gpu(ids[id(d)], i, pci_bus_id=d.busid, cpus=d.cpu.cpus, numa_node=d.cpu.numa,
+             switch_links=tuple((tag, target, n) for tag, target, n, tclass, _ in d.fabric if tclass == SWITCH_CLASS))
+         for i, d in enumerate(gpus)],
         [Nic(ids[id(d)], k, name=d.name, pci_bus_id=d.busid, numa_node=d.cpu.numa) for k, d in enumerate(nics)],
         codes, arch=arch, source=source, notes=notes, evidence=evidence, vendor=vendor)
 
@@ -337,153 +336,3 @@ def _affinity(mask: str | None, line: int, source: str) -> tuple[int, ...] | Non
     value = int("".join(w.rjust(8, "0") for w in words), 16)
     cpus = tuple(bit for bit in range(len(words) * 32) if value >> bit & 1)
     return cpus or None
-
-
-# --- writing ------------------------------------------------------------------------------------------------
-# The PCIe link NCCL should assume for a device of each generation: the GT/s string NCCL's dump writes.
-_PCIE_SPEED = {12.0: "8.0 GT/s PCIe", 24.0: "16.0 GT/s PCIe", 48.0: "32.0 GT/s PCIe"}
-
-
-def write_nccl_xml(topology: Topology) -> str:
-    """The topology as an NCCL topology XML that NCCL (NCCL_TOPO_FILE) and parse_nccl_xml read back.
-
-    Each NUMA node is a <cpu>; PCIe paths are rebuilt as a bridge tree that gives every pair its code (PIX: one
-    shared bridge, PXB: a bridge above those, PHB: only the CPU, SYS: another <cpu>). `topo -m`'s NODE is PHB
-    inside one NUMA node and SYS between two, as NCCL counts them. Devices whose NUMA node the source did not
-    give share the <cpu> of what they reach without SYS; sockets nothing places get numaid -1, -2, ... Bridges
-    get made-up bus ids in domains fxxx (as Azure's files use ffff); devices without a bus id get made-up ones
-    in index order. NVLink/XGMI become direct <nvlink>/<xgmi> links with their counts.
-    """
-    buses = _bus_ids(topology)
-    speed = _PCIE_SPEED.get(ARCH_LINKS[topology.arch].pcie_gbps) if topology.arch in ARCH_LINKS else None
-    root = ET.Element("system", version="1")
-    devices = [d.id for d in [*topology.gpus, *topology.nics]]
-    sockets = _sockets(topology, devices)
-    for numaid in sorted(set(sockets.values()), key=lambda n: (n < 0, abs(n))):
-        here = [d for d in devices if sockets[d] == numaid]
-        cpu = ET.SubElement(root, "cpu", numaid=str(numaid))
-        cpus = next((g.cpus for g in topology.gpus if g.id in here and g.cpus), None)
-        if cpus:
-            cpu.set("affinity", _cpumap(cpus))
-        domain = f"f{numaid:03x}" if numaid >= 0 else f"fe{-numaid:02x}"
-        for b, group in enumerate(_components(topology, here, ("PIX", "PXB"))):
-            parent = cpu
-            if len(group) > 1:
-                parent = ET.SubElement(cpu, "pci", {"busid": f"{domain}:{b + 1:02x}:00.0", "class": BRIDGE_CLASS})
-            subgroups = _components(topology, group, ("PIX",))
-            for k, sub in enumerate(subgroups):
-                holder = parent
-                if len(subgroups) > 1:
-                    holder = ET.SubElement(parent, "pci", {"busid": f"{domain}:{b + 1:02x}:{k + 1:02x}.0",
-                                                           "class": BRIDGE_CLASS})
-                for device in sub:
-                    _write_device(topology, holder, device, buses, speed)
-    ET.indent(root, space="  ")
-    return ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _sockets(topology: Topology, devices: list[str]) -> dict[str, int]:
-    """The numaid each device is written under: its NUMA node; else that of the nearest device with one that it
-    reaches over PCIe without SYS; else a made-up negative id shared by the devices it reaches that way."""
-    nodes = topology.graph.nodes
-    out = {d: nodes[d]["device"].numa_node for d in devices if nodes[d]["device"].numa_node is not None}
-    for device in devices:
-        if device in out:
-            continue
-        near = sorted((topology.link(device, other).kind.rank, k, other) for k, other in enumerate(devices)
-                      if other in out and _code(topology, device, other) in _SAME_SOCKET)
-        if near:
-            out[device] = out[near[0][2]]
-    rest = [d for d in devices if d not in out]
-    for k, group in enumerate(_components(topology, rest, _SAME_SOCKET)):
-        out.update({d: -1 - k for d in group})
-    return out
-
-
-def _components(topology: Topology, members: list[str], codes: tuple[str, ...]) -> list[list[str]]:
-    """Members joined, directly or through each other, by links whose code starts with one of `codes`; in
-    device order (a union-find over the pairs)."""
-    parent = {m: m for m in members}
-
-    def find(m: str) -> str:
-        while parent[m] != m:
-            parent[m] = parent[parent[m]]
-            m = parent[m]
-        return m
-
-    for i, a in enumerate(members):
-        for b in members[i + 1:]:
-            code = _code(topology, a, b)
-            if code is not None and code.startswith(codes):
-                parent[find(b)] = find(a)
-    groups: dict[str, list[str]] = {}
-    for m in members:
-        groups.setdefault(find(m), []).append(m)
-    return list(groups.values())
-
-
-def _code(topology: Topology, a: str, b: str) -> str | None:
-    data = topology.graph.get_edge_data(a, b)
-    return data["link"].code if data and data.get("kind") == "link" else None
-
-
-def _write_device(topology: Topology, parent: ET.Element, device_id: str, buses: dict[str, str],
-                  speed: str | None) -> None:
-    node = topology.graph.nodes[device_id]
-    device = node["device"]
-    if device_id not in buses:  # a NIC NCCL found no PCI place for, as it writes one: a bare <nic>
-        ET.SubElement(ET.SubElement(parent, "nic"), "net", name=device.name or f"net{device.index}",
-                      dev=str(device.index))
-        return
-    attrs = {"busid": buses[device_id], "class": "0x030200" if node["kind"] == "gpu" else "0x020700"}
-    if speed:
-        attrs |= {"link_speed": speed, "link_width": "16"}
-    pci = ET.SubElement(parent, "pci", attrs)
-    if node["kind"] == "nic":
-        if device.name:
-            nic = ET.SubElement(pci, "nic")
-            ET.SubElement(nic, "net", name=device.name, dev=str(device.index))
-        return
-    gpu_attrs = {"dev": str(device.index), "rank": str(device.index), "gdr": "1"}
-    arch = topology.arch or ""
-    if arch.startswith("sm"):
-        gpu_attrs["sm"] = arch[2:]
-    elif arch.startswith("gfx"):
-        gpu_attrs["gcn"] = arch
-    gpu = ET.SubElement(pci, "gpu", gpu_attrs)
-    for peer in topology.gpus:
-        if peer.id == device_id or not topology.graph.has_edge(device_id, peer.id):
-            continue
-        link = topology.link(device_id, peer.id)
-        if link.kind.is_fabric:
-            tag = "nvlink" if link.kind is LinkKind.NVLINK else "xgmi"
-            ET.SubElement(gpu, tag, target=buses[peer.id], count=str(link.nvlinks), tclass="0x030200")
-
-
-def _bus_ids(topology: Topology) -> dict[str, str]:
-    """Each device's bus id in NCCL's spelling (0000:1b:00.0). GPUs get made-up ones in index order (domain
-    0000) unless every GPU has one; a NIC without one gets a made-up one (domain 0001), except a lone named NIC
-    with no PCIe switch in common with a GPU, written as a bare <nic> as NCCL writes a VM's virtual NIC."""
-    out: dict[str, str] = {}
-    known = all(g.pci_bus_id for g in topology.gpus)
-    for k, gpu in enumerate(topology.gpus):
-        out[gpu.id] = _nccl_busid(gpu.pci_bus_id) if known and gpu.pci_bus_id else f"0000:{k + 1:02x}:00.0"
-    for k, nic in enumerate(topology.nics):
-        if nic.pci_bus_id:
-            out[nic.id] = _nccl_busid(nic.pci_bus_id)
-        elif len(topology.nics) > 1 or not nic.name or any(
-                _code(topology, nic.id, other.id) in ("PIX", "PXB") for other in topology.gpus):
-            out[nic.id] = f"0001:{k + 1:02x}:00.0"
-    return out
-
-
-def _nccl_busid(busid: str) -> str:
-    """NVML's 00000000:1B:00.0 as NCCL writes it: 0000:1b:00.0."""
-    domain, rest = busid.lower().split(":", 1)
-    return f"{int(domain, 16):04x}:{rest}"
-
-
-def _cpumap(cpus: tuple[int, ...]) -> str:
-    value = sum(1 << c for c in cpus)
-    words = max(1, (max(cpus) // 32) + 1)
-    return ",".join(f"{value >> (32 * w) & 0xffffffff:08x}" for w in reversed(range(words)))

@@ -4,7 +4,8 @@
 the node named by TOPOPLAN_NODE) runs as a background job in its own process group (`set -m`), the script waits
 for it, and Ctrl-C or a TERM to the script sends TERM to that whole group - the server and every worker it
 started - then KILL after a grace period; when the server exits by itself, whatever it left in its group is
-ended too. The script exits with the server's status (130/143 after a signal).
+ended too. Either way the engine's /dev/shm files that the group had mapped are unlinked (shm_cleanup). The
+script exits with the server's status (130/143 after a signal).
 
 `--format srun|sbatch`: one task per node (`--ntasks-per-node=1`, the engine starts its own workers) running a
 wrapper keyed on SLURM_NODEID that sets that node's variables and `--node-rank`; TRT-LLM over several nodes is
@@ -24,6 +25,7 @@ from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
 from topoplan.launch.engines.health import wait_lines
 from topoplan.launch.engines.render_lws import render_lws
+from topoplan.launch.engines.shm_cleanup import SHM_FUNCTIONS
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
 from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
@@ -40,14 +42,17 @@ from topoplan.launch.runtime_addr import (
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
 STOP = "\n".join([
+    SHM_FUNCTIONS,
     "stop() {  # TERM the server's whole process group, KILL what is left after the grace period",
     '  [ -n "${server:-}" ] || exit "$1"',
+    "  note_shm",
     '  kill -TERM -- "-$server" 2>/dev/null',
     f"  for ((i = 0; i < {GRACE_S * 5}; i++)); do",
-    '    kill -0 -- "-$server" 2>/dev/null || exit "$1"',
+    '    kill -0 -- "-$server" 2>/dev/null || { remove_shm; exit "$1"; }',
     "    sleep 0.2",
     "  done",
     '  kill -KILL -- "-$server" 2>/dev/null',
+    "  remove_shm",
     '  exit "$1"',
     "}",
     "trap 'stop 130' INT",
@@ -56,7 +61,9 @@ STOP = "\n".join([
 WAIT = "\n".join([
     'wait "$server"',
     "status=$?",
+    "note_shm",
     'kill -TERM -- "-$server" 2>/dev/null  # the server is gone: end anything it left in its group',
+    "remove_shm",
     'exit "$status"',
 ])
 ENGINE_FORMATS = ("shell", "srun", "sbatch", "json", "lws")

@@ -35,10 +35,6 @@ def _text(topo: Topology, fmt: str) -> str:
         from topoplan.topology.render.mermaid import render_mermaid
 
         return render_mermaid(topo)
-    if fmt == "nccl-xml":
-        from topoplan.topology.nccl_xml import write_nccl_xml
-
-        return write_nccl_xml(topo)
     raise ValueError(fmt)
 
 
@@ -74,10 +70,23 @@ def _plain_table(topo: Topology) -> str:
     return buffer.getvalue()
 
 
-def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
-    """Render `topo` as `fmt` to stdout, or atomically to `output` (required for svg/png)."""
+def _nccl_xml(topo: Topology, allow_invented_bus_ids: bool) -> str:
+    """The NCCL XML (topoplan.topology.nccl_xml_write), each thing it made up said on stderr."""
+    from topoplan.topology.nccl_xml_write import checked_nccl_xml
+
+    export = checked_nccl_xml(topo, allow_invented_bus_ids)
+    for line in export.invented:
+        print(f"topoplan: note: nccl-xml: {line}", file=sys.stderr)
+    return export.text
+
+
+def emit(topo: Topology, fmt: str, output: str | None = None, allow_invented_bus_ids: bool = False) -> None:
+    """Render `topo` as `fmt` to stdout, or atomically to `output` (required for svg/png). nccl-xml: refused when
+    it would make up device bus ids unless `allow_invented_bus_ids`; what it makes up is noted on stderr."""
     if fmt not in FORMATS:
         raise TopoplanError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if allow_invented_bus_ids and fmt != "nccl-xml":
+        raise TopoplanError(f"--allow-invented-bus-ids goes with --format nccl-xml, not {fmt}")
     if fmt in IMAGE_FORMATS:
         if output is None:
             raise TopoplanError(f"--format {fmt} writes a picture: give the file with -o FILE")
@@ -87,7 +96,8 @@ def emit(topo: Topology, fmt: str, output: str | None = None) -> None:
     elif fmt == "table" and output is None:
         _print_table(topo)
     else:
-        text = _plain_table(topo) if fmt == "table" else _text(topo, fmt)
+        text = _plain_table(topo) if fmt == "table" else _nccl_xml(topo, allow_invented_bus_ids) \
+            if fmt == "nccl-xml" else _text(topo, fmt)
         if output is None:
             sys.stdout.write(text)
         else:
