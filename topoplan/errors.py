@@ -7,9 +7,20 @@ Anything else escaping is a bug in topoplan, and is allowed to show its tracebac
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 EXIT_USAGE = 2
+# Characters that act on a terminal or break a line rather than print: C0 controls (newline, ESC, BEL ...), DEL,
+# C1 controls (CSI 0x9b and OSC 0x9d act as ESC [ and ESC ] on some terminals), and Unicode's line/paragraph
+# separators. A file name, device name or model name from input may hold any of them.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as its escape (`\\n`, `\\x1b`): what came from input then
+    stays on one line and can neither move the cursor, retitle the terminal nor clear it."""
+    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
 
 
 class TopoplanError(Exception):
@@ -24,10 +35,11 @@ class TopoplanError(Exception):
     MAX_MESSAGE = 400  # characters: a message quoting a 5,000-digit cell or a megabyte line stays one screen line
 
     def __init__(self, message: str, *, source: str | Path | None = None, line: int | None = None):
+        message = printable(message)  # one line whatever the input held (a newline in a path, an escape in a name)
         if len(message) > self.MAX_MESSAGE:
             message = f"{message[:self.MAX_MESSAGE - 100]} [...] {message[-80:]}"
         self.message = message
-        self.source = str(source) if source is not None else None
+        self.source = printable(str(source)) if source is not None else None
         self.line = line
         super().__init__(str(self))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from topoplan.errors import TopoplanError
+from topoplan.errors import TopoplanError, printable
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
 from topoplan.launch.render_json import spec_dict
@@ -56,10 +56,11 @@ def _line(command: NodeCommand) -> str:
 
 def _header(launch: EngineLaunch) -> list[str]:
     spec = launch.spec
+    # a comment stays one comment line whatever the checkpoint path holds (a newline would start a command)
     return [SHEBANG,
-            f"# topoplan launch: {launch.engine} serving {launch.options.checkpoint} with {spec.layout}, {spec.world} "
-            f"rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)".replace("\n", " "),
-            f"# {launch.device_mapping}"]
+            printable(f"# topoplan launch: {launch.engine} serving {launch.options.checkpoint} with {spec.layout}, "
+                      f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)"),
+            printable(f"# {launch.device_mapping}")]
 
 
 def render_serve_script(launch: EngineLaunch) -> str:
