@@ -47,7 +47,7 @@ def parse_p2p_text(text: str, source: str = "<text>", mode: str | None = None) -
     none. Raises TopoplanError(source, line) on anything that is not a well-formed P2P matrix."""
     if mode is not None and mode not in MODES:
         raise TopoplanError(f"unknown P2P mode {mode!r}; expected one of {', '.join(MODES)}", source=source)
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     refuse_markdown_table(lines, source)
     statuses: dict[tuple[str, str], dict[str, str]] = {}
     modes: dict[str, int] = {}

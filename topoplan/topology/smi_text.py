@@ -64,7 +64,7 @@ class _Notes(list):
 
 def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     """Parse one `nvidia-smi topo -m` / `-mp` paste. Raises TopoplanError(source, line) on bad input."""
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     refuse_markdown_table(lines, source)
     notes = _Notes()
     header_at = _find_header(lines, source)
