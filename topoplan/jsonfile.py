@@ -29,7 +29,9 @@ def parse_json(text: str, source: str | Path, what: str) -> Any:
                             line=error.lineno) from None
 
 
-_STRING = re.compile(r'"(?:[^"\\]+|\\.)*"?')  # an unclosed string runs to the end: one pass, never quadratic
+# A string once its escaped backslashes and quotes are gone; an unclosed one runs to the end (one pass, and a
+# single character-class repeat, which the regex engine runs without per-character state).
+_STRING = re.compile(r'"[^"]*"?')
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
@@ -37,7 +39,7 @@ def _check_shape(text: str, source: str | Path, what: str) -> None:
     """Refuse more than MAX_ELEMENTS values or nesting deeper than MAX_DEPTH, before json.loads allocates
     anything: strings are blanked and separators counted at C speed, and only then are the brackets (at most
     MAX_ELEMENTS of them) walked for depth."""
-    bare = _STRING.sub('""', text)
+    bare = _STRING.sub('""', text.replace("\\\\", "").replace('\\"', ""))
     elements = bare.count(",") + bare.count("[") + bare.count("{")
     if elements > MAX_ELEMENTS:
         raise TopoplanError(f"{elements} JSON values; expected at most {MAX_ELEMENTS:,} in {what}", source=source)

@@ -61,10 +61,10 @@ def clean_lines(text: str, source: str = "<text>") -> list[Line]:
     lines: list[Line] = []
     number, at, previous = 1, 0, 0  # the line at offset `at`; the number of the last line with content
     for count, match in enumerate(_CONTENT.finditer(text)):
+        number += text.count("\n", at, match.start())
         if count == MAX_LINES:
             raise TopoplanError(f"more than {MAX_LINES:,} lines of text; no topology output is this long",
                                 source=source, line=number)
-        number += text.count("\n", at, match.start())
         if number > previous + 1:  # blank lines before this one: one Line stands for the run
             lines.append(Line(previous + 1, "", 0))
         lines.append(_clean(match.group(0), number))
