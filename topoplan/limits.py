@@ -24,8 +24,9 @@ MAX_DEPTH = 64
 # node, with 496 GPU pairs, ~15,000), an 8-GPU, 8-NIC NCCL dump 83 elements. Beyond this, parsing alone costs
 # seconds and hundreds of MiB.
 MAX_ELEMENTS = 100_000
-# Non-blank lines in a text paste (`topo -m`, `topo -p2p`, rocm-smi, amd-smi): a 32-GPU, 128-NIC `topo -m` is ~200
-# lines, amd-smi of 32 GPUs ~1,000. Runs of blank lines count as one.
+# Non-blank lines in a text paste (`topo -m`, `topo -p2p`, rocm-smi, amd-smi): the bundled pastes have at most 54
+# (an 8-GPU, 18-NIC `topo -m`), rocm-smi/amd-smi of 8 GPUs 50; a 32-GPU, 128-NIC node stays in the hundreds. Runs of
+# blank lines count as one.
 MAX_LINES = 20_000
 # Digits in any integer read from text: 20 hold every count, size, id and 64-bit mask a machine reports (uint64).
 MAX_DIGITS = 20
@@ -74,7 +75,7 @@ LIMITS = (
     Limit("Elements in one file (JSON values, XML elements)", f"{MAX_ELEMENTS:,}",
           "1,412 values in an 8-GPU HGX H100 recording"),
     Limit("Non-blank lines in a text paste", f"{MAX_LINES:,} (a run of blank lines counts once)",
-          "~1,000 in amd-smi text of 32 GPUs"),
+          "54 in the bundled pastes (8 GPUs, 18 NICs)"),
     Limit("Digits in one integer (text, JSON or XML, hex too)", f"{MAX_DIGITS}",
           "a 64-bit CPU-affinity mask word (uint64)"),
     Limit("GPUs per node (every format)", f"{MAX_GPUS_PER_NODE}", "16 (DGX-2/HGX-2) or 20 single-slot PCIe cards"),
