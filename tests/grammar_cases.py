@@ -49,7 +49,7 @@ def _matrix(n: int, nics: list[str], affinity: str, numa: str) -> str:
 
 @st.composite
 def smi_text(draw: st.DrawFn) -> Case:
-    shape = draw(st.sampled_from(["gpus", "names", "flood", "ranges", "digits"]))
+    shape = draw(st.sampled_from(["gpus", "names", "flood", "ranges", "digits", "wide", "lines"]))
     n, nics, affinity, numa = 2, ["mlx5_0"], "0-15", "0"
     if shape == "gpus":
         n = draw(st.integers(1, 200))
@@ -61,7 +61,11 @@ def smi_text(draw: st.DrawFn) -> Case:
     elif shape == "digits":
         numa = draw(long_digits)
     text = _matrix(n, nics, affinity, numa)
-    if shape == "flood":
+    if shape == "wide":  # tabs, each of which becomes up to 8 columns
+        text = text.replace("\tNV12", "\t" * draw(st.sampled_from([2, 10_000, 3_000_000, 30_000_000])) + "NV12", 1)
+    elif shape == "lines":
+        text += "x\n" * draw(st.sampled_from([1, 19_000, 20_001, 5_000_000]))
+    elif shape == "flood":
         lines = text.split("\n")
         at = draw(st.integers(0, len(lines)))
         text = "\n".join(lines[:at] + [draw(st.sampled_from(["", "  ", "\t"]))] * draw(flood) + lines[at:])
@@ -77,7 +81,7 @@ def p2p_text(draw: st.DrawFn) -> Case:
         at = draw(st.integers(0, len(lines)))
         text = "\n".join(lines[:at] + [""] * draw(flood) + lines[at:])
     else:
-        n = draw(st.integers(3, 100))
+        n = draw(st.sampled_from([3, 32, 33, 500, 3_000]))
         text = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\n" + "\n".join(
             f"GPU{i}\t" + "\t".join("X" if i == j else "OK" for j in range(n)) for i in range(n)) + "\n"
     return Case(f"p2p/{shape}", ["inspect", "--file", str(P2P_TOPO), "--p2p", "{dir}/p2p", "--json"], {"p2p": text})

@@ -18,7 +18,15 @@ from hostile_inputs import DGX, HUGE, LLAMA
 from topoplan.atomic import write_atomic
 from topoplan.cpuset import parse_cpu_list
 from topoplan.errors import TopoplanError
-from topoplan.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_LINES, MAX_NICS_PER_NODE
+from topoplan.limits import (
+    MAX_DEPTH,
+    MAX_ELEMENTS,
+    MAX_GPUS_PER_NODE,
+    MAX_LAYERS,
+    MAX_LINES,
+    MAX_NICS_PER_NODE,
+    MAX_TEXT_COLUMNS,
+)
 
 ROCM = DGX.parents[1] / "amd" / "rocm-smi-mi50-4gpu-pcie-1numa.txt"
 XML = DGX.parents[1] / "nccl" / "ibm-cloud-h100-8gpu-nvswitch-8nic-dump.xml"
@@ -146,6 +154,21 @@ def test_a_paste_of_more_non_blank_lines_than_any_tool_prints(tmp_path):
     assert inspect_file(tmp_path, "x\n" * (MAX_LINES + 1)) == (f"{tmp_path}/topo:{MAX_LINES + 1}: more than "
                                                                f"{MAX_LINES:,} lines of text; no topology output is "
                                                                "this long")
+
+
+def test_a_p2p_matrix_of_more_gpus_than_a_node(tmp_path):
+    n = MAX_GPUS_PER_NODE + 1
+    p2p = tmp_path / "p2p"
+    p2p.write_text("\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\n" + "\n".join(
+        f"GPU{i}\t" + "\t".join("X" if i == j else "OK" for j in range(n)) for i in range(n)) + "\n")
+    assert refused("inspect", "--file", str(P2P_TOPO), "--p2p", str(p2p)) == (
+        f"{p2p}:1: P2P header: {n} GPUs, more than one machine holds ({MAX_GPUS_PER_NODE}, docs/limits.md)")
+
+
+def test_tabs_that_would_expand_a_paste_beyond_the_column_limit(tmp_path):
+    text = DGX.read_text().replace("\tNV12", "\t" * 3_000_000 + "NV12", 1)  # 3 MB that would expand to 24 MB
+    assert inspect_file(tmp_path, text) == (f"{tmp_path}/topo:2: more than {MAX_TEXT_COLUMNS >> 20} Mi characters of "
+                                            "text once its tabs are expanded; no topology output is this wide")
 
 
 def test_repeated_cpu_ranges_are_merged_not_expanded_one_by_one(tmp_path):

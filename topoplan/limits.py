@@ -28,6 +28,9 @@ MAX_ELEMENTS = 100_000
 # (an 8-GPU, 18-NIC `topo -m`), rocm-smi/amd-smi of 8 GPUs 50; a 32-GPU, 128-NIC node stays in the hundreds. Runs of
 # blank lines count as one.
 MAX_LINES = 20_000
+# Characters of a paste once its tabs are expanded to 8-column stops (a tab may become 8 spaces): the widest real
+# row, 32 GPUs and 128 NICs, is ~1,500 columns. Counted before each line is expanded.
+MAX_TEXT_COLUMNS = 16 * 2**20
 # Digits in any integer read from text: 20 hold every count, size, id and 64-bit mask a machine reports (uint64).
 MAX_DIGITS = 20
 # One node: the largest single-OS-image GPU machines hold 16 GPUs (HGX-2, DGX-2) or 20 single-slot PCIe cards;
@@ -76,6 +79,7 @@ LIMITS = (
           "1,412 values in an 8-GPU HGX H100 recording"),
     Limit("Non-blank lines in a text paste", f"{MAX_LINES:,} (a run of blank lines counts once)",
           "54 in the bundled pastes (8 GPUs, 18 NICs)"),
+    Limit("A paste with its tabs expanded", f"{MAX_TEXT_COLUMNS >> 20} Mi characters", "6,861 in the largest bundled paste"),
     Limit("Digits in one integer (text, JSON or XML, hex too)", f"{MAX_DIGITS}",
           "a 64-bit CPU-affinity mask word (uint64)"),
     Limit("GPUs per node (every format)", f"{MAX_GPUS_PER_NODE}", "16 (DGX-2/HGX-2) or 20 single-slot PCIe cards"),

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
-from topoplan.limits import MAX_LINES
+from topoplan.limits import MAX_LINES, MAX_TEXT_COLUMNS
 
 TAB = 8
 # Terminal escapes: nvidia-smi underlines its header (ESC[4m ... ESC[0m); a copy through a browser or
@@ -55,16 +55,22 @@ def clean_lines(text: str, source: str = "<text>") -> list[Line]:
 
     The work is bounded by what the paste holds, not by its line count: a run of blank lines becomes one blank
     Line (numbered as its first), found at C speed, so a million blank lines cost nothing; more than MAX_LINES
-    non-blank lines is refused before they are built."""
+    non-blank lines, or more than MAX_TEXT_COLUMNS characters once tabs are expanded, is refused before they are
+    built."""
     # Split on line ends only (str.splitlines also splits on form feeds and the like, shifting numbers).
     text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     lines: list[Line] = []
     number, at, previous = 1, 0, 0  # the line at offset `at`; the number of the last line with content
+    columns = 0  # an upper bound of the characters built so far (each tab may become 8 spaces)
     for count, match in enumerate(_CONTENT.finditer(text)):
         number += text.count("\n", at, match.start())
         if count == MAX_LINES:
             raise TopoplanError(f"more than {MAX_LINES:,} lines of text; no topology output is this long",
                                 source=source, line=number)
+        columns += len(match.group(0)) + 7 * match.group(0).count("\t")
+        if columns > MAX_TEXT_COLUMNS:
+            raise TopoplanError(f"more than {MAX_TEXT_COLUMNS >> 20} Mi characters of text once its tabs are "
+                                "expanded; no topology output is this wide", source=source, line=number)
         if number > previous + 1:  # blank lines before this one: one Line stands for the run
             lines.append(Line(previous + 1, "", 0))
         lines.append(_clean(match.group(0), number))
