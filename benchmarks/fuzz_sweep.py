@@ -18,53 +18,31 @@ parent-side check). Prints the counts per kind, the time p50/p99/max and the pro
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import resource
 import shutil
 import statistics
 import sys
 import tempfile
-import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fuzz_cases import WouldSpawn, broken, make_case, materialise, no_ranks, run_within_budget  # noqa: E402
+from fuzz_cases import broken, make_case, materialise, no_ranks, run_within_budget  # noqa: E402
 
 import topoplan.bench.launch  # noqa: E402
 import topoplan.runner.local  # noqa: E402
-from topoplan import cli  # noqa: E402
 
 
 def one(seed: int, folder: Path) -> tuple[str, str | None, float]:
     """(kind, what went wrong or None, seconds) for one seed."""
     case = make_case(seed)
-    argv = materialise(case, folder)
-    sys.argv = ["topoplan", *argv]
-    err = io.StringIO()
-    start = time.perf_counter()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            cli.main()
-        code: object = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    except WouldSpawn:
-        code = 0
-    except BaseException as error:  # noqa: BLE001 - a traceback is what this sweep counts
-        return case.kind, "traceback: " + "".join(traceback.format_exception_only(error)).strip(), 0.0
-    seconds = time.perf_counter() - start
-    lines = [line for line in err.getvalue().splitlines() if not line.startswith("topoplan: warning:")]
-    if code not in (0, 2):
-        return case.kind, f"exit {code}", seconds
-    if code == 2 and (len(lines) != 1 or not lines[0].startswith("topoplan: error: ")):
-        return case.kind, f"exit 2 with {len(lines)} lines", seconds
-    return case.kind, None, seconds
+    outcome = run_within_budget(materialise(case, folder))
+    problems = broken(outcome)
+    detail = outcome.traceback.strip().splitlines()[-1] if outcome.traceback else outcome.err[-200:]
+    return case.kind, f"{', '.join(problems)}: {detail}" if problems else None, outcome.seconds
 
 
 COLUMNS = ("traceback", "over 10 s", "over 256 MiB", "error of more than one line", "raw escape in output")
