@@ -159,7 +159,7 @@ def test_recording_values_are_range_checked(monkeypatch, capsys, tmp_path):
     place = next(iter(recording["sysfs"]["pci"].values()))
     place["numa_node"] = -5
     bad.write_text(json.dumps(recording))
-    assert "expected -1..65535, found -5" in refused(monkeypatch, capsys, "inspect", "--file", str(bad))
+    assert "expected -1..1023, found -5" in refused(monkeypatch, capsys, "inspect", "--file", str(bad))
 
 
 # --- output files -----------------------------------------------------------------------------------------

@@ -104,6 +104,14 @@ def test_xml_with_more_elements_than_the_limit(tmp_path):
     assert f"more than {MAX_ELEMENTS:,} elements" in inspect_file(tmp_path, text)
 
 
+def test_numa_nodes_beyond_linux_never_reach_a_numactl_line(tmp_path):
+    err = inspect_file(tmp_path, DGX.read_text().replace("48-63,176-191\t3", "48-63,176-191\t1024", 1))
+    assert err == f"{tmp_path}/topo:2: row GPU0, NUMA Affinity: expected a NUMA node number or N/A, found '1024'"
+    data = json.loads(RECORDING.read_text())
+    next(iter(data["sysfs"]["pci"].values()))["numa_node"] = 5_000
+    assert "expected -1..1023, found 5000" in inspect_file(tmp_path, json.dumps(data))
+
+
 # --- AMD text ----------------------------------------------------------------------------------------------
 def test_amd_numbers_beyond_the_digit_limit(tmp_path):
     err = inspect_file(tmp_path, ROCM.read_text().replace("Numa Node: 0", f"Numa Node: {HUGE}", 1))
