@@ -220,6 +220,15 @@ def test_device_names_reach_the_tables_as_text(tmp_path):
     assert "A100 [/] [bold red]x\\x1b]0;pwned\\x07\\x1b[2J" in outcome.out  # printed as written, escapes visible
 
 
+def test_a_model_folder_named_in_markup_reaches_the_plan_title_as_text(tmp_path):
+    model = tmp_path / "a[" / "]b[bold]"  # the path holds `[/]`, a closing tag with nothing to close
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(LLAMA))
+    outcome = within_budget("plan", "--model", str(model), "--topo", str(DGX), "--gpu", "a100-80gb", "--prompt-len",
+                            "64", "--gen-len", "64")
+    assert outcome.code == 0 and "]b[bold] (bf16) on 1 x 8 a100-sxm4-80gb" in outcome.out  # the title, folded
+
+
 def test_a_name_with_an_escape_in_an_error_line(tmp_path):
     path = tmp_path / "x\x1b]0;pwned\x07\ny"
     path.write_text("")
