@@ -74,9 +74,9 @@ from topoplan.bench.vllm_cpu import START_TIMEOUT_S, check_python, measure_serve
 from topoplan.cpuset import cpu_cores  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
 from topoplan.layout import Layout  # noqa: E402
+from topoplan.run_options import RunOptions  # noqa: E402
 from topoplan.runner.builtin import BUILTIN  # noqa: E402
 from topoplan.runner.local import thread_env  # noqa: E402
-from topoplan.runner.options import RunOptions  # noqa: E402
 from topoplan.runner.spawn import spawn_ranks  # noqa: E402
 from topoplan.runner.tiny import builtin_folder, save_checkpoint  # noqa: E402
 

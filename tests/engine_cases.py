@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from topoplan.engines import resolve
-from topoplan.engines.profile import EngineProfile
+from topoplan.engines.engine import Engine
 from topoplan.hardware import find_gpu
 from topoplan.layout import Layout
 from topoplan.models import ModelSpec, find_model, spec_from_config
@@ -68,7 +68,7 @@ def model_of(name: str) -> ModelSpec:
     return spec_from_config(configs[name], name) if name in configs else find_model(name)
 
 
-def price(profile: EngineProfile, gpu_key: str, model: ModelSpec, layout: Layout, work: Workload):
+def price(profile: Engine, gpu_key: str, model: ModelSpec, layout: Layout, work: Workload):
     """The planner's cost of one layout on the GPU's 8-GPU board under this engine profile."""
     topo, device = board(gpu_key), DeviceSpec.from_gpu(find_gpu(gpu_key))
     result = plan(topo, model, device, work, tp=layout.tp, pp=layout.pp, dp=layout.dp, engine=profile)
@@ -78,7 +78,7 @@ def price(profile: EngineProfile, gpu_key: str, model: ModelSpec, layout: Layout
 INTERFERENCE_LIMIT = 0.25  # largest prefill share of a checked row's TPOT
 
 
-def serving_tpot(profile: EngineProfile, gpu_key: str, model: ModelSpec, layout: Layout, batch: int, prompt: int,
+def serving_tpot(profile: Engine, gpu_key: str, model: ModelSpec, layout: Layout, batch: int, prompt: int,
                  gen: int, dtype: str) -> tuple[float, float]:
     """(mean TPOT of a closed-loop run at concurrency `batch`, the share of it that is prefills) (docstring)."""
     step = price(profile, gpu_key, model, layout, Workload(batch, prompt, gen, dtype)).decode_ms_per_token
@@ -90,7 +90,7 @@ def in_scope(row: EngineRow) -> bool:
     return row.prefill_share <= INTERFERENCE_LIMIT
 
 
-def engine_rows(overrides: dict[str, EngineProfile] | None = None, role: str | None = None) -> list[EngineRow]:
+def engine_rows(overrides: dict[str, Engine] | None = None, role: str | None = None) -> list[EngineRow]:
     """Every published row (of one role: "fit" or "check") priced by the profile covering its engine version
     (`overrides`: profile by engine name, for the fit)."""
     out = []
@@ -108,5 +108,5 @@ def engine_rows(overrides: dict[str, EngineProfile] | None = None, role: str | N
     return out
 
 
-def with_overheads(profile: EngineProfile, **values: float) -> EngineProfile:
+def with_overheads(profile: Engine, **values: float) -> Engine:
     return replace(profile, overheads=replace(profile.overheads, **values))

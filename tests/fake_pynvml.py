@@ -118,6 +118,20 @@ def fake_pynvml(recording: dict[str, Any], init_error: str | None = None) -> typ
         "nvmlDeviceGetNvLinkRemoteDeviceType": lambda h, n: link(
             h, n, "remote_device_type", "nvmlDeviceGetNvLinkRemoteDeviceType"),
         "nvmlDeviceGetGpuFabricInfoV": fabric_info,
+        "nvmlDeviceGetPersistenceMode": lambda h: field(h, "persistence_mode", "nvmlDeviceGetPersistenceMode"),
+        **{function: (lambda key, function: lambda h: _answer(_need(
+            field(h, "pcie", function), key, f"{function}(GPU{h.index})")))(key, function)
+           for function, key in (("nvmlDeviceGetCurrPcieLinkGeneration", "current_generation"),
+                                 ("nvmlDeviceGetMaxPcieLinkGeneration", "max_generation"),
+                                 ("nvmlDeviceGetCurrPcieLinkWidth", "current_width"),
+                                 ("nvmlDeviceGetMaxPcieLinkWidth", "max_width"))},
+        # the recording keeps the count; NVML returns the pages' addresses, so hand back that many
+        "nvmlDeviceGetRetiredPages": lambda h, cause: [0] * _answer(_need(
+            field(h, "retired_pages", "nvmlDeviceGetRetiredPages"), ("single_bit_ecc", "double_bit_ecc")[cause],
+            f"nvmlDeviceGetRetiredPages(GPU{h.index}, {cause})")),
+        "nvmlDeviceGetRetiredPagesPendingStatus": lambda h: _answer(_need(
+            field(h, "retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus"), "pending",
+            f"nvmlDeviceGetRetiredPagesPendingStatus(GPU{h.index})")),
         "nvmlDeviceGetTopologyCommonAncestor": lambda a, b: _answer(pair(a, b)["common_ancestor"]),
         "nvmlDeviceGetP2PStatus": lambda a, b, index: _answer(
             pair(a, b)["p2p"]["rwnap"[index]]),

@@ -34,8 +34,8 @@ def main(spec_path: str, out_dir: str) -> int:
         failures.append(f"world/local rank {me.world_size}/{me.local_rank}, planned "
                         f"{len(spec['ranks'])}/{planned['local_rank']}")
     for name, value in planned["env"].items():
-        if name in OWNED_BY_LAUNCHER or (me.launcher == "torchrun" and name.startswith("MASTER_")):
-            continue  # the launcher's own numbering was checked above through rank_env
+        if name in OWNED_BY_LAUNCHER or (me.launcher in ("torchrun", "slurm") and name.startswith("MASTER_")):
+            continue  # the launcher's numbering was checked above; Slurm's script reads node 0 from the allocation
         if os.environ.get(name) != value:
             failures.append(f"{name}={os.environ.get(name)!r}, planned {value!r}")
     if planned["cpus"] is not None and seen["affinity"] != planned["cpus"]:

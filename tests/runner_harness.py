@@ -9,8 +9,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from topoplan.rank_env import discover_rank_env
+from topoplan.run_options import RunOptions
 from topoplan.runner.dist import build_dist, join_world
-from topoplan.runner.options import RunOptions
 from topoplan.runner.worker import run
 
 TIMEOUT_S = 120

@@ -11,6 +11,9 @@ set -euo pipefail
 action=${1:?usage: slurm_cluster.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: slurm_cluster.sh start|stop DIR}")
 node=topoplan-node
+# The node's address as Slurm records it (NodeAddr): a loopback alias that no launch option names, so a script
+# that serves or meets there has read it from the allocation.
+node_addr=127.0.0.2
 
 stop() {
   for daemon in slurmd slurmctld munged; do
@@ -31,7 +34,7 @@ munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock
        --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/munge.seed"
 
 # This machine as slurmd sees it (CPUs, sockets, cores, threads), under our node name, with memory left to spare.
-hardware=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$node NodeHostname=$(hostname) NodeAddr=127.0.0.1/" \
+hardware=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$node NodeHostname=$(hostname) NodeAddr=$node_addr/" \
                                        -e 's/ RealMemory=[0-9]*/ RealMemory=1000/')
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=topoplan

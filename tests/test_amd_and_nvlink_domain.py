@@ -86,6 +86,23 @@ def test_launch_on_an_amd_box_selects_gpus_with_hip_visible_devices():
     assert any("HIP_VISIBLE_DEVICES selects them" in note for note in spec["notes"])
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("fmt", ["shell", "json", "sbatch"])
+def test_engine_launch_on_an_amd_box_selects_gpus_with_hip_visible_devices(engine, fmt):
+    """A serving engine's node line on an MI300X recording names the GPUs with HIP's variable, as the per-rank lines
+    do (it used to write CUDA_DEVICE_ORDER/CUDA_VISIBLE_DEVICES, which ROCm ignores)."""
+    result = runner.invoke(app, ["launch", "--topo", str(MI300), "--gpu", "mi300x", "--layout", "tp=4,pp=1,dp=2",
+                                 "--engine", engine, "--checkpoint", "/models/llama", "--format", fmt])
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        env = json.loads(result.stdout)["nodes"][0]["env"]
+        assert env["HIP_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+        assert "CUDA_VISIBLE_DEVICES" not in env and "CUDA_DEVICE_ORDER" not in env
+    else:
+        assert "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in result.stdout
+        assert "CUDA_VISIBLE_DEVICES" not in result.stdout and "CUDA_DEVICE_ORDER" not in result.stdout
+
+
 def test_launch_from_an_rccl_dump_names_the_gpu_facing_nics():
     """RCCL's own XML of an MI300X VM: each of the 8 NICs is the nearest NIC of some GPU (the four of a socket
     share its CPU, PHB), so every rank gets the node-wide list and RCCL, which reads NCCL_IB_HCA, picks each GPU's
@@ -194,7 +211,7 @@ def test_runner_names_rocm_and_hip_visible_devices(monkeypatch):
 
     monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert rdist.gpu_runtime() == "rocm"
+    assert rdist.gpu_vendor().name == "amd"
     with pytest.raises(TopoplanError, match=r"--backend nccl needs a GPU \(ROCm, RCCL\)"):
         rdist.choose_backend("nccl")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -203,5 +220,5 @@ def test_runner_names_rocm_and_hip_visible_devices(monkeypatch):
     with pytest.raises(TopoplanError, match="local rank 3 has no GPU: .* check HIP_VISIBLE_DEVICES"):
         rdist.join_world(env, "nccl", 5.0)
     monkeypatch.setattr(torch.version, "hip", None)
-    assert rdist.gpu_runtime() == "cuda"
+    assert rdist.gpu_vendor().name == "nvidia"
 

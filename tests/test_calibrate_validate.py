@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from topoplan.bench.cpu import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.bench.validate import DRIFT_WARN, drift, model_spec
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import Workload
+from topoplan.plan.cpu_entry import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.plan.rank import plan
 from topoplan.runner import cpu_linear
 

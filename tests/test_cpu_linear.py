@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from runner_models import run_jobs, save_byte_model
 
-from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
+from topoplan.layout import STREAMED_WEIGHT_BYTES
 from topoplan.runner import cpu_linear
 from topoplan.runner.config import load_hf_config
 from topoplan.runner.generate import generate

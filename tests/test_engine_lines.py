@@ -16,7 +16,7 @@ import click
 import pytest
 
 from tests.launch_support import FIXTURES, ROOT
-from topoplan.engines import EngineId
+from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.common import EngineLaunch
@@ -32,7 +32,7 @@ DGX = str(FIXTURES / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt")
 def launch(engine: str, layout: str, topo: str = DGX, nodes: int = 1, **kw) -> EngineLaunch:
     hosts = ("node-a", "node-b")[:nodes] if nodes > 1 else None
     return engine_launch_for(LaunchRequest(layout=Layout.parse(layout), topo=topo, nodes=nodes, hosts=hosts,
-                                           engine=EngineId(engine), checkpoint="/models/llama", **kw))
+                                           engine=resolve(engine), checkpoint="/models/llama", **kw))
 
 
 def after_module(argv: tuple[str, ...], module: str) -> list[str]:
@@ -69,7 +69,8 @@ def test_sglang_lines_parse_with_sglang_0_5_23(layout: str, nodes: int) -> None:
     for command in served.nodes:
         args = parser.parse_args(after_module(command.argv, "sglang.launch_server"))
         assert (args.tp_size, args.pp_size, args.dp_size) == (want.tp, want.pp, want.dp)
-        assert (args.model_path, args.host, args.port) == ("/models/llama", "127.0.0.1", 30001)
+        serving = ("127.0.0.1", 30001) if command.node == 0 else (None, None)  # only node 0 answers HTTP
+        assert (args.model_path, args.host, args.port) == ("/models/llama", *serving)
         if nodes > 1:
             assert (args.nnodes, args.node_rank, args.dist_init_addr) == (nodes, command.node, "node-a:29500")
         else:
@@ -92,7 +93,7 @@ def test_sglang_refuses_replicas_across_nodes_and_cpus() -> None:
     with pytest.raises(TopoplanError, match="DP attention"):
         launch("sglang", "tp=4,dp=4", nodes=2)
     with pytest.raises(TopoplanError, match="GPUs only"):
-        engine_launch_for(LaunchRequest(layout=Layout(tp=2), engine=EngineId("sglang"), checkpoint="/m", device="cpu"))
+        engine_launch_for(LaunchRequest(layout=Layout(tp=2), engine=resolve("sglang"), checkpoint="/m", device="cpu"))
 
 
 # --- TensorRT-LLM trtllm-serve ------------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def test_trtllm_over_nodes_is_one_mpi_process_per_rank() -> None:
     script = render_engine(served, "shell")
     assert script.count("trtllm-llmapi-launch") == 16 and "mpirun" in script  # one MPMD context per rank
     assert "--mpi=pmix" in render_engine(served, "srun")
-    with pytest.raises(TopoplanError, match="no data parallelism"):
+    with pytest.raises(TopoplanError, match="does not run dp > 1"):
         launch("trtllm", "tp=4,dp=2")
 
 
@@ -157,7 +158,9 @@ for argv in json.load(sys.stdin):
     out.append({k: getattr(a, k) for k in ("model", "model_tag", "tensor_parallel_size", "pipeline_parallel_size",
         "data_parallel_size", "enable_expert_parallel",
         "nnodes", "node_rank", "master_addr", "master_port", "headless", "host", "port",
-        "distributed_executor_backend")})
+        "distributed_executor_backend", "numa_bind", "numa_bind_nodes", "numa_bind_cpus",
+        "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port",
+        "api_server_count")})
 print(json.dumps(out))
 """
 
@@ -174,18 +177,22 @@ def vllm_parse(argvs: list[list[str]]) -> list[dict]:
 
 
 def test_vllm_lines_parse_with_vllms_own_parser() -> None:
+    """Every vLLM line, each node's, parsed by vLLM 0.32's own parser: the sizes, the per-worker binding (DGX A100:
+    GPU0-1 on NUMA node 3, GPU2-3 on node 1, GPU4-5 on 7, GPU6-7 on 5), a replica spanning nodes as one
+    multi-node world, and replicas within nodes as vLLM's multi-node data-parallel deployment."""
     single = launch("vllm", "tp=2,pp=2,dp=2", serve_port=8001)
     multi = launch("vllm", "tp=8,pp=2", nodes=2, port=29611)
     experts = launch("vllm", "tp=2,dp=4,ep=8")
-    argvs = [after_module(single.nodes[0].argv, "vllm.entrypoints.openai.api_server"),
-             after_module(multi.nodes[0].argv, "vllm.entrypoints.openai.api_server"),
-             after_module(multi.nodes[1].argv, "vllm.entrypoints.cli.main")[1:],  # after `serve`
-             after_module(experts.nodes[0].argv, "vllm.entrypoints.openai.api_server")]
-    one, head, worker, moe = vllm_parse(argvs)
+    replicas = launch("vllm", "tp=8,dp=2", nodes=2)
+    lines = [single.nodes[0], multi.nodes[0], multi.nodes[1], experts.nodes[0], *replicas.nodes]
+    one, head, worker, moe, dp_head, dp_worker = vllm_parse(
+        [after_module(c.argv, "vllm.entrypoints.cli.main")[1:] for c in lines])  # after `serve`
     assert moe["enable_expert_parallel"] and not one["enable_expert_parallel"]
     assert (moe["tensor_parallel_size"], moe["data_parallel_size"]) == (2, 4)
-    assert one["model"] == "/models/llama" and (one["host"], one["port"]) == ("127.0.0.1", 8001)
+    assert one["model_tag"] == "/models/llama" and (one["host"], one["port"]) == ("127.0.0.1", 8001)
     assert (one["tensor_parallel_size"], one["pipeline_parallel_size"], one["data_parallel_size"]) == (2, 2, 2)
+    assert one["numa_bind"] and one["numa_bind_nodes"] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert one["numa_bind_cpus"][:2] == ["48-55,176-183", "56-63,184-191"]  # GPU0 and GPU1 split node 3's CPUs
     for node, args in enumerate((head, worker)):
         assert (args["tensor_parallel_size"], args["pipeline_parallel_size"]) == (8, 2)
         assert (args["nnodes"], args["node_rank"], args["master_addr"], args["master_port"]) == (2, node, "node-a",
@@ -193,6 +200,11 @@ def test_vllm_lines_parse_with_vllms_own_parser() -> None:
         assert args["distributed_executor_backend"] == "mp"
         assert args["headless"] == (node == 1)
     assert worker["model_tag"] == "/models/llama"
+    for node, args in enumerate((dp_head, dp_worker)):
+        assert (args["tensor_parallel_size"], args["data_parallel_size"], args["data_parallel_size_local"]) == (8, 2, 1)
+        assert (args["data_parallel_address"], args["data_parallel_rpc_port"]) == ("node-a", 13345)
+        assert args["headless"] == (node == 1) and args["nnodes"] == 1  # DP deployment: no multi-node world
+    assert dp_worker["data_parallel_start_rank"] == 1 and dp_head["api_server_count"] == 1
 
 
 # --- devices: every engine's TP groups land on the planned GPUs -----------------------------------------------------
@@ -224,16 +236,19 @@ def test_engine_formats_and_versions() -> None:
     assert data["engine"] == "vllm" and data["nodes"][0]["serves"] and data["url"] == "http://127.0.0.1:8000"
     # DGX A100: GPU0-1 sit on NUMA node 3 (CPUs 48-63,176-191), GPU2-3 on node 1 (16-31,144-159)
     assert data["nodes"][0]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert data["nodes"][0]["argv"][:4] == ["numactl", "--physcpubind=16-31,48-63,144-159,176-191", "--localalloc",
-                                            "--"]
-    pair = launch("vllm", "tp=2").nodes[0].argv
-    assert pair[:4] == ("numactl", "--physcpubind=48-63,176-191", "--membind=3", "--")
+    argv = data["nodes"][0]["argv"]
+    assert "numactl" not in argv  # no wrapper around the whole server: vLLM binds each worker itself
+    at = argv.index("--numa-bind-nodes")
+    assert argv[at - 1] == "--numa-bind" and argv[at + 1:at + 5] == ["3", "3", "1", "1"]
+    assert argv[argv.index("--numa-bind-cpus") + 1:][:4] == ["48-55,176-183", "56-63,184-191", "16-23,144-151",
+                                                              "24-31,152-159"]
+    assert all(o["reason"] for o in data["nodes"][0]["options"])
     sbatch = render_engine(launch("vllm", "tp=8,pp=2", nodes=2), "sbatch")
     assert "--ntasks-per-node=1" in sbatch and "SLURM_NODEID" in sbatch
     with pytest.raises(TopoplanError, match="starts its own workers"):
         render_engine(served, "torchrun")
     with pytest.raises(TopoplanError, match="vllm@0.32"):
-        engine_launch_for(LaunchRequest(layout=Layout(tp=2), topo=DGX, engine=EngineId("vllm", "0.2"),
+        engine_launch_for(LaunchRequest(layout=Layout(tp=2), topo=DGX, engine=resolve("vllm@0.2"),
                                         checkpoint="/m"))
 
 
@@ -254,3 +269,30 @@ def test_nccl_ib_hca_is_the_node_wide_list_so_every_rank_agrees() -> None:
     dgx = launch("vllm", "tp=8")  # the DGX A100's 8 GPU-facing NICs; mlx5_8/9 are the nearest of no GPU
     assert dgx.nodes[0].env_dict()["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert not any("differ in NCCL_IB_HCA" in note for note in dgx.notes)
+
+
+@pytest.mark.parametrize("engine, third", [("topoplan", (8, 1, 1)), ("vllm", (2, 1, 4)), ("sglang", (2, 1, 4)),
+                                            ("trtllm", (2, 1, 1))])
+def test_launch_rank_n_launches_the_engines_own_plan_row_n(engine: str, third: tuple) -> None:
+    """`launch --engine E --rank N` places `plan --engine E`'s row N: on the H100 NVL pairs vLLM and SGLang rank
+    tp=2,dp=4 third where the bundled runner ranks tp=8, and TensorRT-LLM (no replicas in one server for a dense
+    model) tp=2 alone (launch used to re-plan without the engine)."""
+    from typer.testing import CliRunner
+
+    from topoplan.cli import app
+
+    base = ["--topo", NVL_PAIRS, "--gpu", "h100-nvl", "--model", "70b", "--engine", engine]
+    cli = CliRunner()
+    planned = cli.invoke(app, ["plan", *base, "--json"])
+    assert planned.exit_code == 0, planned.output
+    rows = json.loads(planned.stdout)["layouts"]
+    assert (rows[2]["tp"], rows[2]["pp"], rows[2]["dp"]) == third
+    for n, row in enumerate(rows[:3], start=1):
+        launched = cli.invoke(app, ["launch", *base, "--rank", str(n), "--checkpoint", "/models/llama",
+                                    "--format", "json"])
+        assert launched.exit_code == 0, launched.output
+        document = json.loads(launched.stdout)
+        assert (document["layout"]["tp"], document["layout"]["pp"], document["layout"]["dp"]) == third if n == 3 \
+            else (document["layout"]["tp"], document["layout"]["pp"], document["layout"]["dp"]) == (
+                row["tp"], row["pp"], row["dp"])
+        assert {r["rank"]: r["gpu"] for r in document["ranks"]} == {p["rank"]: p["gpu"] for p in row["placement"]}

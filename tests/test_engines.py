@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topoplan.engines import DEFAULT_ENGINE, ENGINE_NAMES, PROFILES, EngineId, resolve
-from topoplan.engines.profile import AllReducePath, MemoryPolicy, constants, version_tuple
+from topoplan.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, default_engine, resolve, versions
+from topoplan.engines.engine import AllReducePath, MemoryPolicy, constants, version_tuple
 from topoplan.errors import TopoplanError
 
 
@@ -21,9 +21,19 @@ def test_resolve_picks_the_profile_covering_the_version(text, expected):
     assert str(resolve(text)) == expected
 
 
-def test_resolve_takes_an_engine_id_and_the_default_is_a_known_engine():
-    assert resolve(EngineId("vllm", "0.2")).cuda_graphs_decode is False
-    assert DEFAULT_ENGINE in ENGINE_NAMES and resolve(DEFAULT_ENGINE).name == DEFAULT_ENGINE
+def test_resolve_keeps_an_engine_and_the_default_is_a_known_engine():
+    old = resolve("vllm@0.2")
+    assert old.cuda_graphs_decode is False and resolve(old) is old
+    assert DEFAULT_ENGINE in ENGINE_NAMES and resolve(DEFAULT_ENGINE) is default_engine()
+    assert not default_engine().serves and all(e.serves for e in ENGINES if e.name != DEFAULT_ENGINE)
+
+
+def test_one_registry_lists_every_engine_once():
+    """The registry is the only list: names come from it, each (name, version) once, newest last per name."""
+    assert ENGINE_NAMES == ("topoplan", "vllm", "sglang", "trtllm")
+    assert len({str(e) for e in ENGINES}) == len(ENGINES)
+    assert [str(e) for e in versions("vllm")] == ["vllm@0.2", "vllm@0.32"]
+    assert {e.launcher for e in ENGINES} == {None, "vllm", "sglang", "trtllm"}
 
 
 @pytest.mark.parametrize("text, words", [
@@ -41,9 +51,9 @@ def test_unknown_versions_are_one_line_errors(text, words):
 
 
 def test_every_engine_has_a_profile_and_every_constant_a_source():
-    assert set(PROFILES) == set(ENGINE_NAMES)
-    for profiles in PROFILES.values():
-        for profile in profiles:
+    assert {e.name for e in ENGINES} == set(ENGINE_NAMES)
+    for name in ENGINE_NAMES:
+        for profile in versions(name):
             numbers = constants(profile)
             assert "overheads.step_overhead_us" in numbers and "memory.fraction" in numbers
             assert set(numbers) == set(profile.sources), profile  # none missing, none stale

@@ -136,17 +136,22 @@ def test_throughput_prices_each_layout_at_the_batch_it_fits():
     assert tp2["batch"] == tp2["max_batch"] == 64  # not batch 1 (nor the max batch 13 of 80e9-byte GPUs)
     assert all(e["batch"] == e["max_batch"] for e in every.values() if e["fits"])  # no limits: all that fits
     assert out["layouts"][0]["batch"] > 64  # the winner serves hundreds of sequences per replica
-    per_gpu = [e["tokens_per_s_per_gpu"] for e in out["layouts"] if e["fits"]]
-    assert per_gpu == sorted(per_gpu, reverse=True)
+    per_gpu = [e["served"]["output_tokens_per_s_per_gpu"] for e in out["layouts"] if e["fits"]]
+    assert per_gpu == sorted(per_gpu, reverse=True)  # delivered, not the decode-phase rate
 
 
-def test_throughput_within_latency_limits_picks_the_widest_tp_at_the_largest_batch_that_meets_them():
+def test_throughput_within_latency_limits_picks_the_most_delivered_at_the_largest_batch_that_meets_them():
+    """Static batches (the bundled runner): TTFT is the batch's prefill, so the 5 s limit bounds the batch; two
+    TP4 replicas deliver more than one TP8 (the decode-phase rate ranked TP8 first)."""
     limits = Limits(ttft_ms=5000, tpot_ms=50)
     request = PlanRequest(model="70b", topo=DGX_A100, gpu="a100-80gb", objective="throughput", limits=limits)
-    best = plan_for(request).layouts[0].cost
-    assert best.layout == Layout(8, 1, 1) and best.batch > 64 and not best.slo_miss
-    assert best.prefill_ms <= 5000 and best.decode_ms_per_token <= 50
-    over = plan_for(PlanRequest(model="70b", topo=DGX_A100, gpu="a100-80gb", tp=8, pp=1, dp=1,
+    result = plan_for(request)
+    best, tp8 = result.layouts[0].cost, result.layouts[1].cost
+    assert best.layout == Layout(4, 1, 2) and tp8.layout == Layout(8, 1, 1) and not best.slo_miss
+    assert best.served.output_tokens_per_s > tp8.served.output_tokens_per_s
+    assert best.tokens_per_s_per_gpu < tp8.tokens_per_s_per_gpu  # the decode-phase rate says the opposite
+    assert best.batch > 32 and best.served.replica.ttft_ms <= 5000 and best.served.replica.tpot_ms <= 50
+    over = plan_for(PlanRequest(model="70b", topo=DGX_A100, gpu="a100-80gb", tp=4, pp=1, dp=2,
                                 workload=Workload(batch=best.batch + 1), limits=limits)).layouts[0].cost
     assert over.slo_miss  # one more sequence breaks a limit: the search stopped at the largest that meets both
     tp2 = cli("plan", "-m", "70b", "--topo", DGX_A100, "--gpu", "a100-80gb", "--objective", "throughput",
@@ -200,7 +205,7 @@ def test_a_layout_on_fewer_nodes_wins_when_the_node_count_does_not_tile():
 def test_fewer_node_layouts_follow_the_engine_rules_and_get_expert_parallel_twins():
     """On 3 nodes of 8 GPUs, 2 full nodes (16 GPUs) are offered: tp x pp = 16. An engine without pipeline
     parallelism keeps only pp 1; an MoE model gets ep = tp twins where tp divides its experts (Mixtral: 8)."""
-    from topoplan.engines.profile import Parallelism
+    from topoplan.engines.engine import Parallelism
     from topoplan.models import find_model
     from topoplan.plan.layouts import fewer_node_layouts
 

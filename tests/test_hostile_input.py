@@ -196,7 +196,7 @@ def test_a_symlink_is_followed_and_kept(tmp_path):
 def test_the_runner_command_keeps_a_dash_value_a_value():
     from topoplan.launch.command import runner_command
     from topoplan.layout import Layout
-    from topoplan.runner.options import parse_argv
+    from topoplan.run_options import parse_argv
 
     argv = runner_command(Layout(tp=2), None, checkpoint="-rf", prompt_ids=["1,2"])
     parsed = parse_argv(argv[argv.index("topoplan.runner") + 1:])

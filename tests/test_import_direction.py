@@ -21,14 +21,17 @@ ALLOWED = {
     "models": {"base"},
     "engines": {"base"},  # what each engine is, as data: read by plan, launch and bench, imports none of them
     "plan": {"base", "topology", "hardware", "machine", "models", "engines"},
-    # launch writes the bundled runner's default command line: its options and built-in names, nothing else
-    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan",
-               "runner.builtin", "runner.options"},
-    "runner": {"base", "topology", "hardware", "models", "engines", "plan"},
+    # launch writes the bundled runner's command line from the shared run options (topoplan.run_options), and
+    # never imports the runner itself
+    "launch": {"base", "topology", "hardware", "machine", "models", "engines", "plan"},
+    "runner": {"base", "topology", "hardware", "models", "engines"},  # shared schedule facts: topoplan.layout
     # bench measures launched engines (calibrate/validate --engine vllm start vLLM through launch's script)
     "bench": {"base", "topology", "hardware", "machine", "models", "engines", "plan", "launch", "runner"},
+    # doctor reads the machine (topology's NVML asker and sysfs helpers); --for places a layout as launch does
+    "doctor": {"base", "topology", "hardware", "machine", "plan"},
 }
-BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields"}
+BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
+        "vendors", "run_options", "model_aliases"}
 
 
 def module_name(path: Path) -> str:
@@ -99,4 +102,6 @@ def test_the_rules_catch_what_the_issue_named():
     assert not allowed("topoplan.layout", "topoplan.plan.rank")
     assert not allowed("topoplan.engines.vllm", "topoplan.plan.cost")
     assert not allowed("topoplan.engines", "topoplan.launch.command")
-    assert allowed("topoplan.launch.command", "topoplan.runner.options")
+    assert allowed("topoplan.launch.command", "topoplan.run_options")
+    assert not allowed("topoplan.launch.command", "topoplan.runner.builtin")  # launch never imports the runner
+    assert not allowed("topoplan.runner.config", "topoplan.plan.layouts")  # nor the runner the planner

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from topoplan.cli import LaunchFormat, app
 from topoplan.cpuset import CpuFacts
 from topoplan.errors import TopoplanError
-from topoplan.launch.render import FORMATS, render
+from topoplan.launch.render import ENGINE_ONLY_FORMATS, FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
 
@@ -225,7 +225,14 @@ def test_output_files_are_scripts_the_kernel_can_start(fmt, tmp_path):
 
 
 def test_format_choices_are_the_renderers():
-    assert tuple(f.value for f in LaunchFormat) == FORMATS
+    assert tuple(f.value for f in LaunchFormat) == (*FORMATS, *ENGINE_ONLY_FORMATS)
+
+
+def test_lws_is_refused_for_the_bundled_runner_in_one_line():
+    result = launch("--topo", DGX, "--layout", "tp=2", "--format", "lws")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("topoplan: error: --format lws is for serving engines") and \
+        result.stderr.count("\n") == 1
 
 
 def test_help_reads_like_the_other_commands():

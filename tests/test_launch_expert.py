@@ -137,7 +137,8 @@ def test_cpu_launch_asks_for_no_gpu():
     assert result.exit_code == 0, result.output
     header = [line for line in result.stdout.splitlines() if line.startswith("#SBATCH")]
     assert header == ["#SBATCH '--job-name=tiny tp2'", "#SBATCH --partition=debug", "#SBATCH --time=10",
-                      "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --exclusive"]
+                      "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --exclusive",
+                      "#SBATCH --mem=0"]
     assert "gpu" not in result.stdout.replace("topoplan", "").lower()  # no --gres/--gpus*, no CUDA variables
     assert words(result.stdout)[-1] == "--prompt-ids=1,2,3" and "--backend=gloo" in words(result.stdout)
     data = json.loads(launch("--device", "cpu", "--layout", "tp=2", "--format", "json").stdout)

@@ -8,7 +8,6 @@ runs its tasks here); every rank dumps its environment, which must hold the host
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_slurm import fake_slurm
 from launch_support import AS_ROOT, FACTS, ROOT, block_placements, child_env, local_topology
 
 from topoplan.launch.render import render
@@ -77,19 +77,18 @@ def test_mpirun_hostile_host_stays_one_word(tmp_path):
 
 def test_sbatch_script_with_hostile_nic_and_host(tmp_path):
     """Run the sbatch script with a stand-in srun that records its argv, then run each task's wrapper."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$SRUN_ARGV"\n')
-    (bin_dir / "srun").chmod(0o755)
+    env = dict(child_env(), **fake_slurm(tmp_path / "bin", {"node-a": "127.0.0.1"}), SRUN_ARGV=str(tmp_path / "argv"))
+    (tmp_path / "bin" / "srun").write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$SRUN_ARGV"\n'
+                                           'printf "%s" "$MASTER_ADDR" > "$SRUN_ARGV.master"\n')  # records, runs none
     spec = hostile_spec(tmp_path, HOSTILE)
-    env = dict(child_env(), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SRUN_ARGV=str(tmp_path / "argv"))
     done = run_text(render(spec, "sbatch"), tmp_path, env)
     assert done.returncode == 0, done.stderr
     argv = (tmp_path / "argv").read_text().split("\0")[:-1]
     assert f"--nodelist={HOSTILE}" in argv and "--gpus-per-node=2" in argv and not any("gpu-bind" in w for w in argv)
+    assert (tmp_path / "argv.master").read_text() == "127.0.0.1"  # the allocation's address, not the host name
     wrapper = argv[argv.index("bash"):]
     for local in range(2):  # what srun would run as task `local` on the node (it binds CPUs itself)
-        task_env = dict(env, SLURM_LOCALID=str(local), SLURM_PROCID=str(local), MASTER_ADDR=HOSTILE)
+        task_env = dict(env, SLURM_LOCALID=str(local), SLURM_PROCID=str(local), MASTER_ADDR="127.0.0.1")
         subprocess.run(wrapper, cwd=tmp_path, env=task_env, check=True, timeout=60)
     envs = assert_inert(tmp_path)
     assert [e["OMP_NUM_THREADS"] for e in envs] == [str(r.physical_cores) for r in spec.ranks]

@@ -4,7 +4,11 @@ munged + slurmctld + slurmd, CPU-only, no GPU configured), for a `--device cpu` 
 - the bundled runner (tiny model, tp=2) started by `sbatch --wait` and by the srun script inside `salloc`
   prints the same generated text as one unsharded process;
 - the launch test worker, started the same way, finds the CPU mask, memory policy and variables the spec
-  planned (Slurm's --cpu-bind and --mem-bind did bind it), and all-reduces over gloo.
+  planned (Slurm's --cpu-bind and --mem-bind did bind it), MASTER_ADDR read from the allocation (the node's
+  NodeAddr, 127.0.0.2, named by no launch option), and all-reduces over gloo;
+- an engine's sbatch script, and its srun script inside salloc (`--engine vllm --device cpu`, the engine a
+  stand-in that records its argv and answers /health, tests/fake_engine.py) serves on the allocation's address
+  and prints its URL once /health answers.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from launch_support import ROOT, child_env, free_port, generated_lines
 
 SCRIPT = ROOT / "tests" / "slurm_cluster.sh"
 WORKER = ROOT / "tests" / "launch_worker.py"
+FAKE_ENGINE = ROOT / "tests" / "fake_engine.py"
+NODE_ADDR = "127.0.0.2"  # the cluster's NodeAddr (tests/slurm_cluster.sh)
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "salloc", "srun", "numactl")
 
 pytestmark = pytest.mark.skipif(
@@ -93,5 +99,31 @@ def test_slurm_binds_what_the_spec_plans(fmt, slurm_env, tmp_path):
         seen = json.loads((out / f"rank{r}.json").read_text())
         assert seen["failures"] == [] and seen["launcher"] == "slurm", seen
         assert seen["affinity"] == planned[r]["cpus"]
+        assert seen["env"]["MASTER_ADDR"] == NODE_ADDR and planned[r]["env"]["MASTER_ADDR"] == "127.0.0.1"
         assert f"prefer:{planned[r]['mem_node']}" in seen["policy"]  # --mem-bind=prefer,map_mem
     assert not set(planned[0]["cpus"]) & set(planned[1]["cpus"])  # each task its own CPUs
+
+
+@pytest.mark.parametrize("fmt", ["sbatch", "srun"])
+def test_engine_script_serves_on_the_allocations_address(fmt, slurm_env, tmp_path):
+    port = free_port()
+    script = tmp_path / f"serve.{fmt}"
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu",
+                           "--layout", "tp=2", "--checkpoint", "/models/m", "--engine-python", str(FAKE_ENGINE),
+                           "--port", str(port), "--format", fmt, "-o", str(script)], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = script.read_text()
+    assert NODE_ADDR not in text
+    if fmt == "sbatch":
+        assert {"#SBATCH --exclusive", "#SBATCH --mem=0"} <= set(text.splitlines())
+    out = tmp_path / "engine"
+    out.mkdir()
+    output = submit(script, dict(slurm_env, FAKE_ENGINE_OUT=str(out)), tmp_path)
+    assert output.startswith("0\n"), output[-3000:]
+    assert f"topoplan: vllm serves http://{NODE_ADDR}:{port}" in output.splitlines()
+    seen = json.loads((out / "node0.json").read_text())
+    argv, env = seen["argv"], seen["env"]
+    assert argv[argv.index("--host") + 1] == NODE_ADDR and argv[argv.index("--port") + 1] == str(port)
+    assert env["SLURM_NODEID"] == "0" and env["TOPOPLAN_HEAD_ADDR"] == NODE_ADDR and env["SLURM_JOB_ID"]
+    assert env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1  # the per-rank CPU lists reached the engine

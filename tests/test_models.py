@@ -200,3 +200,55 @@ def test_a_checkpoint_folder_is_read_through_its_config(tmp_path):
     empty.mkdir()
     with pytest.raises(TopoplanError, match="config.json: cannot read it: No such file or directory; expected a HF"):
         find_model(str(empty))
+
+
+def _tiny_dense_hf(kind: str):
+    """A small random transformers model of each dense family the planner reads, and its config as a dict."""
+    import transformers as tf
+
+    common = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256)
+    extra = {"qwen3": {"head_dim": 32}, "gemma": {"head_dim": 16, "hidden_act": "gelu_pytorch_tanh"},
+             "gemma2": {"head_dim": 16}, "gemma3_text": {"head_dim": 16}}.get(kind, {})
+    config = tf.AutoConfig.for_model(kind, **common, **extra)
+    return tf.AutoModelForCausalLM.from_config(config), config.to_dict()
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"])
+def test_dense_config_reader_counts_every_transformers_weight(kind):
+    """Each family's layers as its modeling file builds them: Gemma's GeGLU MLP has a gate (three matrices though
+    hidden_act is a GeLU), Gemma-2/3 four norms a layer, Gemma-3 q/k norms, Qwen2 q/k/v biases; transformers counts
+    tied embeddings once, as spec.params does."""
+    model, raw = _tiny_dense_hf(kind)
+    assert spec_from_config(raw, kind).params == sum(p.numel() for p in model.parameters())
+    raw.pop("tie_word_embeddings")  # a hand-written config.json that leaves it out: the family's default
+    assert spec_from_config(raw, kind).tied_embeddings == kind.startswith("gemma")
+
+
+def test_hand_written_gemma2_9b_counts_9_24_billion():
+    """google/gemma-2-9b's config.json keys as a user might write them: no tie_word_embeddings (Gemma2Config
+    ties by default) and a GeLU activation name for its gated MLP. 42 layers x (attention 44,040,192 + MLP
+    3 x 3584 x 14336 + 4 norms x 3584) + 256000 x 3584 embedding (tied) + the final norm."""
+    raw = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+           "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh"}
+    layer = 3584 * 4096 * 2 + 2 * 3584 * 2048 + 3 * 3584 * 14336 + 4 * 3584
+    assert spec_from_config(raw, "gemma-2-9b").params == 42 * layer + 256000 * 3584 + 3584 == 9_241_705_984
+
+
+@pytest.mark.parametrize(("quant", "dtype"), [({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+                                              ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4"),
+                                              ({"quant_method": "mxfp4"}, "mxfp4")])
+def test_quantization_config_names_the_weights_dtype(quant, dtype):
+    raw = {**CATALOG["Llama-3.1-8B"], "hidden_size": 4096, "quantization_config": quant}
+    assert spec_from_config(raw, "q").checkpoint_dtype == dtype
+    assert find_model("8b").checkpoint_dtype is None
+
+
+@pytest.mark.parametrize(("quant", "message"), [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not modelled"),
+    ({"quant_method": "gptq", "bits": 8}, "gptq at 8 bits is not modelled"),
+    ("fp8", "key 'quantization_config' must be a JSON object")])
+def test_quantization_config_the_planner_does_not_price_is_refused_in_one_line(quant, message):
+    with pytest.raises(TopoplanError, match=message):
+        spec_from_config({**CATALOG["Llama-3.1-8B"], "quantization_config": quant}, "q", source="c.json")

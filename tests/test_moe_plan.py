@@ -188,7 +188,7 @@ def test_cli_plan_deepseek_v3_fp8_h200_json_lists_ep_layouts(tmp_path):
 
 def test_launch_passes_the_layouts_ep_to_the_runner():
     from topoplan.launch.command import runner_command
-    from topoplan.runner.options import parse_argv
+    from topoplan.run_options import parse_argv
 
     argv = runner_command(Layout(2, 1, 1, 2), None, checkpoint="/ckpt/mixtral")
     assert argv[:3] == ["python3", "-m", "topoplan.runner"]

@@ -274,3 +274,22 @@ def test_an_older_nvidia_ml_py_without_a_call_is_not_a_crash():
     recording["nvml"] = answers
     gpu = topology_from_recording(recording, "old").gpu(0)
     assert (gpu.error, gpu.gpu_numa_id, gpu.numa_node) == (None, None, 0)
+
+
+@pytest.mark.parametrize(("recording", "layout", "level"), [
+    ("l40s-8gpu-2socket-p2p-cns", "tp=4", None),  # GPU0-3 share a socket: reads and writes work (NVLink, atomics: NS)
+    ("l40s-8gpu-2socket-p2p-cns", "tp=8", "PHB"),  # across the sockets reads and writes are CNS: up to PHB only
+    ("a100-pcie-4gpu-bridged-pairs", "tp=4", None),  # NVLink NS between the bridged pairs; reads and writes OK
+])
+def test_p2p_level_follows_reads_and_writes_only(recording, layout, level):
+    """NCCL_P2P_LEVEL comes from peer read/write failures alone: NVLink or atomics 'not supported' on a PCIe box
+    used to set PXB (L40S) or PHB (A100 PCIe), turning off P2P that works."""
+    from topoplan.launch.spec import build_spec
+    from topoplan.layout import Layout
+    from topoplan.plan.placement import place
+
+    topo = replay(recording)
+    chosen = Layout.parse(layout)
+    spec = build_spec(topo, chosen, place(topo, chosen, 1), command=["x"])
+    assert {r.env_dict().get("NCCL_P2P_LEVEL") for r in spec.ranks} == {level}
+

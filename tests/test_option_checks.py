@@ -49,8 +49,9 @@ def test_one_dtype_table_sizes_and_torch_dtypes():
         assert torch.empty((), dtype=d.torch()).element_size() == d.bytes
         assert dtype_of(d.short) is dtype_of(d.name) is d
     assert dtype_of("bf16").torch() is torch.bfloat16 and dtype_of("fp8").torch() is torch.float8_e4m3fn
-    assert PLAN_DTYPES == ("fp32", "bf16", "fp16", "fp8", "int4") and PROBE_DTYPES == ("fp32", "bf16", "fp16")
-    assert KV_DTYPES == ("fp32", "bf16", "fp16", "fp8")  # int4 is a weight format (packed, with group scales)
+    assert PLAN_DTYPES == ("fp32", "bf16", "fp16", "fp8", "int4", "mxfp4") and PROBE_DTYPES == ("fp32", "bf16", "fp16")
+    assert KV_DTYPES == ("fp32", "bf16", "fp16", "fp8")  # int4, mxfp4: weight formats (packed, with block scales)
+    assert dtype_of("mxfp4").weight_bytes == 17 / 32  # 32 4-bit weights share one 8-bit scale (OCP MX)
     assert RUN_DTYPES == ("float32", "bfloat16", "float16")
     assert BENCH_DTYPES == ("float32", "bfloat16", "float16", "float8_e4m3fn")
 

@@ -41,8 +41,14 @@ def test_json_contract_and_ranking():
     fits = [e["fits"] for e in layouts]
     assert fits == sorted(fits, reverse=True)  # layouts that fit come first
     fitting = [e for e in layouts if e["fits"]]
-    latency = [e["prefill_ms"] + 128 * e["decode_ms_per_token"] for e in fitting]
-    assert latency == sorted(latency, key=lambda x: x)  # best first (request time, default objective)
+    # best first by the served request latency (default objective); the bundled runner serves static batches:
+    # TTFT = the batch's prefill, then 127 steps of the decode-phase rate (PP stages busy with micro-batches)
+    latency = [e["served"]["request_latency_ms"] for e in fitting]
+    assert latency == sorted(latency)
+    for e in fitting:
+        step = e["dp"] * 8 / e["tokens_per_s"] * 1e3
+        assert e["served"]["ttft_ms"] == pytest.approx(e["prefill_ms"], abs=1e-3)
+        assert e["served"]["request_latency_ms"] == pytest.approx(e["prefill_ms"] + 127 * step, rel=1e-3)
     assert not any(e["fits"] for e in layouts if e["tp"] * e["pp"] == 1)  # 141 GB of weights on one GPU
     pp3 = next(e for e in layouts if e["pp"] == 3)  # 80 layers: the 2 extra go to the stages before the last
     assert pp3["stages"] == [{"pp_rank": 0, "first_layer": 0, "last_layer": 26, "layers": 27},
@@ -51,12 +57,20 @@ def test_json_contract_and_ranking():
     assert "PP3 stages of 27/27/26 layers" in " ".join(pp3["reasons"])
 
 
-def test_throughput_objective_ranks_by_tokens_per_gpu():
+def test_throughput_objective_ranks_by_delivered_tokens_per_gpu_of_the_machine():
+    """Ranked by the served output tokens/s per GPU of the machine (was: the decode-phase rate per GPU the layout
+    uses, which overstated a static batch's delivered rate and left idle GPUs out)."""
     run = topoplan("plan", "-m", "70b", "--topo", H100_NVL, "--gpu", "h100-nvl", "--batch", "32", "--json",
                    "--top", "0", "--objective", "throughput")
     fitting = [e for e in json.loads(run.stdout)["layouts"] if e["fits"]]
-    per_gpu = [e["tokens_per_s_per_gpu"] for e in fitting]
+    per_gpu = [e["served"]["output_tokens_per_s_per_gpu"] for e in fitting]
     assert per_gpu == sorted(per_gpu, reverse=True) and len(per_gpu) > 5
+    for e in fitting:  # a static batch delivers its gen tokens per sequence over prefill + 127 steps
+        served = e["served"]
+        assert served["output_tokens_per_s"] == pytest.approx(
+            e["dp"] * 32 * 128 / (e["prefill_ms"] + 127 * e["dp"] * 32 / e["tokens_per_s"] * 1e3) * 1e3, rel=1e-3)
+        assert served["output_tokens_per_s_per_gpu"] == pytest.approx(served["output_tokens_per_s"] / 8, rel=1e-3)
+        assert served["output_tokens_per_s"] < e["tokens_per_s"]  # below the decode-phase rate
 
 
 def test_price_one_layout():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from topoplan.bench.cpu import layer_overhead_us
 from topoplan.cpuset import cpu_cores
 from topoplan.models import find_model
+from topoplan.plan.cpu_entry import layer_overhead_us
 
 ROOT = Path(__file__).resolve().parent.parent
 CORES = len(cpu_cores())

@@ -11,10 +11,10 @@ from runner_models import hf_generate, hf_model, save_byte_model
 
 from topoplan.errors import TopoplanError
 from topoplan.models import spec_from_config
+from topoplan.run_options import RunOptions, parse_argv, parse_ids
 from topoplan.runner.config import check_tp, load_hf_config, parse_hf_config
 from topoplan.runner.generate import Sampling, attention_mask, generate, pick_tokens
 from topoplan.runner.model import RMSNorm, Shard, build_stage, kv_heads_of, rope_inv_freq
-from topoplan.runner.options import RunOptions, parse_argv, parse_ids
 from topoplan.runner.tiny import save_checkpoint
 from topoplan.runner.weights import load_stage_weights
 

@@ -15,8 +15,11 @@ import pytest
 
 from tests.launch_support import ROOT
 from topoplan.bench.vllm_cpu import engine_overheads, fit_overheads, vllm_candidates
+from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
+
+VLLM = resolve("vllm")
 
 
 def test_fit_takes_prefill_layer_cost_from_prefill_and_decode_costs_from_decode() -> None:
@@ -45,10 +48,10 @@ def test_engine_overheads_are_read_back_and_missing_ones_refused(tmp_path: Path)
     fitted = {"layer_overhead_us": 12.5, "decode_layer_overhead_us": 12.5, "step_overhead_us": 900,
               "step_overhead_per_rank_us": 300}
     path.write_text(json.dumps({"engines": {"vllm": fitted}}))
-    assert engine_overheads(str(path)) == pytest.approx(fitted)
+    assert engine_overheads(VLLM, str(path)) == pytest.approx(fitted)
     path.write_text(json.dumps({"cpu": {}}))
     with pytest.raises(TopoplanError, match="calibrate --engine vllm"):
-        engine_overheads(str(path))
+        engine_overheads(VLLM, str(path))
 
 
 def test_the_planner_accepts_a_file_with_an_engines_entry(tmp_path: Path) -> None:
@@ -94,7 +97,7 @@ def test_validate_vllm_rows_have_validates_fields(monkeypatch, tmp_path: Path) -
     monkeypatch.setattr(vllm_cpu, "check_python", lambda python: python)
     monkeypatch.setattr(vllm_cpu, "vllm_version", lambda python: "0.32.0")
     measured = {Layout(): 30.0, Layout(tp=2): 50.0, Layout(pp=2): 40.0}
-    monkeypatch.setattr(vllm_cpu, "measure_layouts", lambda model, python, candidates, **_: [
+    monkeypatch.setattr(vllm_cpu, "measure_layouts", lambda engine, model, python, candidates, **_: [
         {"layout": c.layout, "threads": c.threads, "prefill_ms": 150.0, "decode_ms_per_token": measured[c.layout],
          "decode_ms_runs": [measured[c.layout]] * 3, "prefill_ms_runs": [150.0] * 3} for c in candidates])
     probes = {"stream_gbps": 20.0, "gemv_gbps": 20.0, "gemm_tflops": 0.1, "layer_overhead_us": 400.0,
@@ -104,7 +107,7 @@ def test_validate_vllm_rows_have_validates_fields(monkeypatch, tmp_path: Path) -
         "cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "dtype": "fp32", "threads": {"1": probes, "2": probes}},
         "engines": {"vllm": {"layer_overhead_us": 3000.0, "decode_layer_overhead_us": 900.0,
                              "step_overhead_us": 0.0, "step_overhead_per_rank_us": 15000.0}}}))
-    result = vllm_cpu.validate_vllm("small", str(cal), python="python3", force=True)
+    result = vllm_cpu.validate_served(VLLM, "small", str(cal), python="python3", force=True)
     assert result["engine"] == "vllm" and result["engine_version"] == "0.32.0"
     assert {(r["tp"], r["pp"], r["dp"], r["ep"]) for r in result["rows"]} == {(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1)}
     for row in result["rows"]:

@@ -16,9 +16,8 @@ import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
-from topoplan.engines import DEFAULT_ENGINE
 from topoplan.errors import TopoplanError, printable
-from topoplan.models import ALIAS_HELP
+from topoplan.model_aliases import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 app = typer.Typer(
@@ -165,11 +164,14 @@ def plan_command(
                             "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
                             "arm."),
     nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
+    gpus: str = typer.Option(None, "--gpus", help="Plan on these GPUs of the machine only, e.g. 4,5,6,7 or 4-7 "
+                             "(a shared node, a broken GPU); default: all."),
     batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
                               "throughput the default is the largest batch each layout fits, within the limits)."),
     prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
     gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
-    dtype: str = typer.Option("bf16", "--dtype", help="Weights: bf16, fp16, fp32, fp8 (weight-only on Ampere) or "
+    dtype: str = typer.Option(None, "--dtype", help="Weights (default bf16, or what a config's quantization_config "
+                              "stores): bf16, fp16, fp32, fp8 (weight-only on Ampere), mxfp4 or "
                               "int4 (AWQ/GPTQ, bf16 activations); refused where the GPU lacks it."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the "
                                  "activation dtype, bf16 for fp8/int4 weights)."),
@@ -195,7 +197,7 @@ def plan_command(
     device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
                                       "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
                                       "the --calibration file's `cpu` entry."),
-    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Serving engine to price for: topoplan (the bundled "
+    engine: str = typer.Option("topoplan", "--engine", help="Serving engine to price for: topoplan (the bundled "
                                "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
                                "(docs/engines.md)."),
 ) -> None:
@@ -204,6 +206,7 @@ def plan_command(
 
     from rich.console import Console
 
+    from topoplan.engines import resolve
     from topoplan.plan.cost import Workload
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.rank import Limits, nothing_fits, plan_json
@@ -215,12 +218,13 @@ def plan_command(
             raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
         request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
                               tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
-                              engine=engine,
-                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype, kv_dtype),
+                              engine=resolve(engine),
+                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype or "bf16",
+                                                kv_dtype), dtype_given=dtype is not None, gpus=gpus,
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
         if device is PlanDevice.cpu:
-            from topoplan.bench.cpu_plan import plan_cpu
+            from topoplan.plan.cpu_layouts import plan_cpu
 
             result = plan_cpu(request)
         else:
@@ -244,6 +248,7 @@ class LaunchFormat(str, Enum):  # the keys of topoplan.launch.render.RENDERERS (
     sbatch = "sbatch"
     shell = "shell"
     json = "json"
+    lws = "lws"  # serving engines only: a Kubernetes LeaderWorkerSet (topoplan.launch.engines.render_lws)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -281,7 +286,8 @@ def launch(
     device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
                                "nodes; the bundled runner over gloo, or --engine vllm's CPU build), no GPU requests; "
                                "needs --layout."),
-    host: str = typer.Option("127.0.0.1", "--host", help="A serving engine's HTTP address."),
+    host: str = typer.Option(None, "--host", help="A serving engine's HTTP address (default 127.0.0.1; srun/sbatch: "
+                             "node 0's address, read from the allocation; lws: 0.0.0.0, the pod's interfaces)."),
     engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
                                       "the engine installed (default: python3 on PATH)."),
     kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
@@ -301,25 +307,32 @@ def launch(
     job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
     allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
                                            "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
+    image: str = typer.Option(None, "--image", help="--format lws: the engine's container image."),
+    pod_memory: str = typer.Option(None, "--pod-memory", help="--format lws: each pod's memory (request = limit, "
+                                   "e.g. 900Gi), making it Guaranteed so the kubelet can pin its CPUs."),
+    preflight: bool = typer.Option(False, "--preflight", help="The script first runs `topoplan doctor --for` on its "
+                                   "host and stops with its one line when the layout is blocked there "
+                                   "(docs/doctor.md)."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.engines import parse_engine
+    from topoplan.engines import resolve
     from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, parse_hosts
-    from topoplan.launch.engines.common import DEFAULT_SERVE_PORT
+    from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT
     from topoplan.launch.engines.render import render_engine
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.explain import explain_engine
     from topoplan.launch.options import LauncherOptions
     from topoplan.launch.render import render
+    from topoplan.launch.runtime_addr import default_serve_host
     from topoplan.layout import Layout
 
     try:
-        engine_id = parse_engine(engine)
-        serving = engine_id.name != "topoplan"
+        chosen_engine = resolve(engine)
+        serving = chosen_engine.serves
         if not serving and master_port is not None:
             raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
         request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
@@ -327,13 +340,20 @@ def launch(
                                 hosts=parse_hosts(hosts),
                                 port=(master_port if serving else port) or DEFAULT_MASTER_PORT,
                                 command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
-                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=engine_id, device=device,
-                                host=host, serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
+                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=chosen_engine,
+                                device=device,
+                                host=host if host is not None else default_serve_host(fmt.value, DEFAULT_HOST),
+                                serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
                                 engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
-                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root))
-        served = engine_launch_for(request) if serving else None
+                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
+                                                         image=image, pod_memory=pod_memory))
+        served = engine_launch_for(request, fmt.value) if serving else None
         spec = served.spec if served is not None else launch_spec(request)
         text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
+        if preflight:
+            from topoplan.launch.preflight import preflight_line, with_preflight
+
+            text = with_preflight(text, preflight_line(str(spec.layout), nodes, topo, chosen_engine.name, device))
     except TopoplanError as error:
         raise fail(error) from None
     if explain and served is not None:
@@ -341,9 +361,64 @@ def launch(
     elif explain:
         explain_spec(spec, Console(stderr=True))
     if output is not None:
-        write_atomic(output, text, executable=fmt is not LaunchFormat.json)
+        write_atomic(output, text, executable=fmt not in (LaunchFormat.json, LaunchFormat.lws))
     else:
         sys.stdout.write(text)
+
+
+@app.command("doctor")
+def doctor_command(
+    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON (docs/doctor.md)."),
+    save: str = typer.Option(None, "--save", metavar="FILE", help="Also write what was read as one JSON recording "
+                             "(atomically), for bug reports and --file."),
+    file: str = typer.Option(None, "--file", metavar="FILE", help="Judge a saved recording instead of this machine."),
+    for_layout: str = typer.Option(None, "--for", "--layout", metavar="LAYOUT", help="tp=N,pp=N,dp=N: check what "
+                                   "this layout needs (its NICs up, P2P in its TP groups, /dev/shm, the CPUs it "
+                                   "binds), placed as `launch` places it."),
+    topo: str = typer.Option(None, "--topo", metavar="FILE", help="With --for: the topology the layout is placed on "
+                             "(a `topo -m` paste or NVML recording). Default: this machine, through NVML."),
+    gpu: str = typer.Option(None, "--gpu", help="With --for and a `topo -m` paste: the GPU model."),
+    nodes: int = typer.Option(1, "--nodes", help="With --for: identical nodes the layout spans (NICs matter from 2)."),
+    engine: str = typer.Option("topoplan", "--engine", help="With --for: the engine whose /dev/shm need is checked: "
+                               "topoplan, vllm, sglang, trtllm."),
+    preflight: bool = typer.Option(False, "--preflight", help="With --for, for launch scripts: print nothing when "
+                                   "the layout can run, a warning per slowing finding, and one line and exit 4 when "
+                                   "something blocks it."),
+) -> None:
+    """What on this machine will slow or hang a multi-GPU launch: PCIe links, ACS, IOMMU, NVLink, RDMA ports,
+    /dev/shm, memlock, NUMA balancing, governors, cpuset. Exit 0 (ok, notes), 3 (slows), 4 (blocks)."""
+    from topoplan.doctor.finding import exit_code
+    from topoplan.doctor.run import diagnose, get_recording
+
+    try:
+        if preflight and for_layout is None:
+            raise TopoplanError("--preflight checks a layout: pass --for tp=N,pp=N,dp=N")
+        if for_layout is None and (topo, gpu, nodes, engine) != (None, None, 1, "topoplan"):
+            raise TopoplanError("--topo, --gpu, --nodes and --engine describe a layout: pass --for tp=N,pp=N,dp=N too")
+        recording, source = get_recording(file, save)
+        findings = diagnose(recording, for_layout, topo, nodes, engine, gpu)
+    except TopoplanError as error:
+        raise fail(error) from None
+    if preflight:
+        from topoplan.doctor.layout import blocking_line
+        from topoplan.doctor.render import printable
+
+        warn([printable(f"doctor: {f.subject}: {f.message} ({f.evidence})") for f in findings
+              if f.severity == "slows"])
+        if (line := blocking_line(findings)) is not None:
+            print(f"topoplan: preflight: {printable(line)}", file=sys.stderr)
+            raise typer.Exit(exit_code(findings))
+        return
+    if as_json:
+        from topoplan.doctor.render import findings_json
+
+        print(json.dumps(findings_json(findings, source), indent=1))
+    else:
+        from topoplan.doctor.render import print_findings
+
+        print_findings(findings, source)
+    if code := exit_code(findings):
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -384,8 +459,8 @@ def run(
                              "an existing one), then exit; takes no other option."),
 ) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
+    from topoplan.run_options import RunOptions
     from topoplan.runner.local import check_save, run_local
-    from topoplan.runner.options import RunOptions
 
     try:
         opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
@@ -493,28 +568,25 @@ def calibrate_command(
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.atomic import check_folder
     from topoplan.bench.calibrate import calibrate, write_calibration
-    from topoplan.engines import parse_engine
+    from topoplan.bench.drivers import driver_of
+    from topoplan.engines import resolve
 
     try:
         check_folder(out)
-        engine_id = parse_engine(engine)
-        if engine_id.name == "vllm":
-            from topoplan.bench.vllm_cpu import calibrate_vllm
-
+        chosen = resolve(engine)
+        if chosen.serves:
+            driver = driver_of(chosen, "calibrate")
             if calibration is None:
-                raise TopoplanError("--engine vllm prices layouts with this machine's CPU calibration: pass "
+                raise TopoplanError(f"--engine {engine} prices layouts with this machine's CPU calibration: pass "
                                     "--calibration FILE (from `topoplan calibrate`)")
-            document = calibrate_vllm(calibration, model=model, python=engine_python, force=force)
+            document = driver.calibrate_served(chosen, calibration, model=model, python=engine_python, force=force)
             path = write_calibration(out, document)
-            fitted = document["engines"]["vllm"]
-            print(f"wrote {path}: vLLM {fitted['engine_version']} overhead per layer "
+            fitted = document["engines"][chosen.name]
+            print(f"wrote {path}: {chosen.name} {fitted['engine_version']} overhead per layer "
                   f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
                   f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
                   "us per extra rank")
             return
-        if engine_id.name != "topoplan":
-            raise TopoplanError(f"--engine {engine}: calibrate measures the runner (topoplan) or vLLM's CPU build "
-                                "(vllm) on this machine")
         with progress_steps(as_json) as on_step:
             document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
                                  force=force, on_step=on_step)
@@ -556,26 +628,24 @@ def validate_command(
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 
+    from topoplan.bench.drivers import driver_of
     from topoplan.bench.render import print_validate
     from topoplan.bench.validate import validate
-    from topoplan.engines import parse_engine
+    from topoplan.engines import resolve
 
     try:
-        engine_id = parse_engine(engine)
-        if engine_id.name == "vllm":
-            from topoplan.bench.vllm_cpu import validate_vllm
-
+        chosen = resolve(engine)
+        if chosen.serves:
+            driver = driver_of(chosen, "validate")
             if layouts.strip().lower() != "all":
-                raise TopoplanError("--engine vllm validates every layout vLLM runs here: drop --layouts")
-            result = validate_vllm(model, calibration, python=engine_python, batch=batch, prompt_len=prompt_len,
-                                   gen_len=gen_len, repeats=repeats, timeout_s=timeout, force=force)
-        elif engine_id.name == "topoplan":
+                raise TopoplanError(f"--engine {engine} validates every layout it runs here: drop --layouts")
+            result = driver.validate_served(chosen, model, calibration, python=engine_python, batch=batch,
+                                            prompt_len=prompt_len, gen_len=gen_len, repeats=repeats,
+                                            timeout_s=timeout, force=force)
+        else:
             with progress_steps(as_json) as on_step:
                 result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
                                   repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
-        else:
-            raise TopoplanError(f"--engine {engine}: validate runs the runner (topoplan) or vLLM's CPU build (vllm) "
-                                "on this machine")
     except TopoplanError as error:
         raise fail(error) from None
     warn(result["load"]["warnings"])

@@ -5,7 +5,7 @@ The planner and `calibrate` speak the short spelling (`bf16`, as vLLM's `--dtype
 runner and the bench speak torch's (`bfloat16`, the name the ranks pass to torch). Each command accepts the
 set below that it can use.
 
-Quantised weight formats (fp8, int4 AWQ/GPTQ) quantise the decoder's linear layers only: the embedding and
+Quantised weight formats (fp8, int4 AWQ/GPTQ, mxfp4) quantise the decoder's linear layers only: the embedding and
 the LM head stay in the activation dtype, and activations (hence the all-reduces, the pipeline hand-offs
 and, by default, the KV cache) travel in it too. That is what vLLM does with `--quantization fp8|awq|gptq`
 and `--kv-cache-dtype auto` (the cache takes the model's activation dtype).
@@ -23,6 +23,9 @@ from topoplan.errors import TopoplanError
 # packed 4-bit zero point (AutoAWQ / AutoGPTQ default group_size=128): (128 x 0.5 + 2 + 0.5) / 128 bytes.
 INT4_GROUP = 128
 INT4_PARAM_BYTES = (INT4_GROUP * 0.5 + 2 + 0.5) / INT4_GROUP
+# MXFP4 (OCP Microscaling Formats spec v1.0): 32 4-bit e2m1 elements share one 8-bit e8m0 scale: 17/32 bytes.
+MXFP4_BLOCK = 32
+MXFP4_PARAM_BYTES = (MXFP4_BLOCK * 0.5 + 1) / MXFP4_BLOCK
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ DTYPES: tuple[DType, ...] = (
     DType("fp8", "float8_e4m3fn", 1, False, activation="bf16"),
     # AWQ / GPTQ 4-bit weights, bf16 activations (fp16 on GPUs without bf16)
     DType("int4", "int4", 1, False, param_bytes=INT4_PARAM_BYTES, activation="bf16"),
+    # OCP microscaling FP4 (gpt-oss checkpoints): e2m1 weights (torch packs two a byte), one e8m0 scale per block
+    DType("mxfp4", "float4_e2m1fn_x2", 1, False, param_bytes=MXFP4_PARAM_BYTES, activation="bf16"),
 )
 _BY_NAME = {spelling: d for d in DTYPES for spelling in (d.short, d.name)}
 

@@ -219,10 +219,11 @@ class DtypeSupport:
 # here: the Marlin/FlashInfer paths it relies on start at sm80).
 _PRE_AMPERE = DtypeSupport(("fp32", "fp16"), ("int4",), ("fp32", "fp16"),
                            "no BF16, no FP8 tensor cores; int4 as GPTQ (vLLM min capability 60; AWQ needs 75)")
-_AMPERE = DtypeSupport(("fp32", "bf16", "fp16"), ("fp8", "int4"), ("fp32", "bf16", "fp16", "fp8"),
-                       "BF16 tensor cores, no FP8: fp8 checkpoints run weight-only (vLLM FP8 Marlin), GEMMs in bf16")
-_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4",), ("fp32", "bf16", "fp16", "fp8"),
-                    "FP8 tensor cores (W8A8); int4 AWQ/GPTQ weight-only")
+_AMPERE = DtypeSupport(("fp32", "bf16", "fp16"), ("fp8", "int4", "mxfp4"), ("fp32", "bf16", "fp16", "fp8"),
+                       "BF16 tensor cores, no FP8: fp8 checkpoints run weight-only (vLLM FP8 Marlin), GEMMs in bf16; "
+                       "mxfp4 weight-only (vLLM MXFP4 Marlin)")
+_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4", "mxfp4"), ("fp32", "bf16", "fp16", "fp8"),
+                    "FP8 tensor cores (W8A8); int4 AWQ/GPTQ and mxfp4 weight-only (no FP4 rate in the catalog)")
 _AMD_NO_FP8 = DtypeSupport(("fp32", "bf16", "fp16"), ("int4",), ("fp32", "bf16", "fp16"),
                            "BF16/FP16 matrix cores, no FP8 (MI250X, RX 7900 XTX, W7900 data sheets)")
 _AMD_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4",), ("fp32", "bf16", "fp16", "fp8"),

@@ -65,7 +65,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                              "norm_topk_prob"),
     "token id or list of token ids": (_token_ids, "bos_token_id eos_token_id"),
     "string": (_text, "model_type hidden_act _name_or_path"),
-    "JSON object": (_mapping, "rope_scaling rope_parameters"),
+    "JSON object": (_mapping, "rope_scaling rope_parameters quantization_config"),
     "list of layer indexes": (_int_list, "mlp_only_layers"),
 }
 _EXPECTED = {key: (check, kind) for kind, (check, keys) in _RULES.items() for key in keys.split()}

@@ -180,3 +180,27 @@ class RankPlacement:
     tp_rank: int
     pp_rank: int
     dp_rank: int
+
+
+# Schedule facts the planner prices and the runner runs, written once below both.
+
+# A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
+# product pays Calibration.matmul_call_us, and the runner times MKL and packed oneDNN on it and keeps the faster
+# (topoplan.runner.cpu_linear); one that fits in a core's cache is a small kernel, priced in layer_overhead_us
+# (whose probe runs such a model).
+STREAMED_WEIGHT_BYTES = 1 << 20
+
+
+def micro_batches(stages: int, batch: int, requested: int = 0) -> int:
+    """Pipeline micro-batches in flight: `requested` of them (0: one per stage), at most one per sequence."""
+    return max(1, min(requested or stages, batch))
+
+
+def tp_problems(tp: int, heads: int, kv_heads: int | None, widths: dict[str, int]) -> list[str]:
+    """Why `tp` cannot split a model: heads, KV heads (None: MLA, replicated) and each named width must divide
+    evenly. The one TP rule of the planner and the runner (which passes its vocabulary as a width too)."""
+    problems = [f"{name}={value} is not divisible by tp={tp}"
+                for name, value in {"num_attention_heads": heads, **widths}.items() if value % tp]
+    if kv_heads is not None and kv_heads % tp and tp % kv_heads:
+        problems.append(f"num_key_value_heads={kv_heads} neither divides nor is divisible by tp={tp}")
+    return problems

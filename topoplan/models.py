@@ -17,6 +17,7 @@ from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config
 from topoplan.jsonfile import read_json
+from topoplan.model_aliases import ALIASES
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ModelSpec:
     shared_expert_gate: bool = False  # Qwen2-MoE: a hidden -> 1 gate on the shared expert
     moe_layer_ids: frozenset[int] = frozenset()  # which decoder layers have routed experts (the rest: dense MLP)
     qk_norm: bool = False  # Qwen3: RMSNorm over each query and key head (2 x head_dim weights per layer)
+    layer_norms: int = 2  # RMSNorms of hidden width per decoder layer (Gemma-2/3: 4, before and after each block)
     # MLA (DeepSeek-V2/V3): low-rank compressed KV; the cache holds kv_lora_rank + qk_rope_head_dim per token
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
@@ -52,6 +54,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     max_context: int = 0  # max_position_embeddings: prompt + generated tokens it was trained for (0: unknown)
+    checkpoint_dtype: str | None = None  # the weights dtype its quantization_config names (None: not quantised)
 
     @property
     def is_mla(self) -> bool:
@@ -98,7 +101,7 @@ class ModelSpec:
 
     @cached_property
     def dense_layer_params(self) -> int:
-        return self.attention_params + self.mlp_params(self.intermediate) + 2 * self.hidden
+        return self.attention_params + self.mlp_params(self.intermediate) + self.layer_norms * self.hidden
 
     @cached_property
     def shared_params(self) -> int:
@@ -133,7 +136,7 @@ class ModelSpec:
     def moe_layer_active_params(self, experts_touched: float) -> float:
         """Weights one MoE layer reads when `experts_touched` distinct routed experts are in use."""
         return (self.attention_params + experts_touched * self.expert_params + self.shared_params
-                + self.router_params + 2 * self.hidden)
+                + self.router_params + self.layer_norms * self.hidden)
 
     def experts_touched(self, tokens: float) -> float:
         """Expected distinct routed experts used by `tokens` tokens (uniform routing): E(1-(1-k/E)^tokens)."""
@@ -177,7 +180,7 @@ class ModelSpec:
         """Weights a token's GEMMs multiply by in that many dense and MoE layers, `experts` routed experts in use
         per MoE layer (dense layers: without their norms). The planner's cost model prices stages with this."""
         moe = self.moe_layer_active_params(experts) if moe_layers else 0.0
-        return dense_layers * (self.dense_layer_params - 2 * self.hidden) + moe_layers * moe
+        return dense_layers * (self.dense_layer_params - self.layer_norms * self.hidden) + moe_layers * moe
 
     def attention_flops(self, layers: int, queries: float, context: float) -> float:
         """QK^T and AV FLOPs in `layers` layers for `queries` tokens each attending to `context` keys."""
@@ -201,6 +204,7 @@ class ModelSpec:
 _LLAMA2 = {"model_type": "llama", "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096}
 _LLAMA3 = {"model_type": "llama", "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 8192}
 _LLAMA31 = {**_LLAMA3, "max_position_embeddings": 131072}
+BUILTIN_MODELS = ("tiny", "small")  # the bundled runner's random models, built on first use (topoplan.runner.builtin)
 CATALOG: dict[str, dict[str, Any]] = {
     "Llama-2-7B": {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "num_key_value_heads": 32},
@@ -254,12 +258,6 @@ CATALOG: dict[str, dict[str, Any]] = {
               "num_key_value_heads": 8},
 }
 
-ALIASES: dict[str, str] = {
-    "7b": "Llama-2-7B", "13b": "Llama-2-13B", "8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B",
-    "405b": "Llama-3.1-405B", "mixtral": "Mixtral-8x7B", "8x7b": "Mixtral-8x7B", "qwen-72b": "Qwen2.5-72B",
-    "72b": "Qwen2.5-72B", "deepseek-v3": "DeepSeek-V3", "dsv3": "DeepSeek-V3",
-    "8x22b": "Mixtral-8x22B", "qwen3-235b": "Qwen3-235B-A22B", "235b": "Qwen3-235B-A22B",
-}
 _HF = "config.json of {} on the Hugging Face hub"
 # Where each catalog entry's figures come from (`topoplan list models` prints it).
 MODEL_SOURCES: dict[str, str] = {
@@ -275,7 +273,6 @@ MODEL_SOURCES: dict[str, str] = {
     "tiny": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model tiny`)",
     "small": "topoplan's built-in random model (topoplan/runner/builtin.py; `topoplan run --model small`)",
 }
-ALIAS_HELP = ", ".join(f"{k} -> {v}" for k, v in ALIASES.items())
 
 
 def check_context(max_context: int, tokens: int, asked: str, model: str) -> None:
@@ -286,9 +283,37 @@ def check_context(max_context: int, tokens: int, asked: str, model: str) -> None
                             f"(max_position_embeddings of {model})")
 
 
-# model_type -> how the config spells it: q/k/v biases always on (Qwen2 family), per-head q/k RMSNorm (Qwen3)
-QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
-QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+@dataclass(frozen=True)
+class Architecture:
+    """What a family's config.json leaves implicit, by its `model_type` (the defaults of its transformers config
+    class and the layers its modeling file builds)."""
+
+    gated_mlp: bool = True  # SwiGLU / GeGLU: gate, up and down matrices, whatever `hidden_act` names
+    tied_default: bool = False  # tie_word_embeddings when the config omits it
+    layer_norms: int = 2
+    qkv_bias: bool = False  # q/k/v biases always on
+    qk_norm: bool = False  # RMSNorm over each query and key head
+
+
+_GEMMA2 = Architecture(tied_default=True, layer_norms=4)  # pre/post norms around attention and the MLP
+# transformers' models/<type>/configuration_*.py (tie_word_embeddings default) and modeling_*.py (the layers)
+ARCHITECTURES: dict[str, Architecture] = {
+    **dict.fromkeys(("llama", "mistral", "mixtral", "deepseek_v2", "deepseek_v3"), Architecture()),
+    **dict.fromkeys(("qwen2", "qwen2_moe"), Architecture(qkv_bias=True)),
+    **dict.fromkeys(("qwen3", "qwen3_moe"), Architecture(qk_norm=True)),
+    "gemma": Architecture(tied_default=True),  # GeGLU (hidden_act gelu): gated
+    "gemma2": _GEMMA2,
+    "gemma3_text": Architecture(tied_default=True, layer_norms=4, qk_norm=True),
+}
+
+
+def architecture(raw: dict[str, Any]) -> Architecture:
+    """The family's defaults; for a model_type not listed, a Llama-style layer whose MLP is gated when its
+    activation is SiLU (a GeLU MLP without a gate: GPT-style, two matrices) and untied embeddings unless said."""
+    known = ARCHITECTURES.get(raw.get("model_type", ""))
+    if known is not None:
+        return known
+    return Architecture(gated_mlp=raw.get("hidden_act", "silu") in ("silu", "swiglu"))
 
 
 def _moe_layer_ids(raw: dict[str, Any], layers: int) -> frozenset[int]:
@@ -317,9 +342,32 @@ def _moe_fields(raw: dict[str, Any], layers: int, need: Callable[[str], Any]) ->
             "moe_layer_ids": _moe_layer_ids(raw, layers)}
 
 
+# quantization_config.quant_method -> the planner's weights dtype (topoplan.dtypes): fp8 checkpoints (transformers'
+# FineGrainedFP8 and FBGEMM configs, vLLM's `--quantization fp8`), AWQ/GPTQ at 4 bits, OCP MXFP4 (gpt-oss)
+QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "awq": "int4", "gptq": "int4", "mxfp4": "mxfp4"}
+
+
+def checkpoint_dtype(raw: dict[str, Any], source: str | Path) -> str | None:
+    """The weights dtype a config's `quantization_config` names; None without one; a one-line error for a
+    method (or an AWQ/GPTQ bit width) the planner does not price."""
+    quant = raw.get("quantization_config")
+    if quant is None:
+        return None
+    method = quant.get("quant_method")
+    dtype = QUANT_METHODS.get(method) if isinstance(method, str) else None
+    bits = quant.get("bits", quant.get("w_bit", 4))
+    if dtype == "int4" and bits != 4:
+        raise TopoplanError(f"quantization_config: {method} at {bits!r} bits is not modelled (4-bit AWQ/GPTQ is)",
+                            source=source)
+    if dtype is None:
+        raise TopoplanError(f"quantization_config: quant_method {method!r:.40} is not modelled (expected one of "
+                            f"{', '.join(QUANT_METHODS)}); plan its unquantised config with --dtype", source=source)
+    return dtype
+
+
 def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "config.json") -> ModelSpec:
-    """Read a HF config dict (Llama/Mistral/Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 spellings)
-    into a ModelSpec."""
+    """Read a HF config dict (Llama/Mistral/Qwen2/Qwen3, Gemma/Gemma-2/Gemma-3, Mixtral, Qwen2-MoE/Qwen3-MoE,
+    DeepSeek-V2/V3 spellings; per family, ARCHITECTURES) into a ModelSpec."""
     check_config(raw, source)
 
     def need(key: str) -> Any:
@@ -331,6 +379,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         return value
 
     hidden, heads, layers = need("hidden_size"), need("num_attention_heads"), need("num_hidden_layers")
+    arch = architecture(raw)
     kv_lora = raw.get("kv_lora_rank") or 0
     experts = raw.get("num_local_experts") or raw.get("n_routed_experts") or raw.get("num_experts") or 0
     if hidden % heads and not raw.get("head_dim") and not kv_lora:
@@ -344,10 +393,11 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         head_dim=raw.get("head_dim") or hidden // heads,
         intermediate=need("intermediate_size"),
         vocab=need("vocab_size"),
-        tied_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        gated_mlp=raw.get("hidden_act", "silu") in ("silu", "swiglu"),
-        attention_bias=raw.get("model_type") in QKV_BIAS_TYPES or bool(raw.get("attention_bias")),
-        qk_norm=raw.get("model_type") in QK_NORM_TYPES,
+        tied_embeddings=bool(raw.get("tie_word_embeddings", arch.tied_default)),
+        gated_mlp=arch.gated_mlp,
+        attention_bias=arch.qkv_bias or bool(raw.get("attention_bias")),
+        qk_norm=arch.qk_norm,
+        layer_norms=arch.layer_norms,
         **(_moe_fields(raw, layers, need) if experts else {}),
         kv_lora_rank=kv_lora,
         q_lora_rank=raw.get("q_lora_rank") or 0,
@@ -355,6 +405,7 @@ def spec_from_config(raw: dict[str, Any], name: str, source: str | Path = "confi
         qk_rope_head_dim=need("qk_rope_head_dim") if kv_lora else 0,
         v_head_dim=need("v_head_dim") if kv_lora else 0,
         max_context=need("max_position_embeddings") if "max_position_embeddings" in raw else 0,
+        checkpoint_dtype=checkpoint_dtype(raw, source),
     )
     if spec.heads % spec.kv_heads:
         raise TopoplanError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads "

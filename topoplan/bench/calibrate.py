@@ -6,7 +6,7 @@
 2. probes with the dtype in use: memory bandwidth, GEMV, GEMM, and the runner's per-layer and per-step
    fixed overheads;
 3. least-squares alpha/beta per link class and group size (topoplan.bench.fit), turned into the planner's
-   constants (topoplan.plan.calibration), plus on CPU the `cpu` hardware entry (topoplan.bench.cpu).
+   constants (topoplan.plan.calibration), plus on CPU the `cpu` hardware entry (topoplan.plan.cpu_entry).
 docs/bench.md describes the file and how each figure is used.
 """
 
@@ -26,7 +26,6 @@ import torch
 
 from topoplan.atomic import check_folder, write_atomic
 from topoplan.bench import probes
-from topoplan.bench.cpu import CPU_LINK, MOE_OVERHEADS
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
@@ -37,6 +36,7 @@ from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
+from topoplan.plan.cpu_entry import CPU_LINK, MOE_OVERHEADS
 from topoplan.topology.links import parse_link_code
 
 # the runner's fixed costs the probes measure, each a Calibration field of the same name
@@ -88,7 +88,7 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
 
 
 def cpu_entry(dtype: str, probe_mib: int, monitor: LoadMonitor, step: Step) -> dict[str, Any]:
-    """Probes at one thread and at every core (topoplan.bench.cpu explains how the planner uses them)."""
+    """Probes at one thread and at every core (topoplan.plan.cpu_entry explains how the planner uses them)."""
     cores, before = len(cpu_cores()), torch.get_num_threads()
     threads = {}
     try:
@@ -207,7 +207,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
                                    what="synchronisation probe")["wait_us"]
         entry = cpu_entry(dtype, probe_mib, monitor, step)
         socket = entry["threads"][str(entry["cores"])]
-        # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.bench.cpu):
+        # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.plan.cpu_entry):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
         cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
                       matmul_call_us=socket["matmul_call_us"]["1"], **{k: socket[k] for k in RUNNER_OVERHEADS})

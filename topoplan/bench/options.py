@@ -29,7 +29,7 @@ from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import GROUP_KINDS, Layout
 from topoplan.limits import RANKS_PER_CPU, max_local_ranks
-from topoplan.runner.options import check_common
+from topoplan.run_options import check_common
 
 
 def default_ranks() -> int:

@@ -5,7 +5,7 @@ On a CPU machine the layouts are CPU-process layouts: one rank with every core a
 every tp x pp x dp over one single-threaded rank per core; for an MoE checkpoint also the expert-parallel
 layouts the bundled runner runs (ep = tp with dp 1, where the planner's ep = tp x dp and the runner's EP
 inside a TP group coincide). Each is priced by the planner on the CPU
-topology and device of the calibration's `cpu` entry (topoplan.bench.cpu), then run by the runner with
+topology and device of the calibration's `cpu` entry (topoplan.plan.cpu_entry), then run by the runner with
 the same batch, prompt length and new-token count. Runs are interleaved across layouts (round-robin
 over `repeats`) so a burst of load from other processes does not land on one layout only; the median of
 the repeats is kept.
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import load_cpu_entry
-from topoplan.bench.cpu_plan import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
 from topoplan.bench.launch import spawn_json
 from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.bench.load import LoadMonitor, Sources
@@ -31,7 +29,9 @@ from topoplan.layout import Layout, layer_split_json
 from topoplan.models import ModelSpec, check_context, spec_from_config
 from topoplan.plan.calibration import load_calibration
 from topoplan.plan.cost import Workload
-from topoplan.runner.options import RunOptions
+from topoplan.plan.cpu_entry import load_cpu_entry
+from topoplan.plan.cpu_layouts import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
+from topoplan.run_options import RunOptions
 
 
 def model_spec(model: str) -> ModelSpec:
@@ -76,7 +76,8 @@ class Prediction:
 def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
             prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None,
             micro_batched: bool = True) -> Prediction:
-    """The planner's price of one CPU layout for `batch` prompts split over its replicas (cpu_plan.price_cpu).
+    """The planner's price of one CPU layout for `batch` prompts split over its replicas
+    (topoplan.plan.cpu_layouts.price_cpu).
     `overheads` and `micro_batched` describe another engine than the runner (topoplan.bench.vllm_cpu)."""
     cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
                      Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads,

@@ -16,11 +16,11 @@ vllm` fits them from a first round of measurements,
                     is 0, since every layout here runs all layers each step and the two cannot be told apart),
   step_overhead_per_rank_us = median over the others of (their decode residual - TP1's) per extra rank
                     (vLLM's driver sends every worker its inputs each step; its processes share the cores),
-the engine profile's own constants (topoplan.engines.profile.Overheads),
+the engine profile's own constants (topoplan.engines.engine.Overheads),
 and writes them under the calibration file's `engines.vllm` entry; `validate --engine vllm` measures again and
 shows predicted vs measured. PP is priced without micro-batches: requests
 that arrive together go into vLLM's first scheduled batch and a request in flight is not scheduled again before
-its token returns, so the batch walks the stages as one (the runner splits it; topoplan.bench.cpu_plan).
+its token returns, so the batch walks the stages as one (the runner splits it; topoplan.plan.cpu_layouts).
 Layouts: TP1 on every core and every tp x pp with one rank per core (vLLM's CPU
 data parallelism is not run here).
 """
@@ -41,16 +41,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from topoplan.bench.cpu import MOE_OVERHEADS
-from topoplan.bench.cpu_plan import Candidate, cpu_candidates
 from topoplan.bench.load import LoadMonitor
 from topoplan.bench.validate import check_sizes, model_spec, predict, prompts
 from topoplan.cpuset import cpu_cores
-from topoplan.engines import EngineId
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.render import render_serve_script
 from topoplan.layout import Layout
+from topoplan.plan.cpu_entry import MOE_OVERHEADS
+from topoplan.plan.cpu_layouts import Candidate, cpu_candidates
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 # vLLM options for the measured server: the byte model has no tokenizer files; fp32 like the runner. vLLM's
@@ -87,10 +87,10 @@ def _post(url: str, body: dict, timeout_s: float) -> dict:
 
 
 @contextmanager
-def serving(layout: Layout, checkpoint: Path, python: str, timeout_s: float) -> Iterator[str]:
+def serving(engine: Engine, layout: Layout, checkpoint: Path, python: str, timeout_s: float) -> Iterator[str]:
     """Start vLLM for `layout` with launch's serve script; yield its URL; stop it (TERM to the script) after."""
     port = _free_port(DEFAULT_PORT)
-    request = LaunchRequest(layout=layout, engine=EngineId("vllm"), device="cpu", checkpoint=str(checkpoint),
+    request = LaunchRequest(layout=layout, engine=engine, device="cpu", checkpoint=str(checkpoint),
                             serve_port=port, port=_free_port(DEFAULT_MASTER_PORT), engine_python=python,
                             command=ENGINE_ARGS)
     folder = Path(tempfile.mkdtemp(prefix="topoplan-vllm-"))
@@ -152,25 +152,26 @@ def vllm_candidates(model: str, batch: int) -> list[Candidate]:
     return [c for c in cpu_candidates(model_spec(model), cores, None, batch) if c.layout.dp == 1]
 
 
-def measure_layouts(model: str, python: str, candidates: list[Candidate], *, batch: int, prompt_len: int,
+def measure_layouts(engine: Engine, model: str, python: str, candidates: list[Candidate], *, batch: int,
+                    prompt_len: int,
                     gen_len: int, repeats: int, timeout_s: float) -> list[dict[str, Any]]:
     """Serve and time each layout in turn (vLLM holds its cores while it serves, so layouts cannot interleave)."""
     from topoplan.runner.worker import model_folder
 
     folder = model_folder(model)
     return [{"layout": c.layout, "threads": c.threads,
-             **_measure_one(c.layout, folder, python, batch, prompt_len, gen_len, repeats, timeout_s)}
+             **_measure_one(engine, c.layout, folder, python, batch, prompt_len, gen_len, repeats, timeout_s)}
             for c in candidates]
 
 
-def _measure_one(layout: Layout, folder: Path, python: str, batch: int, prompt_len: int, gen_len: int,
+def _measure_one(engine: Engine, layout: Layout, folder: Path, python: str, batch: int, prompt_len: int, gen_len: int,
                  repeats: int, timeout_s: float) -> dict[str, Any]:
-    with serving(layout, folder, python, max(timeout_s, START_TIMEOUT_S)) as url:
+    with serving(engine, layout, folder, python, max(timeout_s, START_TIMEOUT_S)) as url:
         return measure_served(url, str(folder), batch, prompt_len, gen_len, repeats, timeout_s)
 
 
 def fit_overheads(spec_layers: int, rows: list[dict[str, Any]], base: list[Any]) -> dict[str, float]:
-    """vLLM's fixed costs, in the engine profile's terms (topoplan.engines.profile.Overheads), from measured rows
+    """vLLM's fixed costs, in the engine profile's terms (topoplan.engines.engine.Overheads), from measured rows
     (each with its "layout") and their zero-overhead roofline prices: prefill's per-layer cost from prefill; decode's
     per-layer cost from the one-rank layout's decode; the per-extra-rank step cost (vLLM's driver feeding each
     worker, its processes sharing the cores) from the others' decode. Medians; never negative."""
@@ -210,7 +211,7 @@ def pooled(passes: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
+def calibrate_served(engine: Engine, calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
                    prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, passes: int = 2,
                    timeout_s: float = 300.0, force: bool = False) -> dict[str, Any]:
     """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration document with an
@@ -220,8 +221,8 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     in three calibrate + validate pairs on 2026-12-03, one serving's TP1 decode in `calibrate` was 21-26%
     slower than `validate`'s minutes later, with each serving's own runs within a few percent, so one serving
     per layout is too few."""
-    from topoplan.bench.cpu import load_cpu_entry
     from topoplan.jsonfile import read_json
+    from topoplan.plan.cpu_entry import load_cpu_entry
 
     python = check_python(python)
     entry = load_cpu_entry(calibration)
@@ -231,13 +232,13 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     monitor = LoadMonitor("calibrate --engine vllm")
     monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
-    rows = pooled([measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                                   repeats=repeats, timeout_s=timeout_s) for _ in range(passes)])
+    rows = pooled([measure_layouts(engine, model, python, candidates, batch=batch, prompt_len=prompt_len,
+                                   gen_len=gen_len, repeats=repeats, timeout_s=timeout_s) for _ in range(passes)])
     zero = dict.fromkeys(OVERHEADS, 0.0) | RUNNER_ONLY
     base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero,
-                    micro_batched=False) for c in candidates]
+                    micro_batched=engine.parallelism.micro_batched_pp) for c in candidates]
     fitted = fit_overheads(spec.layers, rows, base)
-    document.setdefault("engines", {})["vllm"] = {
+    document.setdefault("engines", {})[engine.name] = {
         **fitted, "device": "cpu", "engine_version": vllm_version(python), "model": model, "batch": batch,
         "prompt_len": prompt_len, "gen_len": gen_len, "load": monitor.report(),
         "fit_rows": [{"tp": r["layout"].tp, "pp": r["layout"].pp, "dp": r["layout"].dp,
@@ -247,41 +248,41 @@ def calibrate_vllm(calibration: str, *, model: str = "small", python: str = "pyt
     return document
 
 
-def engine_overheads(calibration: str) -> dict[str, float]:
+def engine_overheads(engine: Engine, calibration: str) -> dict[str, float]:
     """The `engines.vllm` entry `calibrate --engine vllm` wrote."""
     from topoplan.jsonfile import read_json
 
     raw = read_json(Path(calibration), "a topoplan calibration file")
-    entry = (raw.get("engines") or {}).get("vllm") if isinstance(raw, dict) else None
+    entry = (raw.get("engines") or {}).get(engine.name) if isinstance(raw, dict) else None
     if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in OVERHEADS):
-        raise TopoplanError(f"no `engines.vllm` entry with {', '.join(OVERHEADS)}: run `topoplan calibrate "
-                            "--engine vllm` first", source=calibration)
+        raise TopoplanError(f"no `engines.{engine.name}` entry with {', '.join(OVERHEADS)}: run `topoplan calibrate "
+                            f"--engine {engine.name}` first", source=calibration)
     return {k: float(entry[k]) for k in OVERHEADS}
 
 
-def validate_vllm(model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
+def validate_served(engine: Engine, model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
                   force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
-    from topoplan.bench.cpu import load_cpu_entry
     from topoplan.bench.validate import bandwidth_probe, drift, summarize
+    from topoplan.plan.cpu_entry import load_cpu_entry
 
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
                             "--engine vllm --calibration FILE`")
     python = check_python(python)
-    entry, overheads = load_cpu_entry(calibration), engine_overheads(calibration) | RUNNER_ONLY
+    entry, overheads = load_cpu_entry(calibration), engine_overheads(engine, calibration) | RUNNER_ONLY
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     monitor = LoadMonitor("validate --engine vllm")
     monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
     predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
-                         micro_batched=False) for c in candidates]
+                         micro_batched=engine.parallelism.micro_batched_pp) for c in candidates]
     bandwidth_now = bandwidth_probe(entry, calibration)
     before = bandwidth_now()
-    measured = measure_layouts(model, python, candidates, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                               repeats=repeats, timeout_s=timeout_s)
+    measured = measure_layouts(engine, model, python, candidates, batch=batch, prompt_len=prompt_len,
+                               gen_len=gen_len, repeats=repeats, timeout_s=timeout_s)
     speed = drift(entry, before, bandwidth_now())
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
@@ -294,7 +295,7 @@ def validate_vllm(model: str, calibration: str | None, *, python: str = "python3
                      "measured_decode_ms_runs": m["decode_ms_runs"],
                      "stages_priced": cost.stages, "stages_run": [],  # vLLM splits layers itself; not reported
                      "reasons": cost.reasons})
-    return {"engine": "vllm", "engine_version": vllm_version(python), "model": model, "params": spec.params,
+    return {"engine": engine.name, "engine_version": vllm_version(python), "model": model, "params": spec.params,
             "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6, "batch": batch, "prompt_len": prompt_len,
             "gen_len": gen_len, "repeats": repeats, "cores": len(cpu_cores()), "calibration": calibration,
             "engine_overheads": overheads, **_load(monitor), "drift": speed, **summarize(rows)}

@@ -3,10 +3,10 @@ took from vLLM (sgl-kernel), a static memory fraction that shrinks with the TP s
 
 from __future__ import annotations
 
-from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 from topoplan.engines.vllm import AIC
 
-V0_5 = EngineProfile(
+V0_5 = Engine(
     name="sglang", version="0.5", covers=("0.4.0", "0.5"), cuda_graphs_decode=True,
     parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
     memory=MemoryPolicy(basis="total", fraction=0.88, option="--mem-fraction-static", kv_block_tokens=1,
@@ -47,6 +47,7 @@ V0_5 = EngineProfile(
         }.items()},
     },
     notes="Fewer published TP sweeps than vLLM or TensorRT-LLM: one (NVIDIA's aiconfigurator silicon samples).",
+    launcher="sglang",
 )
 
-PROFILES = (V0_5,)
+ENGINES = (V0_5,)

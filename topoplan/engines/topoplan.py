@@ -4,13 +4,14 @@ NCCL ring all-reduces. `topoplan calibrate` measures the runner's real constants
 
 from __future__ import annotations
 
-from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 
 FT = "fitted to FasterTransformer GPT-20B/13B decode on A100 (docs/planner.md section 5)"
 
-RUNNER = EngineProfile(
+RUNNER = Engine(
     name="topoplan", version="0.1", covers=("0.1", "0.1"), cuda_graphs_decode=False,
-    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=False, pads_vocab=False, tp_across_nodes=True),
+    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=False, pads_vocab=False, tp_across_nodes=True,
+                            micro_batched_pp=True),
     memory=MemoryPolicy(basis="total", fraction=0.90, option="(none: the runner allocates what it needs)",
                         kv_block_tokens=1, reserved_gb=0.0),
     allreduce=AllReducePath(custom=False),
@@ -31,6 +32,7 @@ RUNNER = EngineProfile(
     },
     notes="The planner's historical default: an idealised fused-kernel runtime, not a measurement of the runner "
           "on a GPU (no published one exists); `topoplan calibrate` replaces its constants with measured ones.",
+    serves=False,  # per-rank lines (torchrun, mpirun, Slurm, shell) from topoplan.launch.render
 )
 
-PROFILES = (RUNNER,)
+ENGINES = (RUNNER,)

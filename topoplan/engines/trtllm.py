@@ -4,12 +4,13 @@ the memory left free once the weights are loaded."""
 
 from __future__ import annotations
 
-from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 from topoplan.engines.vllm import AIC
 
-V1 = EngineProfile(
+V1 = Engine(
     name="trtllm", version="1.0", covers=("1.0.0", "1.3"), cuda_graphs_decode=True,
-    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
+    parallelism=Parallelism(tp=True, pp=True, dp=False, ep=True, pads_vocab=True, tp_across_nodes=True,
+                            attention_dp_tp=1),
     memory=MemoryPolicy(basis="free", fraction=0.90, option="--kv_cache_free_gpu_memory_fraction",
                         kv_block_tokens=32, reserved_gb=3.76),
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 8), max_bytes=8 * 1024 * 1024,
@@ -52,6 +53,7 @@ V1 = EngineProfile(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
+    launcher="trtllm",
 )
 
-PROFILES = (V1,)
+ENGINES = (V1,)

@@ -8,7 +8,7 @@ process (vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Red
 
 from __future__ import annotations
 
-from topoplan.engines.profile import AllReducePath, EngineProfile, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 
 AIC = "aiconfigurator 0.12 (pip), aiconfigurator_core/systems/data"
 MEMORY = MemoryPolicy(basis="total", fraction=0.90, option="--gpu-memory-utilization", kv_block_tokens=16,
@@ -20,7 +20,7 @@ MEMORY_SOURCES = {
                           f"them at start-up); {AIC}/../a100_sxm.yaml misc.other_mem = 3.5 GiB reserve",
 }
 
-V0_2 = EngineProfile(
+V0_2 = Engine(
     name="vllm", version="0.2", covers=("0.2.0", "0.2.4"), cuda_graphs_decode=False,
     parallelism=Parallelism(tp=True, pp=False, dp=False, ep=False, pads_vocab=True, tp_across_nodes=True),
     memory=MEMORY,
@@ -49,9 +49,10 @@ V0_2 = EngineProfile(
     },
     notes="The 2023 engine: tensor parallelism only (PP from 0.5, DP later), NCCL all-reduce via torch.distributed "
           "(custom all-reduce from v0.3.0, PR #2192), no CUDA graphs.",
+    launcher=None,  # its options differ from today's and nobody launches it any more: priced, not launched
 )
 
-V1 = EngineProfile(
+V1 = Engine(
     name="vllm", version="0.32", covers=("0.8.0", "0.32"), cuda_graphs_decode=True,
     parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
     memory=MEMORY,
@@ -93,6 +94,7 @@ V1 = EngineProfile(
     },
     notes="V1 engine (default from 0.8.0): CUDA graphs for decode, custom one-shot/two-shot all-reduce on an "
           "NVLink mesh, PP and DP over its own multiprocessing executor or Ray.",
+    launcher="vllm", driver="vllm_cpu",
 )
 
-PROFILES = (V0_2, V1)
+ENGINES = (V0_2, V1)

@@ -6,18 +6,19 @@ Kept out of cli.py so the CLI only parses options, and so tests and other tools 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topoplan.cpuset import CpuFacts
-from topoplan.engines import DEFAULT_ENGINE, EngineId
+from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, check_mem_policy
 from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, EngineLaunch, ServeOptions
 from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
+from topoplan.models import BUILTIN_MODELS
 from topoplan.rank_env import DEFAULT_MASTER_PORT
-from topoplan.runner.options import parse_ids
+from topoplan.run_options import parse_ids
 from topoplan.topology.model import Topology
 
 DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default command runs for any checkpoint
@@ -33,8 +34,6 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
     neither prompts nor ids are given. A CPU launch (`device="cpu"`) asks for gloo, which the runner would
     otherwise only choose where CUDA is missing.
     """
-    from topoplan.runner.builtin import BUILTIN
-
     if layout.tp % layout.ep:
         raise TopoplanError(f"layout {layout}: the bundled runner splits experts inside a TP group (ep dividing tp; "
                             "its DP replicas run independently), so vLLM's ep = tp x dp needs an engine: put its "
@@ -43,12 +42,12 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
         if not checkpoint.strip():
             raise TopoplanError("--checkpoint: expected a folder, got an empty path")
         runner_model = checkpoint
-    elif model is None or model in BUILTIN:
+    elif model is None or model in BUILTIN_MODELS:
         runner_model = model or "tiny"
     else:
-        raise TopoplanError(f"the bundled runner loads a built-in model ({', '.join(BUILTIN)}) or an HF checkpoint "
-                            f"folder, and --model {model!r} is a planner model: pass --checkpoint DIR, or your own "
-                            "command after --")
+        raise TopoplanError(f"the bundled runner loads a built-in model ({', '.join(BUILTIN_MODELS)}) or an HF "
+                            f"checkpoint folder, and --model {model!r} is a planner model: pass --checkpoint DIR, or "
+                            "your own command after --")
     if not prompts and not prompt_ids:
         prompt_ids = [DEFAULT_PROMPT_IDS]
     # `--option=value`: a value starting with "-" (a folder named -rf, a prompt "-x") stays a value
@@ -104,7 +103,7 @@ class LaunchRequest:
     device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
     mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
     launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
-    engine: EngineId = EngineId(DEFAULT_ENGINE)
+    engine: Engine = field(default_factory=default_engine)  # resolved at the edge (topoplan.engines.resolve)
     host: str = DEFAULT_HOST
     serve_port: int = DEFAULT_SERVE_PORT
     engine_python: str = "python3"
@@ -112,7 +111,7 @@ class LaunchRequest:
 
     @property
     def serving(self) -> bool:
-        return self.engine.name != DEFAULT_ENGINE
+        return self.engine.serves
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.rank is not None:
@@ -123,6 +122,7 @@ class LaunchRequest:
         if self.rank is not None and self.rank < 1:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
+        object.__setattr__(self, "engine", resolve(self.engine))  # NAME or NAME@VERSION from Python callers
         self._check_engine_options()
         if not self.serving and self.command and (self.checkpoint is not None or self.prompts or self.prompt_ids):
             raise TopoplanError("--checkpoint, --prompt and --prompt-ids are for the bundled runner's default "
@@ -195,15 +195,15 @@ def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
 
 
 def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, nodes: int, objective: str,
-                      rank: int) -> tuple[Layout, list[RankPlacement]]:
-    """Layout and placement of the `rank`-th row of `topoplan plan` for the same model, machine and objective
-    (and the planner's default workload)."""
+                      rank: int, engine: Engine) -> tuple[Layout, list[RankPlacement]]:
+    """Layout and placement of the `rank`-th row of `topoplan plan --engine ENGINE` for the same model, machine and
+    objective (and the planner's default workload): the rows an engine's plan ranks are its own."""
     from topoplan.plan.frontend import PlanRequest, plan_for
     from topoplan.plan.placement import expand
 
     if model is None:
         raise TopoplanError("--rank N picks a row of `topoplan plan`, which needs --model")
-    result = plan_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective))
+    result = plan_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, engine=engine))
     if not 1 <= rank <= len(result.layouts):
         raise TopoplanError(f"--rank {rank}: the plan has {len(result.layouts)} layout(s), numbered from 1")
     entry = result.layouts[rank - 1]
@@ -234,12 +234,13 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
         placements = place(topology, chosen, r.nodes)
     else:
         chosen, placements = planned_placement(topo=r.topo, model=r.model, gpu=r.gpu, nodes=r.nodes,
-                                               objective=r.objective, rank=r.rank)  # type: ignore[arg-type]
+                                               objective=r.objective, rank=r.rank,  # type: ignore[arg-type]
+                                               engine=r.engine)
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
     if r.serving:  # the engine's command is per node (engine_launch_for); the spec carries its per-rank facts
-        command: Sequence[str] = (str(r.engine),)
+        command: Sequence[str] = (r.engine.name,)
     else:
         command = r.command or runner_command(chosen, r.model, r.checkpoint, r.prompts, r.prompt_ids)
     return build_spec(topology, chosen, placements, command=command, nodes=r.nodes, hosts=r.hosts,
@@ -258,7 +259,7 @@ def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
     facts = CpuFacts.read_sysfs()
     slots = cpu_slots(layout.world // r.nodes, facts)
     if r.serving:
-        command: Sequence[str] = (str(r.engine),)
+        command: Sequence[str] = (r.engine.name,)
     else:
         command = r.command or runner_command(layout, r.model, r.checkpoint, r.prompts, r.prompt_ids, "cpu")
     return build_spec(slots, layout, expand(layout, r.nodes, [g.id for g in slots.gpus]), command=command,
@@ -266,8 +267,11 @@ def cpu_launch_spec(request: LaunchRequest) -> LaunchSpec:
                       mem_policy=r.mem_policy, launcher=r.launcher)
 
 
-def engine_launch_for(request: LaunchRequest) -> EngineLaunch:
-    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node."""
+def engine_launch_for(request: LaunchRequest, fmt: str = "shell") -> EngineLaunch:
+    """`topoplan launch --engine vllm|sglang|trtllm`: the spec, then the engine's own command per node. For a
+    `fmt` whose job decides node 0's address (Slurm, LWS), the engine is given a placeholder for it
+    (topoplan.launch.runtime_addr)."""
     from topoplan.launch.engines import engine_launch
+    from topoplan.launch.runtime_addr import head_at_run_time
 
-    return engine_launch(request.engine, launch_spec(request), request.serve_options())
+    return engine_launch(request.engine, head_at_run_time(launch_spec(request), fmt), request.serve_options())

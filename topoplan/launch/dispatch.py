@@ -9,7 +9,7 @@ numactl binds before the program allocates anything, so its memory starts on the
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 SHEBANG = "#!/usr/bin/env bash"  # first line of every bash text we emit, so `-o FILE` makes a runnable script
 WRAPPER_NAME = "topoplan-rank"  # $0 of the wrapper script, shown by ps and in bash's error messages
@@ -20,15 +20,17 @@ def env_words(env: Mapping[str, str]) -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
 
-def dispatch_argv(key_var: str, cases: Mapping[int, Sequence[str]]) -> list[str]:
+def dispatch_argv(key_var: str, cases: Mapping[int, Sequence[str]],
+                  join: Callable[[Sequence[str]], str] = shlex.join) -> list[str]:
     """argv of a wrapper that runs `cases[$key_var] + "$@"`, and fails loudly for an unplanned value.
 
-    `key_var` is one of our own fixed names (RANK, SLURM_LOCALID); every word of every case is quoted, and
-    the script as a whole is quoted again by the caller, so hostile names stay data.
+    `key_var` is one of our own fixed names (RANK, SLURM_LOCALID); every word of every case is quoted (by `join`:
+    topoplan.launch.runtime_addr.shell_join where a word holds an address the job decides), and the script as a
+    whole is quoted again by the caller, so hostile names stay data.
     """
     lines = [f'case "${{{key_var}:-}}" in']
     for key, prefix in cases.items():
-        lines.append(f'  {key}) exec {shlex.join(prefix)} "$@" ;;' if prefix else f'  {key}) exec "$@" ;;')
+        lines.append(f'  {key}) exec {join(prefix)} "$@" ;;' if prefix else f'  {key}) exec "$@" ;;')
     lines.append(f'  *) echo "{WRAPPER_NAME}: no binding planned for {key_var}=${{{key_var}:-unset}}" >&2; exit 2 ;;')
     lines.append("esac")
     return ["bash", "-c", "\n".join(lines), WRAPPER_NAME]

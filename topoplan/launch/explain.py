@@ -33,16 +33,19 @@ def explain(spec: LaunchSpec, console: Console) -> None:
 
 
 def explain_engine(launch: EngineLaunch, console: Console) -> None:
-    """A serving engine's launch: per node its variables with reasons, and where each rank is placed."""
+    """A serving engine's launch: per node its variables and the engine options topoplan chose, with reasons, and
+    where each rank is placed."""
     out: list[Table | str] = [launch.device_mapping]
     for command in launch.nodes:
         table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
                       title_justify="left")
-        table.add_column("variable", overflow="fold")
+        table.add_column("variable / option", overflow="fold")
         table.add_column("value", overflow="fold")
         table.add_column("why", overflow="fold", ratio=1)
         for var in command.env:
             table.add_row(inert(var.name), inert(var.value), inert(var.reason))
+        for option in command.options:
+            table.add_row(inert(option.words[0]), inert(" ".join(option.words[1:])), inert(option.reason))
         out.append(table)
     for r in launch.spec.ranks:
         cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"

@@ -6,8 +6,11 @@ NCCL finds most things itself; we set a variable only where the graph knows bett
   only takes choices away; what NCCL cannot tell is which NICs carry storage or management traffic, so the
   list leaves out every NIC that is the nearest NIC of no GPU. Names are written with NCCL's `=` prefix
   (exact match): plain `mlx5_1` would also select mlx5_10..mlx5_19.
-- NCCL_P2P_LEVEL: only when a `nvidia-smi topo -p2p` matrix shows P2P failing between GPUs this node uses;
-  P2P is then allowed only up to the level just closer than the closest failing link.
+- NCCL_P2P_LEVEL: only when a `nvidia-smi topo -p2p` matrix shows peer reads or writes failing between GPUs this
+  node uses, and no pair as far apart or farther reads and writes fine: P2P is then allowed only up to the level
+  just closer than the closest failing link. NVLink and atomics statuses say nothing about NCCL's P2P transport
+  (it copies with reads and writes; a PCIe box has no NVLink, and P2P works without atomics), and NCCL already
+  skips a pair CUDA cannot access, so a level that would also turn off working pairs is not set: a note says why.
 - NCCL_MNNVL_ENABLE: on a multi-node NVLink domain (GB200/GB300 NVL72), so traffic between the job's nodes
   (trays) goes over NVLink; NCCL would detect it too (default auto), the variable makes a fallback to the
   network an error instead of a silent slowdown.
@@ -66,22 +69,37 @@ def ib_hca(topology: Topology) -> EnvVar | None:
                   "match these names exactly, not as prefixes")
 
 
-def p2p_level(topology: Topology, gpu_ids: Sequence[str]) -> EnvVar | None:
-    """NCCL_P2P_LEVEL for ranks on a node using these GPUs; None unless P2P is known to fail between them."""
-    failing = []
+# The `topo -p2p` tests that NCCL's P2P transport depends on: peer reads and writes (r, w). NVLink (n), atomics
+# (a) and the property test (p) report features NCCL does not need for it.
+P2P_DATA_TESTS = ("r", "w")
+
+
+def p2p_level(topology: Topology, gpu_ids: Sequence[str]) -> tuple[EnvVar | None, list[str]]:
+    """NCCL_P2P_LEVEL for ranks on a node using these GPUs, and notes: the variable only when peer reads or writes
+    are known to fail between them and every pair at least as far apart fails too (else a note and no variable)."""
+    failing, working = [], []
     for a, b in combinations(sorted(set(gpu_ids)), 2):
         if not topology.graph.has_edge(a, b):
             continue
         link = topology.link(a, b)
-        bad = sorted(f"{test}={status}" for test, status in (link.p2p or {}).items() if status.upper() != "OK")
+        tested = {test: status for test, status in (link.p2p or {}).items() if test in P2P_DATA_TESTS}
+        bad = sorted(f"{test}={status}" for test, status in tested.items() if status.upper() != "OK")
         if bad:
             failing.append((link.kind.rank, a, b, link, bad))
+        elif tested:
+            working.append((link.kind.rank, a, b, link))
     if not failing:
-        return None
-    _, a, b, link, bad = min(failing, key=lambda f: f[:3])
+        return None, []
+    rank, a, b, link, bad = min(failing, key=lambda f: f[:3])
+    farther = [w for w in working if w[0] >= rank]
+    if farther:
+        _, c, d, ok = min(farther, key=lambda w: w[:3])
+        return None, [f"topo -p2p reports {', '.join(bad)} between {a} and {b} ({link.code}) but reads and writes "
+                      f"work between {c} and {d} ({ok.code}): no NCCL_P2P_LEVEL, which would turn P2P off for both; "
+                      "NCCL skips the pairs CUDA cannot access itself"]
     level = _LEVEL_BELOW[link.kind]
-    return EnvVar("NCCL_P2P_LEVEL", level,
-                  f"topo -p2p reports {', '.join(bad)} between {a} and {b} ({link.code}): P2P only up to {level}")
+    return EnvVar("NCCL_P2P_LEVEL", level, f"topo -p2p reports {', '.join(bad)} between {a} and {b} ({link.code}) "
+                  f"and no pair as far apart reads and writes: P2P only up to {level}"), []
 
 
 def mnnvl(topology: Topology, nodes: int) -> EnvVar | None:

@@ -1,5 +1,6 @@
 """Options of the launchers themselves (the cluster, not the ranks): Slurm's partition, account, time limit and
-job name, and Open MPI's permission to start as root. Checked once here, written by the renderers."""
+job name, Open MPI's permission to start as root, and a Kubernetes pod's image and memory. Checked once here,
+written by the renderers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ _SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMI
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # an account or partition name: one word, no shell syntax
 _SLURM_NAMES = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")  # --partition a,b: the first that can start
 DEFAULT_JOB_NAME = "topoplan"
+# A Kubernetes memory quantity as launch writes it: whole bytes with an optional binary or decimal suffix
+_MEMORY = re.compile(r"[1-9][0-9]*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?")
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class LauncherOptions:
     time: str | None = None  # Slurm --time, e.g. 30, 1:00:00, 1-12:00:00
     job_name: str | None = None  # Slurm --job-name (sbatch: topoplan when not given)
     allow_run_as_root: bool = False  # mpirun: export OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1
+    image: str | None = None  # --format lws: the engine's container image
+    pod_memory: str | None = None  # --format lws: memory request = limit of each pod (Guaranteed QoS), e.g. 900Gi
 
     def __post_init__(self) -> None:
         if self.partition is not None and not _SLURM_NAMES.fullmatch(self.partition):
@@ -36,6 +41,12 @@ class LauncherOptions:
         name = self.job_name
         if name is not None and (not name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name)):
             raise TopoplanError(f"--job-name {self.job_name!r}: expected a non-empty name without control characters")
+        if self.image is not None and (not self.image or any(ch.isspace() or ord(ch) < 32 for ch in self.image)):
+            raise TopoplanError(f"--image {self.image!r}: expected a container image reference without spaces, e.g. "
+                                "vllm/vllm-openai:v0.32.0")
+        if self.pod_memory is not None and not _MEMORY.fullmatch(self.pod_memory):
+            raise TopoplanError(f"--pod-memory {self.pod_memory!r}: expected a Kubernetes memory quantity: a whole "
+                                "number with an optional suffix Ki, Mi, Gi, Ti, Pi, k, M, G, T or P (e.g. 900Gi)")
 
     def slurm_args(self, job_name: str | None = None) -> list[str]:
         """The Slurm options given, as `--name=value` words (sbatch header lines, or srun options); `job_name`

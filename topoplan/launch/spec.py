@@ -108,6 +108,7 @@ class LaunchSpec:
     notes: tuple[str, ...]
     device: str = "gpu"  # "gpu", or "cpu": ranks on CPUs alone, no CUDA/NCCL variables, no GPU requests
     launcher: LauncherOptions = LauncherOptions()
+    vendor: str | None = None  # the GPUs' vendor (topoplan.vendors), None: NVIDIA's or a CPU launch
 
     @property
     def world(self) -> int:
@@ -228,7 +229,8 @@ def build_spec(
         sources = {p.rank: cpu_source(g, topology, facts) for p, g in zip(mine, gpus)}
         bindable = {rank: src.cpus for rank, src in sources.items() if src.cpus}
         shares = split_cpus(bindable, facts, where=f"node {node}", source=source)
-        p2p = p2p_level(topology, [g.id for g in gpus])
+        p2p, p2p_notes = p2p_level(topology, [g.id for g in gpus])
+        notes += [f"node {node}: {note}" for note in p2p_notes]
         fabric = mnnvl(topology, nodes)
         for local_rank, (p, gpu) in enumerate(zip(mine, gpus)):
             share = shares.get(p.rank)
@@ -248,7 +250,8 @@ def build_spec(
                                   "and serves the store"))
             env.append(EnvVar("MASTER_PORT", str(master_port), "rendezvous TCP port on MASTER_ADDR"))
             if on_gpu:
-                env += device_env(topology.vendor, cvd, node, local_rank, gpu.id)
+                env += device_env(topology.vendor, cvd, f"node {node}'s planned GPUs in local-rank order: local rank "
+                                  f"{local_rank} uses cuda:{local_rank} = {gpu.id}")
             if share:
                 env.append(EnvVar("OMP_NUM_THREADS", str(share.physical_cores),
                                   f"one thread per physical core bound to this rank ({share.physical_cores}); "
@@ -282,7 +285,7 @@ def build_spec(
                      "GPU); RCCL reads the NCCL_* variables")
     return LaunchSpec(layout, tuple(ranks[r] for r in range(layout.world)), tuple(node_specs), tuple(command),
                       master_addr, master_port, len(topology.gpus) if on_gpu else 0, tuple(notes), device,
-                      launcher or LauncherOptions())
+                      launcher or LauncherOptions(), topology.vendor if on_gpu else None)
 
 
 def require_node_blocks(spec: LaunchSpec, launcher: str) -> int:

@@ -29,7 +29,7 @@ from topoplan.jsonfile import read_json
 from topoplan.topology.links import LinkKind
 
 # Sections other tools own, accepted and left to them: `cpu` / `gpu` (the hardware it was measured on,
-# topoplan.bench.cpu and bench/calibrate.py) and `measured` (what `topoplan calibrate` fitted these constants
+# topoplan.plan.cpu_entry and bench/calibrate.py) and `measured` (what `topoplan calibrate` fitted these constants
 # from, kept for the record), `engines` (a serving engine's fixed costs fitted on this machine by `calibrate
 # --engine vllm`, topoplan.bench.vllm_cpu).
 PASSTHROUGH_KEYS = ("cpu", "gpu", "measured", "engines")

@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from topoplan.hardware import GPUS
-from topoplan.models import ALIASES, CATALOG, MODEL_SOURCES, spec_from_config
+from topoplan.model_aliases import ALIASES
+from topoplan.models import CATALOG, MODEL_SOURCES, spec_from_config
 
 
 def gpu_rows() -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from topoplan.engines.profile import AllReducePath
+from topoplan.engines.engine import AllReducePath
 from topoplan.plan.calibration import NET, Calibration
 from topoplan.topology.model import Topology
 

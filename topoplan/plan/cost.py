@@ -30,22 +30,18 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
-from topoplan.engines.profile import MemoryPolicy
+from topoplan.engines.engine import MemoryPolicy
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout, RankCoords, RankGrid, split_layers
+from topoplan.layout import STREAMED_WEIGHT_BYTES, Layout, RankCoords, RankGrid, micro_batches, split_layers
 from topoplan.models import ModelSpec
 from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.device import DeviceSpec
+from topoplan.plan.served import ServedCost
 from topoplan.topology.links import cpu_links
 
 TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
-# A weight of this size or more streams from memory (above a core's L2, 512 KiB on this project's VM): its
-# product pays Calibration.matmul_call_us, and the runner times MKL and packed oneDNN on it and keeps the faster
-# (topoplan.runner.cpu_linear); one
-# that fits in a core's cache is a small kernel, priced in layer_overhead_us (whose probe runs such a model).
-STREAMED_WEIGHT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -93,9 +89,13 @@ class LayoutCost:
     request_ms: float  # one request end to end: prefill, then every generated token
     stage_layers: tuple[range, ...]  # the decoder layers each pipeline stage holds (topoplan.layout.split_layers)
     slo_miss: str = ""  # which latency limit (--max-ttft-ms / --max-tpot-ms) this batch misses; "": none
+    advice: str = ""  # why the plan ranks it though `inspect` advises against its TP size (topoplan.plan.rank)
     notes: list[str] = field(default_factory=list)  # what the search chose and why (batch, nodes used, ...)
     explain: Callable[[LayoutCost], list[str]] = field(repr=False, compare=False, default=lambda cost: [])
     all_to_all_ms: float = 0.0  # expert parallelism: the MoE dispatch + combine of one decode step
+    steps: ReplicaSteps | None = field(default=None, repr=False, compare=False)  # for the served model
+    served: ServedCost | None = None  # served at `batch` requests in flight per replica (topoplan.plan.served)
+    offline: ServedCost | None = None  # served at the most requests in flight it holds (max-load throughput)
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -133,6 +133,7 @@ class Work:
     flops: float
     nbytes: float
     rows: float | None = None  # rows (tokens) each of its products multiplies; None: the phase's
+    attention: bool = False  # QK^T and AV: in the activation dtype whatever the weights' (fp8 GEMMs, bf16 attention)
 
 
 class StageModel:
@@ -239,12 +240,25 @@ class StageModel:
         tokens = batch * prompt
         kv_write = tokens * self.kv_bytes_per_token()
         return [*self._gemms(tokens, batch),
-                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write)]
+                Work(self.attention_flops(batch, prompt * (prompt + 1) / 2) / self.tp, kv_write, attention=True)]
 
     def decode(self, batch: int, context: float) -> list[Work]:
         """GEMMs and attention on one rank for one decode step of `batch` sequences at `context` tokens."""
         return [*self._gemms(batch, batch),
-                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token())]
+                Work(self.attention_flops(batch, context) / self.tp, batch * context * self.kv_bytes_per_token(),
+                     attention=True)]
+
+    def mixed(self, decodes: float, context: float, prefill_tokens: float, prompt: int) -> list[Work]:
+        """One continuous-batching step on one rank: `decodes` sequences' next tokens at `context` tokens and
+        `prefill_tokens` prompt tokens (chunks of `prompt`-token prompts) through the same GEMMs, the LM head
+        for the decodes and the prompts the step completes; one attention kernel over both (varlen
+        FlashAttention): the decodes read their KV cache, each prompt token attends to (prompt + 1) / 2 keys
+        on average and writes its KV. `prefill_tokens` 0 is `decode`."""
+        kv = self.kv_bytes_per_token()
+        attention = Work((self.attention_flops(decodes, context)
+                          + self.attention_flops(prefill_tokens, (prompt + 1) / 2)) / self.tp,
+                         (decodes * context + prefill_tokens) * kv, attention=True)
+        return [*self._gemms(decodes + prefill_tokens, decodes + prefill_tokens / prompt), attention]
 
 
 class CostModel:
@@ -256,29 +270,38 @@ class CostModel:
         self.compute = device.compute_dtype(workload.weights)  # refuses a dtype the GPU cannot run
         device.check_kv(workload.kv)
         self.act_bytes = dtype_of(device.activation_dtype(workload.weights)).bytes
+        self.act_compute = device.compute_dtype(dtype_of(device.activation_dtype(workload.weights)))
         # None: the bundled runner's (1 - runtime_reserve of the GPU, a contiguous KV cache)
         self.memory = memory or MemoryPolicy("total", 1 - calibration.runtime_reserve, "", kv_block_tokens=1)
         self.mem_bw = device.memory_bandwidth_gbps * 1e9 * calibration.memory_bandwidth_efficiency
         self._stage_cache: dict[tuple, float] = {}
 
-    def _flop_rate(self, rows: float | None) -> float:
-        """FLOP/s of products of `rows` rows (the device's rate at those rows where it knows one)."""
-        return self.device.tflops_at(self.compute, rows) * 1e12 * self.cal.flop_efficiency
+    def _flop_rate(self, rows: float | None, attention: bool = False) -> float:
+        """FLOP/s of products of `rows` rows (the device's rate at those rows where it knows one), in the
+        GEMMs' compute dtype or, for attention, the activation dtype."""
+        dtype = self.act_compute if attention else self.compute
+        return self.device.tflops_at(dtype, rows) * 1e12 * self.cal.flop_efficiency
 
     def _roofline_ms(self, work: list[Work]) -> float:
         """GEMMs and attention are separate kernels: each is bound by compute or memory, and they add."""
-        return sum(max(w.flops / self._flop_rate(w.rows), w.nbytes / self.mem_bw) for w in work) * 1e3
+        return sum(max(w.flops / self._flop_rate(w.rows, w.attention), w.nbytes / self.mem_bw) for w in work) * 1e3
 
-    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None) -> float:
-        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences; `group` is
-        its EP group when the layout has expert parallelism.
+    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None,
+                  prefill_tokens: float = 0.0) -> float:
+        """One stage's time to prefill `batch` prompts or decode one token for `batch` sequences (with
+        `prefill_tokens` > 0, a continuous-batching step that also runs that many prompt tokens: StageModel.mixed,
+        at the decode step's per-layer overhead, as such steps replay the decode's piecewise CUDA graphs);
+        `group` is its EP group when the layout has expert parallelism.
 
         Memoised: deep pipelines over many identical nodes repeat the same stage shape on the same links."""
         w = self.work
-        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch)
+        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch, prefill_tokens)
         if key not in self._stage_cache:
             if phase == "prefill":
                 work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
+            elif prefill_tokens:
+                work = sm.mixed(batch, w.prompt_len + w.gen_len / 2, prefill_tokens, w.prompt_len)
+                tokens = batch + prefill_tokens
             else:
                 work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
             overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
@@ -287,7 +310,7 @@ class CostModel:
             if sm.moe:
                 per_layer = self.cal.moe_layer_overhead_us + sm.experts_run(tokens) * self.cal.expert_overhead_us
                 t += sm.moe * per_layer / 1e3
-            t += self._tp_comm_us(sm, ring, tokens, batch) / 1e3
+            t += self._tp_comm_us(sm, ring, tokens, batch + prefill_tokens / w.prompt_len) / 1e3
             if group is not None:
                 t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
             self._stage_cache[key] = t
@@ -333,11 +356,36 @@ class CostModel:
         return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
 
     def _pipeline_ms(self, rings: list[Ring], models: list[StageModel], batch: float,
-                     groups: Sequence[Ring | None]) -> tuple[float, list[float]]:
-        """(time for one decode step through every stage, per-stage times) at `batch` sequences."""
-        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g) for sm, ring, g in zip(models, rings, groups)]
-        handoffs = sum(self._handoff_ms(a, b, batch) for a, b in zip(rings, rings[1:]))
+                     groups: Sequence[Ring | None], prefill_tokens: float = 0.0) -> tuple[float, list[float]]:
+        """(time for one decode step through every stage, per-stage times) at `batch` sequences (and
+        `prefill_tokens` prompt tokens in the same step: _stage_ms)."""
+        stage_ms = [self._stage_ms(sm, ring, "decode", batch, g, prefill_tokens)
+                    for sm, ring, g in zip(models, rings, groups)]
+        handoffs = sum(self._handoff_ms(a, b, batch + prefill_tokens) for a, b in zip(rings, rings[1:]))
         return sum(stage_ms) + handoffs + self._step_extra_ms(rings, batch), stage_ms
+
+    def _prefill_ms(self, rings: list[Ring], models: list[StageModel], groups: Sequence[Ring | None],
+                    batch: float) -> float:
+        """One replica's prefill of `batch` prompts alone: every stage in series, the hand-offs, the step's
+        extras."""
+        w = self.work
+        prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
+        prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
+        return prefill + self._step_extra_ms(rings, batch)
+
+    def _step_ms(self, rings: list[Ring], models: list[StageModel], groups: Sequence[Ring | None], batch: float,
+                 prefill_tokens: float = 0.0) -> float:
+        """Time between a sequence's consecutive tokens when a replica runs `batch` sequences (and
+        `prefill_tokens` prompt tokens in one of its micro-batches): with p stages, m = min(p, batch)
+        micro-batches keep the stages busy, so a step is the slower of the prompt-carrying micro-batch's trip
+        through the pipeline and the busiest stage's turn at all m (without prompt tokens: m times the slowest
+        stage)."""
+        micro = micro_batches(len(rings), batch)
+        through, heavy = self._pipeline_ms(rings, models, batch / micro, groups, prefill_tokens)
+        if micro == 1:
+            return through
+        light = self._pipeline_ms(rings, models, batch / micro, groups)[1] if prefill_tokens else heavy
+        return max(through, max((micro - 1) * a + b for a, b in zip(light, heavy)))
 
     def stage_models(self, layout: Layout) -> list[StageModel]:
         """The layout's stages as one rank sees them, in this workload's dtypes (with EP: its experts, its
@@ -384,21 +432,18 @@ class CostModel:
         context = w.prompt_len + w.gen_len / 2
         worst = None
         for rings, groups in zip(replicas, groups_of):
-            prefill = sum(self._stage_ms(sm, ring, "prefill", batch, g) for sm, ring, g in zip(models, rings, groups))
-            prefill += sum(self._handoff_ms(a, b, batch * w.prompt_len) for a, b in zip(rings, rings[1:]))
-            prefill += self._step_extra_ms(rings, batch)
             decode, _ = self._pipeline_ms(rings, models, batch, groups)
-            micro = min(layout.pp, batch)
-            through, stage_ms = self._pipeline_ms(rings, models, batch / micro, groups)
-            step = max(through, micro * max(stage_ms))
-            if worst is None or decode > worst[1]:
-                worst = (prefill, decode, step, rings, groups)
-        prefill, decode, step, rings, groups = worst
+            if worst is None or decode > worst[0]:
+                worst = (decode, rings, groups)
+        decode, rings, groups = worst
+        prefill = self._prefill_ms(rings, models, groups, batch)
+        step = self._step_ms(rings, models, groups, batch)
         return LayoutCost(layout, batch, memory <= usable, memory, usable, max_batch, prefill, decode,
                           layout.dp * batch / step * 1e3, layout.world, prefill + w.gen_len * decode,
                           tuple(range(s.start, s.end) for s in stages),
                           explain=lambda cost: self.reasons(layout, cost, rings, models, context, groups),
-                          all_to_all_ms=self.alltoall_ms(models, groups, batch))
+                          all_to_all_ms=self.alltoall_ms(models, groups, batch),
+                          steps=ReplicaSteps(self, rings, models, groups))
 
     def alltoall_ms(self, models: list[StageModel], groups: Sequence[Ring | None], batch: int) -> float:
         """The MoE all-to-alls (dispatch + combine, every MoE layer) of one decode step; 0 without EP."""
@@ -445,6 +490,8 @@ class CostModel:
         if layout.tp > 1:
             reason, fabric = self._tp_reason(layout, cost, rings, models, any(groups))
             out.append(reason)
+            if cost.advice:
+                out.append(cost.advice)
             decode_bytes = cost.batch * self.model.hidden * self.act_bytes
             kernel = self.pricer.allreduce_kernel(rings[0], decode_bytes)
             mesh = all(self.pricer.is_nvlink_mesh(r) for r in rings)
@@ -462,7 +509,7 @@ class CostModel:
             split = "/".join(str(sm.s.layers) for sm in models)
             out.append(f"PP{layout.pp} stages of {split} layers; slowest boundary {boundary.describe()}")
         work = [w for sm in models for w in sm.decode(cost.batch, context)]
-        compute = sum(w.flops / self._flop_rate(w.rows) for w in work)
+        compute = sum(w.flops / self._flop_rate(w.rows, w.attention) for w in work)
         memory = sum(w.nbytes for w in work) / self.mem_bw
         out.append(f"decode is {'compute' if compute >= memory else 'memory'}-bound: "
                    f"{sum(w.nbytes for w in work) / 1e9:.2f} GB read per GPU per step")
@@ -494,6 +541,25 @@ class CostModel:
                 f"{max(sm.expert_bytes() for sm in models) / gb:.1f} vs "
                 f"{max(sm.expert_bytes() for sm in twin) / gb:.1f} GB/GPU, total {cost.memory_per_gpu / gb:.1f} vs "
                 f"{tp_memory / gb:.1f} GB/GPU"]
+
+
+@dataclass(frozen=True)
+class ReplicaSteps:
+    """The step times of a priced layout's slowest replica, which the served model (topoplan.plan.served)
+    combines: a continuous-batching step of some decodes and prompt tokens, a prefill alone."""
+
+    costs: CostModel
+    rings: list[Ring]
+    models: list[StageModel]
+    groups: Sequence[Ring | None]
+
+    def step_ms(self, decodes: float, prefill_tokens: float = 0.0) -> float:
+        """A step of `decodes` sequences' next tokens and `prefill_tokens` prompt tokens (CostModel._step_ms)."""
+        return self.costs._step_ms(self.rings, self.models, self.groups, decodes, prefill_tokens)
+
+    def prefill_ms(self, prompts: float) -> float:
+        """`prompts` prompts prefilled alone (CostModel._prefill_ms)."""
+        return self.costs._prefill_ms(self.rings, self.models, self.groups, prompts)
 
 
 def replica_rings(layout: Layout, order: Sequence[str]) -> list[list[Ring]]:

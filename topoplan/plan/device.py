@@ -35,7 +35,7 @@ class DeviceSpec:
     dtype_note: str = ""  # why (the support table's source), for the error and the reasons
     nvlink_domain_gpus: int = 0  # GPUs one multi-node NVLink domain holds (GB200 NVL72: 72); 0: none known
     # (rows, TFLOP/s) of a product of that many rows against a weight larger than the cache (a CPU's probes,
-    # topoplan.bench.cpu): the rate of products with other rows than the phase's (an MoE layer's experts each
+    # topoplan.plan.cpu_entry): the rate of products with other rows than the phase's (an MoE layer's experts each
     # get a fraction of the tokens); empty: `tflops` at any rows
     tflops_by_rows: tuple[tuple[int, float], ...] = ()
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from topoplan.engines.profile import EngineProfile, MemoryPolicy
+from topoplan.engines.engine import Engine, MemoryPolicy
 from topoplan.plan.calibration import Calibration
 
 
-def engine_calibration(profile: EngineProfile) -> Calibration:
+def engine_calibration(profile: Engine) -> Calibration:
     """The cost model's constants for this engine (links and bus efficiency stay the hardware's)."""
     o = profile.overheads
     return replace(Calibration(), memory_bandwidth_efficiency=o.memory_bandwidth_efficiency,
@@ -20,7 +20,7 @@ def engine_calibration(profile: EngineProfile) -> Calibration:
                    collective_base_us=o.collective_base_us, runtime_reserve=round(1 - profile.memory.fraction, 9))
 
 
-def memory_policy(profile: EngineProfile, calibration: Calibration) -> MemoryPolicy:
+def memory_policy(profile: Engine, calibration: Calibration) -> MemoryPolicy:
     """The engine's memory policy; a calibration whose runtime_reserve differs from the engine's default
     (a measured reserve, or `--calibration` setting it) fixes the fraction to 1 - runtime_reserve."""
     policy = profile.memory

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from topoplan.engines import DEFAULT_ENGINE, resolve
+from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
-from topoplan.models import find_model
+from topoplan.models import ModelSpec, find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
@@ -22,6 +22,7 @@ from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology
 from topoplan.topology.smi_text import NVLINK_HIDDEN
+from topoplan.topology.subset import gpu_subset
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,11 @@ class PlanRequest:
     ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
     nic_gbps: float | None = None  # None: by GPU generation
     calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
-    engine: str = DEFAULT_ENGINE  # NAME or NAME@VERSION (topoplan.engines)
+    engine: Engine = field(default_factory=default_engine)  # NAME or NAME@VERSION is resolved when built
     limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
+    gpus: str | None = None  # `--gpus 4,5,6,7`: plan on these GPUs of the machine (topology.subset); None: all
+    dtype_given: bool = True  # workload.dtype was asked (`--dtype`), not a default a quantised checkpoint replaces
 
     def __post_init__(self) -> None:
         if self.cpu is not None:
@@ -53,7 +56,7 @@ class PlanRequest:
                      dp=self.dp, ep=self.ep)
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
-        resolve(self.engine)  # an unknown engine or version fails here, before any file is read
+        object.__setattr__(self, "engine", resolve(self.engine))  # an unknown one fails here, before any file
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
@@ -76,8 +79,9 @@ def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
 def plan_for(request: PlanRequest) -> Plan:
     """Read what the request names (model, calibration, topology and its GPU) and plan."""
     r = request
-    engine = resolve(r.engine)
+    engine = r.engine
     spec = find_model(r.model)
+    workload, notes = checkpoint_workload(r.workload, spec, r.dtype_given)
     cal = load_calibration(r.calibration, engine_calibration(engine), engine.name)
     try:
         topology = load_topology(r.topo, None, "auto", None, r.gpu, r.cpu)  # a paste, or this machine
@@ -86,11 +90,27 @@ def plan_for(request: PlanRequest) -> Plan:
             raise
         raise TopoplanError(f"{error}; on a machine without GPUs, `plan --device cpu --calibration FILE` plans "
                             "its CPU-process layouts") from None
+    if r.gpus is not None:
+        topology = gpu_subset(topology, r.gpus)
     device = device_for(topology, r.nic_gbps)
-    result = plan(topology, spec, device, r.workload, calibration=cal, nodes=r.nodes, objective=r.objective,
+    result = plan(topology, spec, device, workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,
                   search_batch=r.search_batch)
-    return replace(result, warnings=(*source_warnings(topology), *calibration_warnings(cal, device)))
+    return replace(result, warnings=(*notes, *source_warnings(topology), *calibration_warnings(cal, device),
+                                     *result.warnings))
+
+
+def checkpoint_workload(workload: Workload, spec: ModelSpec, dtype_given: bool) -> tuple[Workload, tuple[str, ...]]:
+    """The workload in the weights dtype a quantised checkpoint stores (its config's quantization_config), and
+    the line that says so; a `--dtype` naming another is refused (an engine loads the checkpoint as stored)."""
+    stored = spec.checkpoint_dtype
+    if stored is None or stored == workload.dtype:
+        return workload, ()
+    if dtype_given:
+        raise TopoplanError(f"--dtype {workload.dtype}: {spec.name}'s quantization_config stores its weights as "
+                            f"{stored}; drop --dtype or pass --dtype {stored}")
+    return replace(workload, dtype=stored), (f"{spec.name}: quantization_config stores the weights as {stored}: "
+                                             f"planned as --dtype {stored}",)
 
 
 def source_warnings(topology: Topology) -> tuple[str, ...]:

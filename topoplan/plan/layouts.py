@@ -11,25 +11,15 @@ pad the vocabulary needs tp to divide it too (the bundled runner), one without p
 
 from __future__ import annotations
 
-from topoplan.engines.profile import Parallelism
+from topoplan.engines.engine import Parallelism
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, tp_problems
 from topoplan.models import ModelSpec
 from topoplan.plan.placement import node_blocks
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def tp_problems(tp: int, heads: int, kv_heads: int | None, widths: dict[str, int]) -> list[str]:
-    """Why `tp` cannot split a model: heads, KV heads (None: MLA, replicated) and each named width must divide
-    evenly. The one TP rule of the planner and the runner (which passes its vocabulary as a width too)."""
-    problems = [f"{name}={value} is not divisible by tp={tp}"
-                for name, value in {"num_attention_heads": heads, **widths}.items() if value % tp]
-    if kv_heads is not None and kv_heads % tp and tp % kv_heads:
-        problems.append(f"num_key_value_heads={kv_heads} neither divides nor is divisible by tp={tp}")
-    return problems
 
 
 def _model_tp_problems(model: ModelSpec, tp: int, pads_vocab: bool = True) -> list[str]:
@@ -111,7 +101,14 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
         if not degrees:
             raise TopoplanError(f"ep={ep}: expert parallelism runs over tp x dp = {tp * dp} ranks per stage "
                                 "(vLLM's semantics); pass --ep 1 or the matching --dp")
-        return [Layout(tp, pp, dp, e) for e in degrees]
+        runnable = [Layout(tp, pp, dp, e) for e in degrees if rules.runs(Layout(tp, pp, dp, e), model.is_moe)]
+        if not runnable:
+            raise TopoplanError(f"{engine} runs no data-parallel replicas in one launch (--dp {dp}) except as "
+                                f"attention DP of an MoE model (tp={rules.attention_dp_tp}, ep = dp): start one "
+                                "server per replica, or plan for another engine" if rules.attention_dp_tp else
+                                f"{engine} runs no data-parallel replicas in one launch (--dp {dp}): start one "
+                                "server per replica, or plan for another engine")
+        return runnable
     found = []
     for k in range(1, gpus_per_node + 1):
         world = nodes * k
@@ -125,7 +122,8 @@ def enumerate_layouts(model: ModelSpec, gpus_per_node: int, nodes: int = 1, *, m
                     continue
                 layout = Layout(t, p, world // (t * p))
                 if (dp is None or layout.dp == dp) and _tiles(layout, k):
-                    found.extend(Layout(t, p, layout.dp, e) for e in expert_degrees(model, t, layout.dp, ep))
+                    found.extend(chosen for e in expert_degrees(model, t, layout.dp, ep)
+                                 if rules.runs(chosen := Layout(t, p, layout.dp, e), model.is_moe))
     if not found:
         asked = ", ".join(f"{n}={v}" for n, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep)) if v is not None)
         raise TopoplanError(f"no layout{' with ' + asked if asked else ''} fits {nodes} node(s) x "

@@ -212,7 +212,26 @@ class NodePlacer:
         tp_chunk, rep_chunk = node_blocks(layout, k)
         if layout.ep > layout.tp and layout.pp > 1 and rep_chunk == layout.tp * layout.pp and k > rep_chunk:
             return self.ep_order(layout.tp, layout.pp, k)
-        return self.order(tp_chunk, rep_chunk, k)
+        return self.plain_if_as_good(self.order(tp_chunk, rep_chunk, k), tp_chunk, rep_chunk)
+
+    def _links(self, order: Sequence[int], tp_chunk: int, rep_chunk: int) -> tuple:
+        """What an order gives the layout: the quality of each TP group and of each stage-to-stage boundary."""
+        groups = [list(order[i:i + tp_chunk]) for i in range(0, len(order), tp_chunk)]
+        per_block = rep_chunk // tp_chunk
+        bounds = [min(self.bw[p][q] for p, q in zip(a, b)) for i, (a, b) in enumerate(zip(groups, groups[1:]))
+                  if (i + 1) % per_block]
+        return tuple(sorted(self.quality(g) for g in groups)), tuple(sorted(bounds))
+
+    def plain_if_as_good(self, order: tuple[str, ...], tp_chunk: int, rep_chunk: int) -> tuple[str, ...]:
+        """The same GPUs in nvidia-smi order when that serves every TP group and stage boundary as well: a
+        permuted CUDA_VISIBLE_DEVICES then gains nothing (a full NVSwitch or XGMI mesh) and only makes the
+        engines' own GPU-to-NUMA/NIC mapping and anyone reading the lines work harder."""
+        index = {g: i for i, g in enumerate(self.ids)}
+        found = [index[g] for g in order]
+        plain = sorted(found)
+        if plain != found and self._links(plain, tp_chunk, rep_chunk) == self._links(found, tp_chunk, rep_chunk):
+            return tuple(self.ids[i] for i in plain)
+        return order
 
     def ep_order(self, tp: int, pp: int, k: int) -> tuple[str, ...]:
         """The node's order when EP groups come first: block s holds stage s of every local replica."""

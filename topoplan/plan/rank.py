@@ -1,9 +1,11 @@
 """`plan`: enumerate layouts, place and price each, rank them by the objective; the JSON contract.
 
-Layouts that fit come first, then those meeting the latency limits (--max-ttft-ms, --max-tpot-ms); among
-them latency ranks by one request's end-to-end time (TTFT plus every output token) at the asked batch,
-throughput by decode tokens/s per GPU at the largest batch per replica that fits and meets the limits
-(searched per layout: a layout is worth what it serves at its own best batch, not at the user's).
+Every layout is served (topoplan.plan.served) at some requests in flight per replica, its concurrency: the
+asked `--batch`, or for the throughput objective the largest that fits and meets the latency limits
+(searched per layout: a layout is worth what it serves at its own best concurrency, not at the user's).
+Layouts that fit come first, then those meeting the limits (--max-ttft-ms, --max-tpot-ms, on the served TTFT
+and TPOT); among them latency ranks by the served request latency, throughput by the delivered output
+tokens/s per GPU of the machine (idle GPUs count).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from topoplan.engines import DEFAULT_ENGINE, resolve
-from topoplan.engines.profile import EngineProfile
+from topoplan.engines import default_engine
+from topoplan.engines.engine import Engine
+from topoplan.engines.scheduling import scheduler_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
@@ -25,6 +28,8 @@ from topoplan.plan.engine import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
+from topoplan.plan.served import Served, ServedCost, ServedModel
+from topoplan.topology.diagnose import Warning, diagnose
 from topoplan.topology.model import Topology
 
 OBJECTIVES = ("latency", "throughput")
@@ -42,39 +47,59 @@ class Limits:
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise TopoplanError(f"{option} must be a positive number of milliseconds, got {value}")
 
-    def miss(self, cost: LayoutCost) -> str:
-        """Which limit `cost` misses, as a reason line; "" when it meets them all."""
+    @property
+    def bounded(self) -> bool:
+        return self.ttft_ms is not None or self.tpot_ms is not None
+
+    def miss(self, served: Served) -> str:
+        """Which limit the served figures miss, as a reason line; "" when they meet them all."""
         missed = [f"{name} {value:.1f} ms > {option} {limit:g}"
-                  for name, value, option, limit in (("TTFT", cost.prefill_ms, "--max-ttft-ms", self.ttft_ms),
-                                                     ("TPOT", cost.decode_ms_per_token, "--max-tpot-ms", self.tpot_ms))
+                  for name, value, option, limit in (("TTFT", served.ttft_ms, "--max-ttft-ms", self.ttft_ms),
+                                                     ("TPOT", served.tpot_ms, "--max-tpot-ms", self.tpot_ms))
                   if limit is not None and value > limit]
-        return f"misses the latency limits at batch {cost.batch}: {'; '.join(missed)}" if missed else ""
+        return f"misses the latency limits at {served.concurrency} in flight: {'; '.join(missed)}" if missed else ""
 
 
-def best_batch(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits,
-               ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
-    """The layout priced at the largest batch per replica that fits and meets `limits` (binary search: TTFT
-    and TPOT only grow with the batch, and so do decode tokens/s, so the largest such batch is the best).
-    A layout that does not fit, or misses a limit even at batch 1, is priced at batch 1 and says why.
-    `ep_groups`: the EP groups' rings, for an expert-parallel layout (CostModel.price)."""
-    first = costs.price(layout, replicas, ep_groups, 1)
-    first.slo_miss = limits.miss(first)
-    top = first.max_batch
+def _served(costs: CostModel, layout: Layout, replicas: list[list[Ring]], ep_groups: list[list[Ring]] | None,
+            concurrency: int, serving: ServedModel, limits: Limits) -> LayoutCost:
+    """The layout priced (its static figures) and served at `concurrency` requests in flight per replica."""
+    cost = costs.price(layout, replicas, ep_groups, concurrency)
+    cost.served = serving.serve(cost.steps, concurrency, layout.dp)
+    cost.slo_miss = limits.miss(cost.served.replica)
+    return cost
+
+
+def best_concurrency(costs: CostModel, layout: Layout, replicas: list[list[Ring]], limits: Limits,
+                     serving: ServedModel, ep_groups: list[list[Ring]] | None = None) -> LayoutCost:
+    """The layout served at the most requests in flight per replica that fit (its KV cache, the engine's
+    max_seqs) and meet `limits` (binary search: served TTFT and TPOT only grow with the concurrency, and so
+    does delivered throughput, so the largest such concurrency is the best). A layout that does not fit, or
+    misses a limit even at 1, is served at 1 and says why. `ep_groups`: the EP groups' rings, for an
+    expert-parallel layout (CostModel.price)."""
+    first = _served(costs, layout, replicas, ep_groups, 1, serving, limits)
+    top = serving.max_concurrency(first.max_batch)
     if not first.fits or first.slo_miss or top <= 1:
         return first
-    best = costs.price(layout, replicas, ep_groups, top)  # the answer without limits, or when it meets them
-    if limits.miss(best):  # batch 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
+    steps = first.steps  # a step's time depends on the rings, not on the batch priced: search on the steps
+
+    def misses(c: int) -> bool:
+        return bool(limits.miss(serving.replica(steps, c)))
+
+    best = top
+    if misses(top):  # 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
         low, high = 1, top - 1
         while low < high:
             mid = (low + high + 1) // 2
-            if limits.miss(costs.price(layout, replicas, ep_groups, mid)):
+            if misses(mid):
                 high = mid - 1
             else:
                 low = mid
-        best = costs.price(layout, replicas, ep_groups, low)
-    bound = "the largest that fits" if best.batch == top else "the largest within the latency limits"
-    best.notes.append(f"batch {best.batch} per replica: {bound} (memory allows {top})")
-    return best
+        best = low
+    cost = _served(costs, layout, replicas, ep_groups, best, serving, limits)
+    bound = ("the largest that fits" if best == first.max_batch else "the engine's max_seqs" if best == top
+             else "the largest within the latency limits")
+    cost.notes.append(f"{best} requests in flight per replica: {bound} (memory allows {first.max_batch})")
+    return cost
 
 
 @dataclass
@@ -98,9 +123,10 @@ class Plan:
     layouts: list[RankedLayout]  # best first, the ones worth choosing (`launch --rank N` counts these)
     hidden: list[RankedLayout] = field(default_factory=list)  # dominated layouts, best first
     warnings: tuple[str, ...] = ()  # inputs that may mislead the plan (printed on stderr, kept in the JSON)
-    engine: EngineProfile = field(default_factory=lambda: resolve(DEFAULT_ENGINE))  # what the layouts are priced for
+    engine: Engine = field(default_factory=default_engine)  # what the layouts are priced for
     limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
     batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
+    serving: ServedModel | None = None  # how the layouts were served (None: the CPU planner's static figures)
 
 
 def rank_key(objective: str, entry: RankedLayout) -> tuple:
@@ -109,8 +135,9 @@ def rank_key(objective: str, entry: RankedLayout) -> tuple:
     every layer is slower and noisier than the ring model prices), then the objective, then throughput, then
     fewer stages."""
     cost = entry.cost
-    score = cost.request_ms if objective == "latency" else -cost.tokens_per_s_per_gpu
-    return (not cost.fits, bool(cost.slo_miss), entry.tp_network, round(score, 9), -cost.tokens_per_s,
+    delivered = _delivered(cost)
+    score = _request_ms(cost) if objective == "latency" else -delivered
+    return (not cost.fits, bool(cost.slo_miss), entry.tp_network, round(score, 9), -round(delivered, 9),
             cost.layout.pp, cost.layout.tp, entry.nodes)
 
 
@@ -118,14 +145,25 @@ def _no_worse(better_entry: RankedLayout, other_entry: RankedLayout) -> bool:
     better, other = better_entry.cost, other_entry.cost
     return (better.fits >= other.fits and bool(better.slo_miss) <= bool(other.slo_miss)
             and better_entry.tp_network <= other_entry.tp_network
-            and better.request_ms <= other.request_ms * (1 + 1e-9)
-            and better.tokens_per_s_per_gpu >= other.tokens_per_s_per_gpu * (1 - 1e-9))
+            and _request_ms(better) <= _request_ms(other) * (1 + 1e-9)
+            and _delivered(better) >= _delivered(other) * (1 - 1e-9))
+
+
+def _request_ms(cost: LayoutCost) -> float:
+    """The served request latency; the static one for a layout priced without the served model (the CPU
+    planner's)."""
+    return cost.served.replica.request_ms if cost.served else cost.request_ms
+
+
+def _delivered(cost: LayoutCost) -> float:
+    """Delivered output tokens/s of all replicas; the decode-phase rate without the served model."""
+    return cost.served.output_tokens_per_s if cost.served else cost.tokens_per_s
 
 
 def mark_dominated(ranked: list[RankedLayout]) -> None:
     """Mark each layout that a layout with the same tp and pp but more DP replicas matches or beats on fit,
-    request time and tokens/s per GPU: the larger one serves more requests at no cost, so the smaller one is
-    only a subset of the machine left idle."""
+    served request latency and delivered tokens/s: the larger one serves more requests at no cost, so the
+    smaller one is only a subset of the machine left idle."""
     for entry in ranked:
         own = entry.cost.layout
         entry.dominated_by = next((other.cost.layout for other in ranked
@@ -153,7 +191,7 @@ def check_search(*, nodes: int, objective: str, max_tp: int | None, tp: int | No
 def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Workload, *,
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-         ep: int | None = None, engine: EngineProfile | None = None, limits: Limits | None = None,
+         ep: int | None = None, engine: Engine | None = None, limits: Limits | None = None,
          search_batch: bool | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
     best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
@@ -165,7 +203,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
-    engine = engine or resolve(DEFAULT_ENGINE)
+    engine = engine or default_engine()
     calibration = calibration or engine_calibration(engine)
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
@@ -174,6 +212,9 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
     k = len(topology.gpus)
+    scheduler = scheduler_of(engine)
+    serving = ServedModel(scheduler, scheduler.budget(device.name, device.memory_bytes), workload.prompt_len,
+                          workload.gen_len, k * nodes)
     total = device.memory_bytes  # the most weights one GPU may hold under the engine's policy, at any TP degree
     node_memory = k * max(policy.usable_bytes(total, total, t) for t in range(1, k + 1))
     min_nodes = -(-model.weight_bytes(workload.dtype) // node_memory)
@@ -193,19 +234,61 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
         replicas = replica_rings(layout, order)
         groups = ep_rings(layout, order) if layout.ep > 1 else None
         if search:
-            cost = best_batch(costs, layout, replicas, limits, groups)
+            cost = best_concurrency(costs, layout, replicas, limits, serving, groups)
         else:
-            cost = costs.price(layout, replicas, groups)
-            cost.slo_miss = limits.miss(cost)
+            cost = _served(costs, layout, replicas, groups, workload.batch, serving, limits)
+        most = serving.max_concurrency(cost.max_batch)
+        cost.offline = serving.serve(cost.steps, most, layout.dp) if cost.fits and most >= 1 else None
         if used < nodes:
             cost.notes.append(f"runs on {used} of the {nodes} nodes ({nodes - used} left free)")
         network = any(hop.link_class == "net" for stage in replicas for ring in stage for hop in pricer.ring_hops(ring))
         ranked.append(RankedLayout(cost, order, used, network))
     ranked.sort(key=lambda r: rank_key(objective, r))
+    explain_advice(ranked, diagnose(topology), objective)
     mark_dominated(ranked)
-    return Plan(model, device, topology, nodes, workload, objective, calibration,
-                [r for r in ranked if r.dominated_by is None], [r for r in ranked if r.dominated_by is not None],
-                engine=engine, limits=limits, batch_searched=search)
+    shown = [r for r in ranked if r.dominated_by is None]
+    return Plan(model, device, topology, nodes, workload, objective, calibration, shown,
+                [r for r in ranked if r.dominated_by is not None], engine=engine, limits=limits,
+                batch_searched=search, warnings=unbounded_warning(shown, search, limits), serving=serving)
+
+
+def explain_advice(ranked: list[RankedLayout], warnings: list[Warning], objective: str) -> None:
+    """Give each layout whose TP size an `inspect` warning advises against (nvlink-split: keep TP <= 2) a reason
+    (after its TP finding; the table shows both) saying so and how it compares with the best-ranked layout
+    that follows the advice (`ranked` is best first). Nothing is said when no layout within the advice was
+    priced (--tp fixed it): the user chose."""
+    for warning in (w for w in warnings if w.max_tp is not None):
+        cap = warning.max_tp
+        within = next((r for r in ranked if r.cost.layout.tp <= cap), None)
+        for entry in ranked if within else ():
+            cost = entry.cost
+            if cost.layout.tp <= cap or cost.advice:
+                continue
+            advised = f"TP{cost.layout.tp} against inspect's {warning.code} advice (TP <= {cap})"
+            if not within.cost.fits or within.cost.slo_miss:
+                miss = "fits" if not within.cost.fits else "meets the latency limits"
+                cost.advice = f"{advised}: none with TP <= {cap} {miss} (best: {within.cost.layout})"
+            else:
+                cost.advice = (f"{advised}: {_compare(cost, within.cost, objective)} for {within.cost.layout}, "
+                               f"the best within it")
+
+
+def _compare(cost: LayoutCost, other: LayoutCost, objective: str) -> str:
+    """This layout's objective figure against another's, as a phrase."""
+    if objective == "latency":
+        return f"request latency {_request_ms(cost):.0f} ms here vs {_request_ms(other):.0f} ms"
+    return f"delivers {_delivered(cost):.0f} tokens/s here vs {_delivered(other):.0f}"
+
+
+def unbounded_warning(shown: list[RankedLayout], searched: bool, limits: Limits) -> tuple[str, ...]:
+    """A concurrency searched with no latency limit grows until memory or the engine stops it: say so, with
+    the TTFT that buys, and how to bound it."""
+    if not searched or limits.bounded or not shown or shown[0].cost.served is None:
+        return ()
+    best = shown[0].cost.served.replica
+    return (f"no --max-ttft-ms or --max-tpot-ms: each layout serves as many requests at once as memory and the "
+            f"engine allow (#1: {best.concurrency} in flight per replica, TTFT {best.ttft_ms / 1e3:.1f} s, TPOT "
+            f"{best.tpot_ms:.0f} ms); set a limit to bound the batch",)
 
 
 def nothing_fits(result: Plan) -> TopoplanError | None:
@@ -235,6 +318,8 @@ def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
         **({"slo_miss": c.slo_miss} if c.slo_miss else {}),
         "prefill_ms": round(c.prefill_ms, 3), "decode_ms_per_token": round(c.decode_ms_per_token, 4),
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
+        **({"served": served_json(c.served)} if c.served else {}),
+        **({"offline": served_json(c.offline)} if c.offline else {}),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2), "all_to_all_ms": round(c.all_to_all_ms, 4),
         "stages": layer_split_json(c.stage_layers),
         "placement_scope": "every rank" if per_rank or entry.nodes == 1 else "node 0 (every node the same shape)",
@@ -245,6 +330,24 @@ def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
         "reasons": c.reasons,
         **({"dominated_by": str(entry.dominated_by)} if entry.dominated_by else {}),
     }
+
+
+def served_json(served: ServedCost) -> dict[str, Any]:
+    """A layout's served figures (topoplan.plan.served): per replica, then delivered over its replicas."""
+    r = served.replica
+    return {"concurrency_per_replica": r.concurrency, "ttft_ms": round(r.ttft_ms, 3), "tpot_ms": round(r.tpot_ms, 4),
+            "request_latency_ms": round(r.request_ms, 2),
+            "output_tokens_per_s_per_replica": round(r.output_tokens_per_s, 2),
+            "output_tokens_per_s": round(served.output_tokens_per_s, 2),
+            "output_tokens_per_s_per_gpu": round(served.output_tokens_per_s_per_gpu, 2),
+            "requests_per_s": round(served.requests_per_s, 4), "token_budget_bound": r.budget_bound}
+
+
+def serving_json(serving: ServedModel) -> dict[str, Any]:
+    """How the engine's scheduler batches (topoplan.engines.scheduling) on this GPU."""
+    b = serving.budget
+    return {"scheduler": serving.scheduler.mode, "max_batched_tokens": b.max_batched_tokens, "max_seqs": b.max_seqs,
+            "machine_gpus": serving.machine_gpus}
 
 
 def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> dict[str, Any]:
@@ -265,6 +368,7 @@ def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> d
         "objective": result.objective,
         "limits": {"max_ttft_ms": result.limits.ttft_ms, "max_tpot_ms": result.limits.tpot_ms},
         "engine": str(result.engine),
+        **({"serving": serving_json(result.serving)} if result.serving else {}),
         "calibration": result.calibration.source,
         "warnings": list(result.warnings),
         "layouts": [layout_json(entry, per_rank) for entry in layouts],

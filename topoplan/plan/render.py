@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topoplan.layout import Layout, RankGrid
+from topoplan.plan.cost import LayoutCost
 from topoplan.plan.rank import Plan, RankedLayout
 from topoplan.terminal import inert
 
@@ -29,13 +30,25 @@ def layout_label(layout: Layout) -> str:
 
 
 def headline(entry: RankedLayout) -> str:
-    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline."""
-    return entry.cost.reasons[0]
+    """The reason that explains the row best: no fit, else the TP/PP link finding, else the roofline; and
+    the line on `inspect`'s advice when the layout goes against it (it follows the link finding)."""
+    first, advice = entry.cost.reasons[0], entry.cost.advice
+    return f"{first}; {advice}" if advice and advice != first else first
 
 
 def phrases(reason: str) -> str:
     """A reason one phrase per line (its `; ` breaks): a narrow column then wraps between phrases, not inside."""
     return "\n".join(part.strip() for part in reason.split("; "))
+
+
+def served_cells(cost: LayoutCost) -> tuple[str, str, str]:
+    """TTFT, TPOT and delivered output tokens/s per GPU of the machine, served (topoplan.plan.served); the
+    static batch's prefill, decode step and decode-phase rate where the layout was not served (CPU plans)."""
+    served = cost.served
+    if served is None:
+        return f"{cost.prefill_ms:.1f}", f"{cost.decode_ms_per_token:.2f}", f"{cost.tokens_per_s_per_gpu:.1f}"
+    r = served.replica
+    return f"{r.ttft_ms:.1f}", f"{r.tpot_ms:.2f}", f"{served.output_tokens_per_s_per_gpu:.1f}"
 
 
 def plan_table(result: Plan, top: int | None, width: int | None = None) -> RenderableType:
@@ -49,17 +62,23 @@ def plan_table(result: Plan, top: int | None, width: int | None = None) -> Rende
 
 def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     w = result.workload
-    batch = "batch searched per layout" if result.batch_searched else f"batch {w.batch}"
+    batch = ("requests in flight searched per layout" if result.batch_searched
+             else f"{w.batch} request(s) in flight per replica")
     kv = f", KV {w.kv.short}" if w.kv is not w.weights else ""
     title = (f"{result.model.name} ({w.dtype}{kv}) on {result.nodes} x {len(result.topology.gpus)} "
              f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
              f"{result.objective} for {result.engine}")
     hidden = len(result.hidden)
-    caption = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
-               "(--json lists them under \"hidden\")" if hidden else None)
+    legend = ("conc: requests in flight per replica; TTFT, TPOT and delivered output tok/s per GPU of the machine: "
+              "served under the engine's scheduler"
+              + ("" if narrow else "; step ms: one decode step of the batch alone"))
+    hidden_note = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
+                   "(--json lists them under \"hidden\")" if hidden else "")
+    caption = "\n".join(part for part in (legend if result.serving else "", hidden_note) if part) or None
     table = Table(title=inert(title), title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    for name in ("#", "layout", "fits", "batch", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU"):
+    for name in ("#", "layout", "fits", "conc", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU",
+                 *(() if narrow else ("step ms",))):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
     if not narrow:
@@ -70,8 +89,9 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
         c = entry.cost
         table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
                       str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
-                      f"{c.prefill_ms:.1f}", f"{c.decode_ms_per_token:.2f}", f"{c.tokens_per_s_per_gpu:.1f}",
-                      *(() if narrow else (gpu_groups(entry), phrases(headline(entry)))))
+                      *served_cells(c),
+                      *(() if narrow else (f"{c.decode_ms_per_token:.2f}", gpu_groups(entry),
+                                           phrases(headline(entry)))))
     if not narrow:
         return table
     notes = Table.grid(padding=(0, 1))  # the row number, then its groups and reason indented under them

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.models import CATALOG
+from topoplan.models import BUILTIN_MODELS, CATALOG
 
 BOS, EOS, PAD = 256, 257, 258
 
@@ -25,7 +25,7 @@ _RUNTIME: dict[str, Any] = {
     "pad_token_id": PAD, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "float32",
     "topoplan_byte_tokenizer": True, "max_position_embeddings": 4096,
 }
-BUILTIN: dict[str, dict[str, Any]] = {name: {**_RUNTIME, **CATALOG[name]} for name in ("tiny", "small")}
+BUILTIN: dict[str, dict[str, Any]] = {name: {**_RUNTIME, **CATALOG[name]} for name in BUILTIN_MODELS}
 SEED = 0
 # Bump when topoplan.runner.tiny.random_weights changes what a seed produces: cached folders built by the
 # old recipe then no longer match their definition and are rebuilt.

@@ -16,8 +16,8 @@ from typing import Any
 from topoplan.errors import TopoplanError
 from topoplan.hf_fields import check_config, positive_number
 from topoplan.jsonfile import read_json
-from topoplan.models import QKV_BIAS_TYPES, spec_from_config
-from topoplan.plan.layouts import tp_problems
+from topoplan.layout import tp_problems
+from topoplan.models import architecture, spec_from_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
 SLIDING_WINDOW_TYPES = ("mistral", "mixtral")  # their `sliding_window` key masks keys older than it
@@ -108,7 +108,7 @@ def parse_hf_config(raw: dict[str, Any], source: str | Path = "config.json") -> 
         rope_theta=theta,
         rope_scaling=tuple(sorted(rope.items())),
         qkv_bias=spec.attention_bias,  # Qwen2 always, Llama/Mistral when attention_bias
-        o_bias=model_type not in QKV_BIAS_TYPES and bool(raw.get("attention_bias", False)),
+        o_bias=not architecture(raw).qkv_bias and bool(raw.get("attention_bias", False)),
         tie_word_embeddings=spec.tied_embeddings,
         sliding_window=int(window) if window else None,
         bos_token_id=raw.get("bos_token_id"),
@@ -139,7 +139,7 @@ def load_hf_config(folder: str | Path) -> ModelConfig:
 
 
 def check_tp(config: ModelConfig, tp: int, source: str = "layout", ep: int = 1) -> None:
-    """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.plan.layouts.tp_problems),
+    """Refuse a TP degree the weights cannot be split by: the planner's rule (topoplan.layout.tp_problems),
     plus the vocabulary, which this runner shards evenly without padding (vLLM pads it instead). MoE: experts
     TP-sharded (ep 1) need their widths divisible by tp; expert parallelism needs ep to divide the experts,
     and ep to divide tp (this runner's DP replicas run independently, so an EP group stays in one TP group)."""

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from topoplan.plan.cost import STREAMED_WEIGHT_BYTES
+from topoplan.layout import STREAMED_WEIGHT_BYTES
 
 TIMED_PASSES = 3  # per kernel, after an untimed one; the fastest counts (the others met a busier moment)
 PROBE_BYTES = 256 << 20  # of streamed weights timed by `prepack`: 0.3-0.5 s of reordering and passes on the 2-core VM

@@ -24,15 +24,13 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankCoords, RankGrid
 from topoplan.rank_env import RankEnv, local_cuda_device
 from topoplan.runner.shm import ShmChannels, ShmGroup, pipeline_channels, shm_group
-
-# What torch's `cuda` device and `nccl` backend are under each build: name, collective library, the variable
-# that selects GPUs. A ROCm build keeps torch's CUDA names (torch.cuda, "nccl"); underneath they are HIP and RCCL.
-RUNTIMES = {"cuda": ("CUDA", "NCCL", "CUDA_VISIBLE_DEVICES"), "rocm": ("ROCm", "RCCL", "HIP_VISIBLE_DEVICES")}
+from topoplan.vendors import TORCH_RUNTIMES, Vendor
 
 
-def gpu_runtime() -> str:
-    """"rocm" under a ROCm build of torch (torch.version.hip is set), else "cuda"."""
-    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+def gpu_vendor() -> Vendor:
+    """Whose runtime torch's `cuda` device and `nccl` backend are: AMD's (HIP, RCCL) under a ROCm build
+    (torch.version.hip is set), which keeps torch's CUDA names, else NVIDIA's (topoplan.vendors)."""
+    return TORCH_RUNTIMES["rocm" if getattr(torch.version, "hip", None) else "cuda"]
 
 
 def choose_backend(requested: str | None) -> str:
@@ -42,8 +40,9 @@ def choose_backend(requested: str | None) -> str:
     if requested not in ("nccl", "gloo"):
         raise TopoplanError(f"--backend {requested!r}: expected nccl or gloo")
     if requested == "nccl" and not torch.cuda.is_available():
-        name, library, _ = RUNTIMES[gpu_runtime()]
-        raise TopoplanError(f"--backend nccl needs a GPU ({name}, {library}), and torch sees no GPU here")
+        vendor = gpu_vendor()
+        raise TopoplanError(f"--backend nccl needs a GPU ({vendor.runtime}, {vendor.collectives}), and torch sees no "
+                            "GPU here")
     return requested
 
 
@@ -181,7 +180,7 @@ def _traced_all_gather_shape(tensor: torch.Tensor, handle: int) -> torch.Tensor:
 def join_world(env: RankEnv, backend: str | None, timeout_s: float) -> tuple[str, torch.device]:
     """init_process_group over all ranks, with `timeout_s` on the rendezvous and every later collective."""
     backend = choose_backend(backend)
-    visible_var = RUNTIMES[gpu_runtime()][2]
+    visible_var = gpu_vendor().visible_devices
     device = (torch.device("cuda", local_cuda_device(env.local_rank, torch.cuda.device_count(), visible_var))
               if backend == "nccl" else torch.device("cpu"))
     if device.type == "cuda":

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from topoplan.layout import micro_batches
 from topoplan.runner.graphs import Capture, StaticDecodeStep
 from topoplan.runner.model import Transformer
 from topoplan.runner.pipeline import SKIP, STOP, Pipeline, SingleStage
@@ -85,7 +86,7 @@ def _sync(device: torch.device) -> None:
 
 def micro_batch_rows(batch: int, stages: int, requested: int) -> list[slice]:
     """The rows of each micro-batch: `requested` of them (0: one per stage), at most one per sequence."""
-    m = max(1, min(requested or stages, batch))
+    m = micro_batches(stages, batch, requested)
     bounds = [j * batch // m for j in range(m + 1)]  # sizes differ by at most one
     return [slice(bounds[j], bounds[j + 1]) for j in range(m)]
 

@@ -15,9 +15,9 @@ from topoplan.cpuset import GOMP_SPIN_COUNT, CpuFacts, cpu_cores, split_cpus
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, split_layers
 from topoplan.models import check_context
+from topoplan.run_options import RunOptions
 from topoplan.runner.builtin import BUILTIN, checkpoint_folder, encode_bytes
 from topoplan.runner.config import ModelConfig, check_tp, load_hf_config, parse_hf_config
-from topoplan.runner.options import RunOptions
 from topoplan.runner.spawn import signal_note, spawn_ranks
 
 

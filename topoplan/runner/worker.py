@@ -20,6 +20,7 @@ from topoplan.atomic import atomic_path
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, layer_split_json, split_layers
 from topoplan.rank_env import RankEnv
+from topoplan.run_options import RunOptions, parse_argv
 from topoplan.runner import threads
 from topoplan.runner.builtin import checkpoint_folder, decode_bytes, encode_bytes
 from topoplan.runner.compiled import compile_stage
@@ -28,7 +29,6 @@ from topoplan.runner.dist import Dist, init_dist, usable_dtype
 from topoplan.runner.generate import Generation, Sampling, generate, micro_batch_rows
 from topoplan.runner.graphs import cuda_graph_capture
 from topoplan.runner.model import Shard, build_stage
-from topoplan.runner.options import RunOptions, parse_argv
 from topoplan.runner.pipeline import Pipeline
 from topoplan.runner.process import Progress, rank_main
 from topoplan.runner.tiny import builtin_folder

@@ -33,6 +33,7 @@ class Warning:
     message: str
     advice: str
     devices: tuple[str, ...]
+    max_tp: int | None = None  # the largest TP group the advice allows (plan says why when it ranks a larger one)
 
     def as_dict(self) -> dict:
         return {"code": self.code, "message": self.message, "advice": self.advice, "devices": list(self.devices)}
@@ -97,7 +98,7 @@ def _nvlink_shape(topo: Topology) -> list[Warning]:
             f"NVLink islands of unequal size: {listed}{extra}",
             "groups spanning islands run at PCIe speed and equal groups cannot all fit inside islands; "
             "size tensor-parallel groups to the smallest island, or leave GPUs idle",
-            tuple(g.id for g in topo.gpus),
+            tuple(g.id for g in topo.gpus), min(sizes) if not lone else 1,
         ))
     elif len(islands) > 1:
         warnings.append(Warning(
@@ -105,7 +106,7 @@ def _nvlink_shape(topo: Topology) -> list[Warning]:
             f"NVLink joins only islands of {sizes[0]} GPUs: {listed}",
             f"keep each tensor-parallel group inside one island (TP <= {sizes[0]}); use pipeline or data "
             "parallelism across islands, whose traffic goes over PCIe",
-            tuple(g for island in islands for g in island),
+            tuple(g for island in islands for g in island), sizes[0],
         ))
     for island in islands:
         if topo.is_full_mesh(island):
@@ -118,7 +119,7 @@ def _nvlink_shape(topo: Topology) -> list[Warning]:
             f"{_names(island)} are joined by NVLink but not every pair directly; all-to-all groups: {groups}",
             f"a tensor-parallel group of more than {biggest} GPUs here has pairs without a direct NVLink; "
             f"prefer groups of at most {biggest} from the list, or a ring order that only uses NVLink hops",
-            tuple(island),
+            tuple(island), biggest,
         ))
     return warnings
 

@@ -33,7 +33,7 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class _Asker:
+class Asker:
     """Calls pynvml functions by name; a failure becomes an answer, not an exception."""
 
     def __init__(self, nvml: ModuleType):
@@ -55,7 +55,7 @@ def _bus_id(pci_info: Any) -> str:
     return _text(pci_info.busId)
 
 
-def _nvlinks(ask: _Asker, handle: Any) -> list[dict[str, Answer]]:
+def _nvlinks(ask: Asker, handle: Any) -> list[dict[str, Answer]]:
     """Each link's state, and for active ones its version and far end; stops at the first link NVML refuses
     (INVALID_ARGUMENT past the GPU's last link, NOT_SUPPORTED on GPUs without NVLink)."""
     links = []
@@ -72,7 +72,7 @@ def _nvlinks(ask: _Asker, handle: Any) -> list[dict[str, Answer]]:
     return links
 
 
-def _fabric(ask: _Asker, handle: Any) -> Answer:
+def _fabric(ask: Asker, handle: Any) -> Answer:
     """The GPU's NVLink fabric info (GB200/GB300 NVL72 and other multi-node NVLink systems): which cluster and
     clique (NVLink partition) it belongs to, and whether the fabric manager finished setting it up. Raw:
     `{"cluster_uuid": "...", "clique_id": 7, "state": 3, "status": 0}` (nvmlGpuFabricState_t, nvmlReturn_t)."""
@@ -88,7 +88,7 @@ def _fabric(ask: _Asker, handle: Any) -> Answer:
     return ask("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info), convert=read)  # NVML fills the struct
 
 
-def _gpu(ask: _Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answer]:
+def _gpu(ask: Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answer]:
     node_scope = ask.nvml.NVML_AFFINITY_SCOPE_NODE
     gpu: dict[str, Answer] = {
         "index": index,
@@ -112,7 +112,7 @@ def _gpu(ask: _Asker, index: int, handle: Any, cpu_words: int) -> dict[str, Answ
 def query_nvml(nvml: ModuleType, cpu_count: int | None = None) -> dict[str, Any]:
     """Everything NVML says about this machine's GPUs. nvmlInit must have succeeded; a failing
     nvmlDeviceGetCount propagates (no GPU list at all), any later failure is recorded as an answer."""
-    ask = _Asker(nvml)
+    ask = Asker(nvml)
     cpu_words = max(1, math.ceil((cpu_count or os.cpu_count() or 1) / 64))
     count = nvml.nvmlDeviceGetCount()
     gpus: list[dict[str, Answer]] = []

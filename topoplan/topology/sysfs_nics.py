@@ -22,7 +22,7 @@ def sysfs_address(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-def _pci_path(device: Path, devices_root: Path) -> list[str] | None:
+def pci_path(device: Path, devices_root: Path) -> list[str] | None:
     """The chain `[root complex, bridge, ..., device]` above a PCI device, or None when sysfs has no such
     device or it is not on PCI (a virtual interface)."""
     try:
@@ -41,7 +41,7 @@ def _numa_node(pci_dir: Path) -> int | None:
     return node if node >= 0 else None  # -1: the platform does not say
 
 
-def _natural(name: str) -> list[Any]:
+def natural_key(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
@@ -53,7 +53,7 @@ def read_sysfs(gpu_bus_ids: Iterable[str], root: str | Path = "/sys") -> dict[st
     pci: dict[str, dict[str, Any]] = {}
 
     def place(device_link: Path) -> str | None:
-        path = _pci_path(device_link, devices_root)
+        path = pci_path(device_link, devices_root)
         if path is None:
             return None
         address = path[-1]
@@ -63,7 +63,7 @@ def read_sysfs(gpu_bus_ids: Iterable[str], root: str | Path = "/sys") -> dict[st
     nics: list[dict[str, Any]] = []
     for cls in ("infiniband", "net"):
         class_dir = root / "class" / cls
-        names = sorted((p.name for p in class_dir.iterdir()), key=_natural) if class_dir.is_dir() else []
+        names = sorted((p.name for p in class_dir.iterdir()), key=natural_key) if class_dir.is_dir() else []
         for name in names:
             address = place(class_dir / name / "device")
             if address is not None and address not in {nic["pci_address"] for nic in nics}:

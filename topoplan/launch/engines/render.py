@@ -8,7 +8,10 @@ ended too. The script exits with the server's status (130/143 after a signal).
 
 `--format srun|sbatch`: one task per node (`--ntasks-per-node=1`, the engine starts its own workers) running a
 wrapper keyed on SLURM_NODEID that sets that node's variables and `--node-rank`; TRT-LLM over several nodes is
-one MPI task per rank instead (`srun --mpi=pmix`, per-rank binding as for the bundled runner).
+one MPI task per rank instead (`srun --mpi=pmix`, per-rank binding as for the bundled runner). The script reads
+the allocation for node 0's address (topoplan.launch.render_slurm, topoplan.launch.runtime_addr), starts the step
+in the background, waits for the engine's health endpoint (topoplan.launch.engines.health), prints the URL and
+exits with the step's status.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import shlex
 from topoplan.errors import TopoplanError, printable
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
+from topoplan.launch.engines.health import wait_lines
+from topoplan.launch.engines.render_lws import render_lws
 from topoplan.launch.render_json import spec_dict
 from topoplan.launch.render_mpirun import render_mpirun
-from topoplan.launch.render_slurm import FIRST_NODE, render_sbatch, render_srun
+from topoplan.launch.render_slurm import allocation_lines, nodelist_args, salloc_hint, sbatch_header, srun_lines
+from topoplan.launch.runtime_addr import FILES_VAR, HEAD, HEAD_VAR, shell_join
 
 GRACE_S = 30  # seconds between TERM and KILL: an engine saves nothing, but its workers take a moment to exit
 STOP = "\n".join([
@@ -44,22 +50,34 @@ WAIT = "\n".join([
     'kill -TERM -- "-$server" 2>/dev/null  # the server is gone: end anything it left in its group',
     'exit "$status"',
 ])
-SHELL_FORMATS = ("shell", "srun", "sbatch", "json")
+ENGINE_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
 # Per-rank placement facts in the JSON (the engine sets its workers' variables itself; see "nodes")
 RANK_KEYS = ("rank", "node", "local_rank", "tp_rank", "pp_rank", "dp_rank", "gpu", "gpu_index", "cuda_index", "cpus",
              "physical_cores", "mem_node")
 
 
 def _line(command: NodeCommand) -> str:
-    return shlex.join([*env_words(command.env_dict()), *command.argv]) + " &"
+    return shell_join([*env_words(command.env_dict()), *command.argv]) + " &"
+
+
+def files_lines(launch: EngineLaunch) -> list[str]:
+    """Lines writing the launch's option files (EngineLaunch.files) into a new folder when the script runs: the
+    script carries them, so it works wherever it is copied (sbatch runs a spooled copy)."""
+    if not launch.files:
+        return []
+    out = [f'{FILES_VAR}="$(mktemp -d)"  # the engine option files, written below']
+    for name, text in launch.files:
+        out += [f"cat > \"${FILES_VAR}\"/{shlex.quote(name)} <<'TOPOPLAN_EOF'", text.rstrip("\n"), "TOPOPLAN_EOF"]
+    return out
 
 
 def _header(launch: EngineLaunch) -> list[str]:
     spec = launch.spec
+    url = launch.url.replace(HEAD, f"${HEAD_VAR}")
     # a comment stays one comment line whatever the checkpoint path holds (a newline would start a command)
     return [SHEBANG,
-            printable(f"# topoplan launch: {launch.engine} serving {launch.options.checkpoint} with {spec.layout}, "
-                      f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {launch.url} (node 0)"),
+            printable(f"# topoplan launch: {launch.engine.name} serving {launch.options.checkpoint} with "
+                      f"{spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {url} (node 0)"),
             printable(f"# {launch.device_mapping}")]
 
 
@@ -67,7 +85,7 @@ def render_serve_script(launch: EngineLaunch) -> str:
     if not launch.nodes:  # TRT-LLM over several nodes: one MPI process per rank, started from node 0
         return render_mpirun(launch.spec)
     out = [*_header(launch), "set -m  # the server gets its own process group, so one signal reaches all it started",
-           STOP]
+           STOP, *files_lines(launch)]
     if len(launch.nodes) == 1:
         out.append(_line(launch.nodes[0]))
     else:
@@ -85,45 +103,49 @@ def render_serve_script(launch: EngineLaunch) -> str:
     return "\n".join(out) + "\n"
 
 
-def _srun_line(launch: EngineLaunch) -> list[str]:
+def _step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
+    """The allocation lines and the srun line that starts the engine, ending in ` &` (the health wait follows)."""
     spec = launch.spec
-    master = shlex.quote(spec.master_addr) if spec.master_addr is not None else FIRST_NODE
-    wrapper = dispatch_argv("SLURM_NODEID", {c.node: [*env_words(c.env_dict()), *c.argv] for c in launch.nodes})
-    args = ["srun", f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL"]
-    hosts = [n.host for n in spec.nodes]
-    if all(hosts):
-        args.append(f"--nodelist={','.join(hosts)}")  # type: ignore[arg-type]
-    return [f"# the engine starts its own workers: one task per node; node 0 ({master}) serves {launch.url}",
-            shlex.join([*args, *wrapper])]
+    if not launch.nodes:  # TRT-LLM over several nodes: one MPI task per rank, bound per rank
+        *lines, srun = srun_lines(spec, cluster_options=cluster_options, mpi="pmix")
+        return [*lines, "# every rank is an MPI task; MPI rank 0 serves HTTP", srun + " &"]
+    wrapper = dispatch_argv("SLURM_NODEID", {c.node: [*env_words(c.env_dict()), *c.argv] for c in launch.nodes},
+                            join=shell_join)
+    args = ["srun", *(spec.launcher.slurm_args() if cluster_options else []), f"--nodes={len(spec.nodes)}",
+            "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL", *nodelist_args(spec)]
+    return [*allocation_lines(len(spec.nodes)), "# the engine starts its own workers: one task per node",
+            shell_join([*args, *wrapper]) + " &"]
+
+
+def _serve_step(launch: EngineLaunch, cluster_options: bool) -> list[str]:
+    options = launch.options
+    return ["set -euo pipefail", *files_lines(launch), *_step(launch, cluster_options), "server=$!",
+            "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
+            *wait_lines(launch.engine.name, options.host, options.port, launch.url)]
 
 
 def render_engine_srun(launch: EngineLaunch) -> str:
-    if not launch.nodes:
-        return render_srun(launch.spec, mpi="pmix")
-    return "\n".join([*_header(launch), *_srun_line(launch)]) + "\n"
+    hint = f"# run inside an allocation of whole nodes: {salloc_hint(len(launch.spec.nodes))} bash SCRIPT"
+    return "\n".join([*_header(launch), hint, *_serve_step(launch, cluster_options=True)]) + "\n"
 
 
 def render_engine_sbatch(launch: EngineLaunch) -> str:
-    if not launch.nodes:
-        return render_sbatch(launch.spec, mpi="pmix")
     spec = launch.spec
-    header = ["--job-name=topoplan-" + launch.engine, f"--nodes={len(spec.nodes)}", "--ntasks-per-node=1",
-              f"--gres=gpu:{spec.gpus_per_node}", "--exclusive"]
-    if all(n.host for n in spec.nodes):
-        header.append(f"--nodelist={','.join(n.host for n in spec.nodes)}")  # type: ignore[misc]
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch)[1:],
-                      "set -euo pipefail", *_srun_line(launch)]) + "\n"
+    tasks = len(spec.nodes[0].ranks) if not launch.nodes else 1  # MPI ranks (TRT-LLM over nodes), else one server
+    return "\n".join(["#!/bin/bash", *sbatch_header(spec, tasks, job_name="topoplan-" + launch.engine.name),
+                      *_header(launch)[1:], *_serve_step(launch, cluster_options=False)]) + "\n"
 
 
 def engine_dict(launch: EngineLaunch) -> dict:
-    """The JSON contract: the engine, its URL, per node its argv and environment with reasons, and the spec's
-    per-rank facts (GPU, CPUs, NUMA node) the commands were derived from."""
+    """The JSON contract: the engine, its URL, per node its argv, environment and chosen options with reasons, and
+    the spec's per-rank facts (GPU, CPUs, NUMA node) the commands were derived from."""
     return {
-        "engine": launch.engine, "url": launch.url, "device": launch.options.device,
+        "engine": launch.engine.name, "url": launch.url, "device": launch.options.device,
         "device_mapping": launch.device_mapping,
         "layout": {"tp": launch.spec.layout.tp, "pp": launch.spec.layout.pp, "dp": launch.spec.layout.dp},
         "nodes": [{"node": c.node, "host": launch.spec.nodes[c.node].host, "serves": c.serves, "argv": list(c.argv),
-                   "env": c.env_dict(), "reasons": {v.name: v.reason for v in c.env}} for c in launch.nodes],
+                   "env": c.env_dict(), "reasons": {v.name: v.reason for v in c.env},
+                   "options": [{"words": list(o.words), "reason": o.reason} for o in c.options]} for c in launch.nodes],
         "ranks": [{k: r[k] for k in RANK_KEYS} for r in spec_dict(launch.spec)["ranks"]],
         "commands": [line for line in render_serve_script(launch).splitlines() if line and not line.startswith("#")],
         "notes": [*launch.notes, *launch.spec.notes],
@@ -131,12 +153,14 @@ def engine_dict(launch: EngineLaunch) -> dict:
 
 
 def render_engine(launch: EngineLaunch, fmt: str) -> str:
-    formats = (*SHELL_FORMATS, "mpirun") if not launch.nodes else SHELL_FORMATS
+    formats = (*ENGINE_FORMATS, "mpirun") if not launch.nodes else ENGINE_FORMATS
     if fmt not in formats:
-        raise TopoplanError(f"--format {fmt} with --engine {launch.engine}: the engine starts its own workers, so "
+        raise TopoplanError(f"--format {fmt} with --engine {launch.engine.name}: the engine starts its own workers, so "
                             f"expected one of {', '.join(formats)}")
     if fmt == "json":
         return json.dumps(engine_dict(launch), indent=2) + "\n"
+    if fmt == "lws":
+        return render_lws(launch)
     if fmt == "srun":
         return render_engine_srun(launch)
     if fmt == "sbatch":

@@ -9,57 +9,91 @@ Workers and devices (sglang/srt/entrypoints/engine.py `_calculate_rank_ranges`, 
 `base_gpu_id + (pp_rank % pp_per_node) * tp_per_node + tp_rank % tp_per_node` (gpu_id_step 1), DP replica d
 starts at `base_gpu_id = d * tp * pp`, and node n holds the n-th contiguous block of (pp, tp) ranks: TP fastest,
 then PP, then DP, as in topoplan.layout. So the node's CUDA_VISIBLE_DEVICES in our local-rank order puts every TP
-group on its planned GPUs. SGLang spreads DP replicas over nodes only with DP attention, so dp > 1 is emitted for
-one node only. SGLang is launched here for GPUs only (its CPU backend needs its own build).
+group on its planned GPUs. SGLang spreads DP replicas over nodes only with DP attention (`--enable-dp-attention`,
+the DeepSeek recipe: an MoE model with ep = tp x dp), so other dp > 1 layouts are emitted for one node only.
+Binding: `--numa-node` takes each GPU's NUMA node (one per GPU, in local order). SGLang is launched here for GPUs
+only (its CPU backend needs its own build).
 """
 
 from __future__ import annotations
 
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    Option,
+    ServeOptions,
+    WorkerBinding,
+    device_mapping,
+    node_gpu_env,
+    option_words,
+    worker_binding,
+)
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 from topoplan.layout import Layout
 
 SERVER_MODULE = "sglang.launch_server"
 DEVICE_MAPPING = ("SGLang: worker (pp_rank, tp_rank) of DP replica d uses local GPU d*tp*pp + pp_rank*tp_per_node + "
-                  "tp_rank of CUDA_VISIBLE_DEVICES; node n runs the n-th contiguous block of ranks")
+                  "tp_rank of {visible}; node n runs the n-th contiguous block of ranks")
 
 
-def _parallel_args(layout: Layout) -> list[str]:
+def _parallel(layout: Layout) -> list[Option]:
     """SGLang's sizes. With expert parallel over replicas (ep = tp x dp) SGLang runs them as DP attention inside
     one server: its --tp-size is then every GPU of a stage (tp x dp), --dp-size the attention replicas, and
     --ep-size the ranks the experts are sharded over (SGLang server_args: enable_dp_attention, ep_size)."""
-    sizes = ["--pp-size", str(layout.pp)]
+    pp = Option(("--pp-size", str(layout.pp)), "the plan's pipeline stages")
     if layout.ep == 1:
-        return ["--tp-size", str(layout.tp), *sizes, "--dp-size", str(layout.dp)]
+        return [Option(("--tp-size", str(layout.tp)), "the plan's TP degree"), pp,
+                Option(("--dp-size", str(layout.dp)), "the plan's replicas, behind SGLang's DP controller")]
     if layout.dp == 1:
-        return ["--tp-size", str(layout.tp), *sizes, "--ep-size", str(layout.ep)]
+        return [Option(("--tp-size", str(layout.tp)), "the plan's TP degree"), pp,
+                Option(("--ep-size", str(layout.ep)), f"the plan shards the experts over {layout.ep} of the TP ranks")]
     if layout.ep != layout.tp * layout.dp:
         raise TopoplanError(f"SGLang: {layout}: with data parallelism, expert parallel spans the DP-attention "
                             f"group of tp x dp = {layout.tp * layout.dp} GPUs; use ep={layout.tp * layout.dp}")
-    return ["--tp-size", str(layout.ep), *sizes, "--dp-size", str(layout.dp), "--enable-dp-attention",
-            "--ep-size", str(layout.ep)]
+    return [Option(("--tp-size", str(layout.ep)), f"SGLang's TP group under DP attention is every GPU of a stage "
+                   f"(tp x dp = {layout.ep})"), pp,
+            Option(("--dp-size", str(layout.dp)), f"{layout.dp} attention replicas of tp={layout.tp} each"),
+            Option(("--enable-dp-attention",), "attention runs data-parallel (each replica its own KV cache, no KV "
+                   "duplication across the TP group), the MoE layers expert-parallel: the plan's ep = tp x dp"),
+            Option(("--ep-size", str(layout.ep)), f"the experts sharded over all {layout.ep} GPUs of the stage")]
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def _binding(binding: WorkerBinding) -> list[Option]:
+    return [Option(("--numa-node", *map(str, binding.numa_nodes)),
+                   f"each GPU's NUMA node in local-rank order ({binding.where()}): SGLang binds each GPU's scheduler "
+                   "and worker process to its node's CPUs and memory before it allocates; it takes no CPU list, so "
+                   "workers of one node share its CPUs")]
+
+
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One SGLang server per node; node 0 serves on options.host:options.port."""
     if options.device != "gpu":
         raise TopoplanError("SGLang is launched for GPUs only (--device gpu); its CPU backend is a separate build")
     require_node_blocks(spec, "SGLang")
     layout, nnodes = spec.layout, len(spec.nodes)
-    if nnodes > 1 and layout.dp > 1:
+    if nnodes > 1 and layout.dp > 1 and layout.ep == 1:
         raise TopoplanError(f"SGLang: {layout} over {nnodes} nodes: SGLang spreads data-parallel replicas over nodes "
-                            "only with DP attention; launch one server per replica, or dp=1 over several nodes")
-    common = [*_parallel_args(layout), "--host", options.host, "--port", str(options.port)]
-    if nnodes > 1:
-        master = require_master_addr(spec, "SGLang")
-        common += ["--nnodes", str(nnodes), "--dist-init-addr", f"{master}:{spec.master_port}"]
+                            "only with DP attention (an MoE model with ep = tp x dp); launch one server per replica, "
+                            "or dp=1 over several nodes")
     commands, notes = [], []
     for node in spec.nodes:
         env, node_notes = node_gpu_env(spec, node)
         notes += node_notes
-        rank_args = ["--node-rank", str(node.index)] if nnodes > 1 else []
-        argv = (*node_binding(spec, node), options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint,
-                *common, *rank_args, *options.extra_args)
-        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("sglang", spec, options, tuple(commands), DEVICE_MAPPING, tuple(notes))
+        chosen = _parallel(layout)
+        binding, why_not = worker_binding(spec, node)
+        chosen += _binding(binding) if binding is not None else []
+        notes += [why_not] if why_not else []
+        if node.index == 0:
+            chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
+                       Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
+        if nnodes > 1:
+            master = require_master_addr(spec, "SGLang")
+            chosen += [Option(("--nnodes", str(nnodes)), "the nodes the server spans"),
+                       Option(("--node-rank", str(node.index)), f"this is node {node.index}"),
+                       Option(("--dist-init-addr", f"{master}:{spec.master_port}"), "node 0's rendezvous address")]
+        argv = (options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint, *option_words(chosen),
+                *options.extra_args)
+        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+    return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))

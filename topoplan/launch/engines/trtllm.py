@@ -10,53 +10,111 @@ started by Open MPI (`mpirun ... trtllm-llmapi-launch trtllm-serve ...`, run on 
 Workers and devices (tensorrt_llm/mapping.py, `Mapping.local_rank = rank % gpus_per_node`, and the worker's
 `torch.cuda.set_device(local_rank)`): ranks are TP-fastest, then PP, and the rank's device is `cuda:local_rank`,
 so the node's CUDA_VISIBLE_DEVICES in our local-rank order puts every TP group on its planned GPUs, with
-`--gpus_per_node` set to the ranks per node. trtllm-serve has no data parallelism for dense models: a dp > 1
-layout is refused (start one server per replica). Under mpirun each rank also gets its own numactl binding.
+`--gpus_per_node` set to the ranks per node. trtllm-serve runs data parallelism only as attention DP of an MoE
+model (tp 1, ep = dp, `enable_attention_dp: true` in the `--config` YAML the script writes); other dp > 1 layouts
+are refused (start one server per replica), and the planner ranks none for it (Parallelism.attention_dp_tp).
+
+Binding (TensorRT-LLM's "CPU Affinity configuration" guide): one node, `TLLM_NUMA_AWARE_WORKER_AFFINITY=1` makes
+TRT-LLM bind each worker it starts to its GPU's NUMA-local CPUs; over several nodes every MPI rank gets topoplan's
+numactl binding and `TLLM_NUMA_AWARE_WORKER_AFFINITY=0`, without which TRT-LLM clears an affinity set outside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    Option,
+    ServeOptions,
+    device_mapping,
+    node_gpu_env,
+    option_words,
+    worker_binding,
+)
+from topoplan.launch.nccl_env import EnvVar
+from topoplan.launch.runtime_addr import FILES
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
+from topoplan.layout import Layout
 
 SERVER_MODULE = "tensorrt_llm.commands.serve"
 MPI_WRAPPER = "trtllm-llmapi-launch"  # TRT-LLM's wrapper that turns MPI ranks > 0 into workers of rank 0's server
-DEVICE_MAPPING = ("TensorRT-LLM: rank r uses cuda:(r % gpus_per_node) of CUDA_VISIBLE_DEVICES; ranks are TP-fastest, "
+DEVICE_MAPPING = ("TensorRT-LLM: rank r uses cuda:(r % gpus_per_node) of {visible}; ranks are TP-fastest, "
                   "then PP; node n runs the n-th contiguous block of ranks")
 
 
-def server_argv(spec: LaunchSpec, options: ServeOptions) -> list[str]:
-    layout = spec.layout
-    return [options.python, "-m", SERVER_MODULE, "serve", options.checkpoint,
-            "--tp_size", str(layout.tp), "--pp_size", str(layout.pp),
-            *(["--ep_size", str(layout.ep)] if layout.ep > 1 else []),  # MoE experts over ep of the tp ranks
-            "--gpus_per_node", str(len(spec.nodes[0].ranks)),
-            "--host", options.host, "--port", str(options.port), *options.extra_args]
+EXTRA_OPTIONS = "trtllm-extra-llm-api-options.yaml"  # --config: LLM API options the command line has no flag for
+AFFINITY = "TLLM_NUMA_AWARE_WORKER_AFFINITY"  # tensorrt_llm/executor/base_worker.py _configure_affinity
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def _attention_dp(layout: Layout) -> bool:
+    """An MoE layout whose replicas TRT-LLM runs as attention DP: every rank its own attention (tp 1), the experts
+    over all of them (ep = dp); Parallelism.attention_dp_tp lets the planner rank only these dp > 1 layouts."""
+    return layout.dp > 1 and layout.tp == 1 and layout.ep == layout.dp
+
+
+def _options(spec: LaunchSpec, options: ServeOptions) -> list[Option]:
+    layout, per_node = spec.layout, len(spec.nodes[0].ranks)
+    if _attention_dp(layout):
+        chosen = [Option(("--tp_size", str(layout.dp)), f"attention DP: TRT-LLM's TP size is every rank of the stage "
+                         f"({layout.dp}), each running its own attention"),
+                  Option(("--ep_size", str(layout.ep)), f"the experts sharded over all {layout.ep} ranks (the plan's "
+                         "ep)"),
+                  Option(("--config", f"{FILES}/{EXTRA_OPTIONS}"), "enable_attention_dp: true, which has no flag: "
+                         "the script writes the YAML when it runs")]
+    else:
+        chosen = [Option(("--tp_size", str(layout.tp)), "the plan's TP degree")]
+        if layout.ep > 1:
+            chosen.append(Option(("--ep_size", str(layout.ep)), f"the plan shards the experts over {layout.ep} of "
+                                 "the TP ranks"))
+    return [*chosen, Option(("--pp_size", str(layout.pp)), "the plan's pipeline stages"),
+            Option(("--gpus_per_node", str(per_node)), f"{per_node} ranks per node: rank r uses cuda:(r % "
+                   f"{per_node}) of the node's visible GPUs, the placement's order"),
+            Option(("--host", options.host), "where MPI rank 0 serves HTTP (--host)"),
+            Option(("--port", str(options.port)), "its HTTP port (--port)")]
+
+
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One trtllm-serve for one node; for several nodes, one MPI process per rank (EngineLaunch.mpi_spec)."""
     if options.device != "gpu":
         raise TopoplanError("TensorRT-LLM runs on NVIDIA GPUs only (--device gpu)")
-    if spec.layout.dp > 1:
-        raise TopoplanError(f"TensorRT-LLM: trtllm-serve has no data parallelism for dense models ({spec.layout}): "
-                            "start one server per replica with a dp=1 layout")
+    layout = spec.layout
+    if layout.dp > 1 and not _attention_dp(layout):
+        raise TopoplanError(f"TensorRT-LLM: trtllm-serve runs data parallelism only as attention DP of an MoE model "
+                            f"(tp=1, ep=dp), not {layout}: start one server per replica with a dp=1 layout")
     require_node_blocks(spec, "TensorRT-LLM")
-    argv = server_argv(spec, options)
+    chosen = _options(spec, options)
+    argv = [options.python, "-m", SERVER_MODULE, "serve", options.checkpoint, *option_words(chosen),
+            *options.extra_args]
+    files = ((EXTRA_OPTIONS, "enable_attention_dp: true\n"),) if _attention_dp(layout) else ()
+    mapping = device_mapping(spec, DEVICE_MAPPING)
     if len(spec.nodes) == 1:
         node = spec.nodes[0]
         env, notes = node_gpu_env(spec, node)
-        command = NodeCommand(0, (*node_binding(spec, node), *argv), tuple(env), serves=True)
-        return EngineLaunch("trtllm", spec, options, (command,), DEVICE_MAPPING, tuple(notes))
+        binding, why_not = worker_binding(spec, node)
+        if binding is not None:
+            env.append(EnvVar(AFFINITY, "1", "trtllm-serve starts its MPI workers itself, so TRT-LLM binds each to "
+                              f"its GPU's NUMA-local CPUs ({binding.where()}); it sets no memory policy"))
+        notes += [why_not] if why_not else []
+        command = NodeCommand(0, tuple(argv), tuple(env), serves=True, options=tuple(chosen))
+        return EngineLaunch(engine, spec, options, (command,), mapping, tuple(notes), files)
     require_master_addr(spec, "TensorRT-LLM over several nodes")
-    return EngineLaunch("trtllm", mpi_spec(spec, argv), options, (), DEVICE_MAPPING,
+    if files:
+        raise TopoplanError("TensorRT-LLM attention DP over several nodes reads its --config YAML on every node: write "
+                            "`enable_attention_dp: true` to a shared path and pass `--config PATH` after --")
+    return EngineLaunch(engine, mpi_spec(spec, argv), options, (), mapping,
                         ("several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP",))
 
 
 def mpi_spec(spec: LaunchSpec, argv: list[str]) -> LaunchSpec:
     """The per-rank spec whose command is the engine under TRT-LLM's MPI wrapper: the mpirun and srun renderers
-    give every rank its GPU order, binding and NCCL variables, as for the bundled runner."""
-    return replace(spec, command=(MPI_WRAPPER, *argv))
+    give every rank its GPU order, numactl binding and NCCL variables, as for the bundled runner, and each rank
+    keeps that binding (TRT-LLM would otherwise clear an affinity set from outside)."""
+    keep = EnvVar(AFFINITY, "0", "keep the per-rank numactl binding topoplan computed: with the variable unset, "
+                  "TRT-LLM clears an affinity constrained from outside")
+    ranks = tuple(replace(r, env=(*r.env, keep)) if r.cpus is not None or r.cpu_node is not None else r
+                  for r in spec.ranks)
+    return replace(spec, command=(MPI_WRAPPER, *argv), ranks=ranks)

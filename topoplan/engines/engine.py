@@ -1,7 +1,11 @@
-"""What the planner needs to know about one engine version, as data: parallelism rules, memory policy,
-all-reduce path, CUDA graphs and overheads.
+"""One engine at one version range, as every part of topoplan sees it: the Engine object.
 
-One EngineProfile per (engine, version range); each numeric constant carries its source in `sources`
+The same object reaches the planner (its costs: memory policy, all-reduce path, CUDA graphs, overheads), the
+layout rules (its traits: which parallelisms it runs and how), the launcher (which module writes its command
+line, and the options that version accepts) and calibrate/validate (its on-box driver, where one exists). It is
+resolved once, at the edge (topoplan.engines.resolve), from `NAME` or `NAME@VERSION`.
+
+Each numeric constant carries its source in `sources`
 (key = the field's dotted path, e.g. "memory.fraction"), and `tests/test_engines.py` checks none is missing.
 Pure arithmetic on numbers lives here (which all-reduce kernel a message gets, how much memory the engine
 lets weights and KV cache use); pricing it is the planner's job (topoplan.plan.cost).
@@ -12,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
+
+from topoplan.layout import Layout
 
 Version = tuple[int, ...]
 
@@ -43,6 +49,19 @@ class Parallelism:
     ep: bool = False  # expert parallelism for MoE layers
     pads_vocab: bool = True  # vocab-parallel embedding / LM head padded to a multiple of tp (else tp must divide it)
     tp_across_nodes: bool = True
+    # the batch walks the pipeline stages as micro-batches (topoplan.layout.micro_batches), not as one: the
+    # bundled runner cuts it; a serving engine schedules whole batches (vLLM: a request in flight is not
+    # scheduled again before its token returns, so the batch walks the stages as one)
+    micro_batched_pp: bool = False
+    # without `dp` (replicas behind one front end), dp > 1 only as attention DP of an MoE model (ep = tp x dp,
+    # every rank its own attention with this TP degree, the experts over all of them); 0: not at all
+    attention_dp_tp: int = 0
+
+    def runs(self, layout: Layout, moe: bool) -> bool:
+        """Whether one launch of the engine runs the layout's replicas (dp > 1)."""
+        if layout.dp == 1 or self.dp:
+            return True
+        return moe and self.ep and layout.tp == self.attention_dp_tp and layout.ep == layout.tp * layout.dp
 
 
 @dataclass(frozen=True)
@@ -115,8 +134,9 @@ class Overheads:
 
 
 @dataclass(frozen=True)
-class EngineProfile:
-    """One engine between two versions, as the planner prices it."""
+class Engine:
+    """One engine between two versions: what the planner prices, the rules it puts on layouts, and how it is
+    launched and driven here."""
 
     name: str
     version: str  # the profile's label, what `NAME@VERSION` names
@@ -128,6 +148,13 @@ class EngineProfile:
     overheads: Overheads
     sources: dict[str, str] = field(default_factory=dict)  # dotted constant path -> where it comes from
     notes: str = ""
+    # a serving engine: one server command per node, requests over HTTP (else the bundled runner: a line per rank)
+    serves: bool = True
+    # the module of topoplan.launch.engines that writes this version's command line; None: launch cannot write
+    # it (refused in one line), `plan` still prices the version
+    launcher: str | None = None
+    # the module of topoplan.bench that runs this engine on this machine for calibrate/validate; None: none
+    driver: str | None = None
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
@@ -145,7 +172,7 @@ def constants(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Every number in a profile by dotted path (what needs a source); booleans and names excluded."""
     out: dict[str, Any] = {}
     for f in fields(obj):
-        if f.name in ("sources", "name", "version", "covers", "notes"):
+        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp"):
             continue
         value, path = getattr(obj, f.name), f"{prefix}{f.name}"
         if isinstance(value, AllReducePath) and not value.custom:

@@ -5,7 +5,7 @@ The candidates: one rank with every core as its threads (TP1), and every tp x pp
 single-threaded rank per core; for an MoE model also the expert-parallel layouts the bundled runner runs
 (ep dividing tp: with dp 1, the planner's ep = tp x dp and the runner's EP inside a TP group coincide).
 Each is priced by the planner itself (topoplan.plan.rank.plan) on the CPU topology and device of
-topoplan.bench.cpu, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
+topoplan.plan.cpu_entry, twice: a decode step multiplies `batch` rows by each weight (`batch / m` with the runner's
 m = min(pp, batch) micro-batches, all m stages streaming at once), prefill `batch x prompt_len`, and a CPU's
 FLOP rate depends on the rows (cpu.py). The decode time per token is the micro-batched schedule's step (every
 sequence one token, the planner's throughput formula), which is what the runner measures. CPU layouts are
@@ -18,15 +18,14 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from topoplan.bench.cpu import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import dtype_of
-from topoplan.engines import DEFAULT_ENGINE, resolve
 from topoplan.errors import TopoplanError
-from topoplan.layout import Layout
+from topoplan.layout import Layout, micro_batches
 from topoplan.models import ModelSpec, find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import LayoutCost, Workload
+from topoplan.plan.cpu_entry import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.rank import Plan, RankedLayout, check_search, mark_dominated, plan, rank_key
@@ -80,7 +79,7 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     layout = cand.layout
     layer_bytes = spec.layer_params_per_rank(layout.tp, layout.ep) * dtype_of(CPU_DTYPE).bytes
 
-    micro = min(layout.pp, workload.batch) if micro_batched else 1  # the runner's (generate.micro_batch_rows)
+    micro = micro_batches(layout.pp, workload.batch) if micro_batched else 1
     decode_rows = math.ceil(workload.batch / micro)
 
     def at(rows: int, busy_stages: int) -> LayoutCost:
@@ -92,13 +91,14 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     decode, prefill = at(decode_rows, micro), at(workload.batch * workload.prompt_len, 1)
     step_ms = layout.dp * workload.batch / decode.tokens_per_s * 1e3  # every sequence one token: the schedule's step
     return replace(decode, prefill_ms=prefill.prefill_ms, decode_ms_per_token=step_ms,
-                   request_ms=prefill.prefill_ms + workload.gen_len * step_ms)
+                   request_ms=prefill.prefill_ms + workload.gen_len * step_ms,
+                   served=None, offline=None)  # the served model's figures are the GPU plan's (static figures here)
 
 
 def _refuse_gpu_options(r: PlanRequest) -> None:
     options = (("--topo", r.topo), ("--gpu", r.gpu), ("--cpu", r.cpu), ("--nic-gbps", r.nic_gbps))
     given = [name for name, value in options if value is not None] + (["--nodes"] if r.nodes != 1 else []) + (
-        [f"--engine {r.engine}"] if resolve(r.engine).name != DEFAULT_ENGINE else [])
+        [f"--engine {r.engine}"] if r.engine.serves else [])
     if given:
         raise TopoplanError(f"--device cpu plans this machine's CPU cores; {', '.join(given)} describe GPU "
                             "machines: drop them, or plan GPUs with --device gpu")

@@ -1,0 +1,80 @@
+"""The served model against published serving measurements: every row of tests/data/engine_measurements.json
+(NVIDIA aiconfigurator 0.12's silicon_sample.csv: TTFT and TPOT of real vLLM, SGLang and TensorRT-LLM
+deployments on H100 at closed-loop concurrency) served by topoplan.plan.served under its engine version's
+profile and scheduler, on an 8-GPU NVSwitch board of its GPU.
+
+Prints one line per row: source, engine and version, the point (model, dtype, TP, concurrency, prompt/gen),
+then measured, ours and the error for TPOT, TTFT and delivered output tokens/s per replica (the measured one
+derived from the measured TTFT and TPOT by Little's law: C x gen / (TTFT + (gen - 1) x TPOT)); then mean and
+worst |error| per engine, fitting rows (role 'fit', which the engine profiles' constants were fitted on) and
+checking rows apart.
+
+    python benchmarks/served_validation.py [--summary]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.engine_cases import PUBLISHED, board, model_of  # noqa: E402
+from topoplan.engines import resolve  # noqa: E402
+from topoplan.hardware import find_gpu  # noqa: E402
+from topoplan.plan.cost import Workload  # noqa: E402
+from topoplan.plan.device import DeviceSpec  # noqa: E402
+from topoplan.plan.rank import plan  # noqa: E402
+
+SOURCE = "aiconfigurator 0.12 silicon_sample.csv"
+METRICS = ("TPOT", "TTFT", "tok/s")
+
+
+def served_rows() -> list[dict]:
+    """Each published row with our served figures beside the measured ones."""
+    out = []
+    for r in PUBLISHED["rows"]:
+        profile, gpu = resolve(r["engine"]), r["gpu"].replace("_", "-")
+        work = Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"])
+        result = plan(board(gpu), model_of(r["model"]), DeviceSpec.from_gpu(find_gpu(gpu)), work, tp=r["tp"],
+                      pp=r["pp"], dp=1, engine=profile)
+        ours = result.layouts[0].cost.served.replica
+        c, gen = r["concurrency"], r["gen"]
+        measured_rate = c * gen / (r["ttft_ms"] + (gen - 1) * r["tpot_ms"]) * 1e3
+        out.append({**r, "profile": str(profile), "scheduler": result.serving.scheduler.mode,
+                    "measured": {"TPOT": r["tpot_ms"], "TTFT": r["ttft_ms"], "tok/s": measured_rate},
+                    "ours": {"TPOT": ours.tpot_ms, "TTFT": ours.ttft_ms, "tok/s": ours.output_tokens_per_s}})
+    return out
+
+
+def error(row: dict, metric: str) -> float:
+    return row["ours"][metric] / row["measured"][metric] - 1
+
+
+def main() -> None:
+    rows = served_rows()
+    if "--summary" not in sys.argv:
+        print("| source | engine | profile (scheduler) | point | role | " + " | ".join(
+            f"{m} measured | ours | error" for m in METRICS) + " |")
+        print("|---" * (5 + 3 * len(METRICS)) + "|")
+        for r in rows:
+            point = f"{r['model']} {r['dtype']} {r['gpu']} TP{r['tp']} C{r['concurrency']} {r['prompt']}/{r['gen']}"
+            cells = " | ".join(f"{r['measured'][m]:.1f} | {r['ours'][m]:.1f} | {100 * error(r, m):+.0f}%"
+                               for m in METRICS)
+            print(f"| {SOURCE} | {r['engine']} | {r['profile']} ({r['scheduler']}) | {point} | {r['role']} | "
+                  f"{cells} |")
+        print()
+    print("| profile | role | rows | " + " | ".join(f"{m} mean abs error | worst" for m in METRICS) + " |")
+    print("|---" * (3 + 2 * len(METRICS)) + "|")
+    for profile in sorted({r["profile"] for r in rows}):
+        for role in ("fit", "check"):
+            mine = [r for r in rows if r["profile"] == profile and r["role"] == role]
+            if not mine:
+                continue
+            cells = " | ".join(f"{100 * sum(abs(error(r, m)) for r in mine) / len(mine):.1f}% | "
+                               f"{100 * max(abs(error(r, m)) for r in mine):.0f}%" for m in METRICS)
+            print(f"| {profile} | {role} | {len(mine)} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()
