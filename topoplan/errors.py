@@ -7,20 +7,19 @@ Anything else escaping is a bug in topoplan, and is allowed to show its tracebac
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 EXIT_USAGE = 2
-# Characters that act on a terminal or break a line rather than print: C0 controls (newline, ESC, BEL ...), DEL,
-# C1 controls (CSI 0x9b and OSC 0x9d act as ESC [ and ESC ] on some terminals), and Unicode's line/paragraph
-# separators. A file name, device name or model name from input may hold any of them.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def printable(text: str) -> str:
-    """`text` with every control character written as its escape (`\\n`, `\\x1b`): what came from input then
-    stays on one line and can neither move the cursor, retitle the terminal nor clear it."""
-    return _UNPRINTABLE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+    """`text` with every character that does not print written as its escape (`\\n`, `\\x1b`, `\\u202e`): C0 and
+    C1 controls (newline, ESC, BEL; CSI 0x9b), DEL, line separators, bidi overrides. What came from input (a file,
+    device or model name) then stays on one line and can neither move the cursor, retitle or clear the terminal,
+    nor reorder what is shown. The one helper for it; `topoplan.terminal.inert` adds rich-markup escaping."""
+    if text.isprintable():  # the common case, at C speed
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class TopoplanError(Exception):

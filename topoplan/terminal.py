@@ -33,11 +33,12 @@ def inert(text: object) -> str:
 
 def emit(console: Console, *renderables: RenderableType | str) -> None:
     """Print `renderables` on `console` at its width, each line stripped of trailing blanks. Plain strings are
-    printed as text, never read as markup, their control characters escaped (they often quote input)."""
+    printed as text, never read as markup, their control characters escaped (they often quote input); the line
+    breaks they are written with stay."""
     with console.capture() as captured:
         for renderable in renderables:
             if isinstance(renderable, str):
-                renderable = Text(printable(renderable))
+                renderable = Text("\n".join(printable(line) for line in renderable.split("\n")))
             console.print(renderable, highlight=False)
     console.file.write(strip_trailing(captured.get()))
     console.file.flush()
