@@ -8,6 +8,7 @@ import json
 import os
 import re
 import stat
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from topoplan.limits import (
     MAX_LINES,
     MAX_NICS_PER_NODE,
     MAX_TEXT_COLUMNS,
+    read_capped,
 )
 
 ROCM = DGX.parents[1] / "amd" / "rocm-smi-mi50-4gpu-pcie-1numa.txt"
@@ -261,6 +263,18 @@ def test_hf_config_contradictions(tmp_path, change, expected):
 
 
 # --- paths -------------------------------------------------------------------------------------------------
+def test_reading_a_file_allocates_what_it_holds_not_the_cap(tmp_path):
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 1000)
+    tracemalloc.start()
+    assert read_capped(small) == b"x" * 1000
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**10, peak  # was the 32 MiB cap for every file
+    status = Path("/proc/self/status")  # a procfs file says 0 bytes: read on to its end all the same
+    assert status.stat().st_size == 0 and read_capped(status).startswith(b"Name:")
+
+
 def test_a_fifo_given_as_input_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

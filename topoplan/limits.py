@@ -108,12 +108,26 @@ def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX
             if not stat.S_ISREG(mode):
                 raise TopoplanError(f"{_kind(mode)}, not a regular file; expected a topology, recording, config or "
                                     "calibration file (pipe input through stdin, `-`)", source=str(path))
-            data = handle.read(cap + 1)
+            data = _read_sized(handle, os.fstat(fd).st_size, cap)
     if len(data) > cap:
         raise TopoplanError(f"larger than {cap // 2**20} MiB, the most topoplan reads from one input file; "
                             f"expected a topology, recording, config or calibration file", source=str(path))
     return data
 
+
+
+def _read_sized(handle: BinaryIO, size: int, cap: int) -> bytes:
+    """At most cap+1 bytes of a regular file, allocating what it holds rather than the cap up front: its size
+    first, then 1 MiB at a time for files whose size says nothing (procfs and sysfs report 0 or 4096)."""
+    want = min(size, cap) + 1
+    chunks = [handle.read(want)]
+    total = len(chunks[0])
+    if total < want:  # fewer bytes than asked: the end of the file
+        return chunks[0]
+    while total <= cap and (chunk := handle.read(min(1 << 20, cap + 1 - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def _kind(mode: int) -> str:
