@@ -292,6 +292,12 @@ def test_output_at_a_symlink_loop_or_an_over_long_name(tmp_path):
     assert refused(*LAUNCH, "-o", str(long)) == f"{long}: cannot write to it: File name too long"
 
 
+def test_an_over_long_model_path(tmp_path):
+    long = tmp_path / ("m" * 300)
+    assert refused("plan", "--model", str(long), "--topo", str(DGX), "--gpu", "a100-80gb") == (
+        f"{long}: cannot read it: File name too long; expected a model name or a HF checkpoint folder")
+
+
 def test_an_error_about_a_path_with_a_newline_stays_one_line(tmp_path):
     assert refused("inspect", "--file", f"{tmp_path}/no\nsuch") == (f"{tmp_path}/no\\nsuch: cannot read it: No such "
                                                                    "file or directory")
