@@ -1,6 +1,12 @@
 """Fuzz sweep: N hostile inputs through the CLI in-process; count tracebacks, time per input, peak memory.
 
     python3 benchmarks/fuzz_sweep.py [--count 10000] [--start 0]
+    python3 benchmarks/fuzz_sweep.py --grammar [--count 40] [--start 0]   # per format, by shape
+
+With --grammar the inputs are tests/grammar_cases.py's instead: per format (smi text, p2p, NCCL XML, AMD text,
+NVML JSON, HF config, calibration), --count structurally valid but extreme inputs drawn by hypothesis (seeded
+by --start), and a table per class (format/shape) of inputs, exit 0, exit 2, tracebacks, runs over 10 s, over
+256 MiB of Python allocations, errors of more than one line, raw escapes on the terminal, p99 and max seconds.
 
 The inputs are tests/fuzz_cases.py's (damaged real pastes and NVML recordings, wrong-typed HF configs and
 calibrations, option sets at and beyond their ranges), the same the CI fuzz test draws from. Reference: the
@@ -12,61 +18,95 @@ parent-side check). Prints the counts per kind, the time p50/p99/max and the pro
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
-import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fuzz_cases import WouldSpawn, make_case, materialise, no_ranks  # noqa: E402
+from fuzz_cases import broken, make_case, materialise, no_ranks, run_within_budget  # noqa: E402
 
 import topoplan.bench.launch  # noqa: E402
 import topoplan.runner.local  # noqa: E402
-from topoplan import cli  # noqa: E402
 
 
 def one(seed: int, folder: Path) -> tuple[str, str | None, float]:
     """(kind, what went wrong or None, seconds) for one seed."""
     case = make_case(seed)
-    argv = materialise(case, folder)
-    sys.argv = ["topoplan", *argv]
-    err = io.StringIO()
-    start = time.perf_counter()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            cli.main()
-        code: object = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    except WouldSpawn:
-        code = 0
-    except BaseException as error:  # noqa: BLE001 - a traceback is what this sweep counts
-        return case.kind, "traceback: " + "".join(traceback.format_exception_only(error)).strip(), 0.0
-    seconds = time.perf_counter() - start
-    lines = [line for line in err.getvalue().splitlines() if not line.startswith("topoplan: warning:")]
-    if code not in (0, 2):
-        return case.kind, f"exit {code}", seconds
-    if code == 2 and (len(lines) != 1 or not lines[0].startswith("topoplan: error: ")):
-        return case.kind, f"exit 2 with {len(lines)} lines", seconds
-    return case.kind, None, seconds
+    outcome = run_within_budget(materialise(case, folder))
+    problems = broken(outcome)
+    detail = outcome.traceback.strip().splitlines()[-1] if outcome.traceback else outcome.err[-200:]
+    return case.kind, f"{', '.join(problems)}: {detail}" if problems else None, outcome.seconds
+
+
+COLUMNS = ("traceback", "over 10 s", "over 256 MiB", "error of more than one line", "raw escape in output")
+
+
+def grammar(count: int, seed: int, home: str) -> None:
+    """--count inputs per format from tests/grammar_cases.py; one row per class."""
+    from grammar_cases import FORMATS
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    rows: dict[str, Counter] = {}
+    times: dict[str, list[float]] = {}
+    peaks: dict[str, int] = {}
+    examples: list[str] = []
+    for fmt, strategy in FORMATS.items():
+        @hypothesis_seed(seed)
+        @settings(max_examples=count, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def one_input(case):
+            folder = Path(tempfile.mkdtemp(dir=home))
+            outcome = run_within_budget(materialise(case, folder))
+            row = rows.setdefault(case.kind, Counter())
+            row["inputs"] += 1
+            row[f"exit {outcome.code}"] += 1
+            problems = broken(outcome)
+            row.update(problems)
+            if problems and len(examples) < 20:
+                examples.append(f"  {case.kind}: {', '.join(problems)}: {(outcome.traceback or outcome.err)[-200:]!r}")
+            times.setdefault(case.kind, []).append(outcome.seconds)
+            peaks[case.kind] = max(peaks.get(case.kind, 0), outcome.peak)
+            shutil.rmtree(folder)
+
+        one_input()
+    head = ["class", "inputs", "exit 0", "exit 2", "tracebacks", "> 10 s", "> 256 MiB", "> 1 line", "escapes",
+            "p99 s", "max s", "max MiB"]
+    print(" | ".join(head))
+    total: Counter = Counter()
+    for kind in sorted(rows):
+        row, spent = rows[kind], sorted(times[kind])
+        total.update(row)
+        print(" | ".join([kind, str(row["inputs"]), str(row["exit 0"]), str(row["exit 2"]),
+                          *(str(row[c]) for c in COLUMNS), f"{spent[int(0.99 * (len(spent) - 1))]:.2f}",
+                          f"{spent[-1]:.2f}", f"{peaks[kind] / 2**20:.0f}"]))
+    print(f"all {len(rows)} classes: {total['inputs']} inputs; " + ", ".join(f"{c}: {total[c]}" for c in COLUMNS))
+    print("\n".join(examples))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--grammar", action="store_true", help="extreme shapes per format (tests/grammar_cases.py)")
     args = parser.parse_args()
     topoplan.runner.local.spawn_ranks = no_ranks
     topoplan.bench.launch.spawn_ranks = no_ranks
+    if args.grammar:
+        load = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as home:
+            os.environ.update(HOME=home, XDG_CACHE_HOME=f"{home}/cache")
+            grammar(args.count, args.start, home)
+        print(f"load average {load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; --count {args.count} "
+              f"per format, seed {args.start}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MiB")
+        return
     kinds: Counter = Counter()
     problems: list[tuple[int, str, str]] = []
     times: list[float] = []

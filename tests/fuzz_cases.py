@@ -7,9 +7,15 @@ junk characters, deleted or duplicated lines, options at and beyond their ranges
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import random
+import sys
+import time
+import traceback
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +153,65 @@ def materialise(case: Case, folder: Path) -> list[str]:
         else:
             path.write_text(content, errors="surrogatepass")
     return [arg.replace("{dir}", str(folder)) for arg in case.argv]
+
+
+MEMORY_BUDGET = 256 * 2**20  # bytes of Python allocations per input (docs/limits.md)
+TIME_BUDGET = 10.0  # seconds per input, generous for a loaded 2-core CI runner
+
+
+@dataclass
+class Outcome:
+    """What one CLI run in-process did."""
+
+    code: object  # the exit code; None when an exception other than SystemExit escaped
+    out: str
+    err: str
+    seconds: float
+    peak: int  # bytes: the peak of Python allocations (tracemalloc)
+    traceback: str | None = None
+
+
+def run_within_budget(argv: list[str]) -> Outcome:
+    """Run `topoplan argv` in this process (spawn_ranks must already be replaced by `no_ranks`), measuring its
+    time and peak allocations; an input that reaches spawning counts as accepted (exit 0)."""
+    from topoplan import cli
+
+    saved, sys.argv = sys.argv, ["topoplan", *argv]
+    out, err, tb = io.StringIO(), io.StringIO(), None
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+        code: object = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    except WouldSpawn:
+        code = 0
+    except BaseException:  # noqa: BLE001 - a traceback is what the callers count
+        code, tb = None, traceback.format_exc()
+    finally:
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        sys.argv = saved
+    return Outcome(code, out.getvalue(), err.getvalue(), seconds, peak, tb)
+
+
+def broken(outcome: Outcome) -> list[str]:
+    """The classes of docs/limits.md's contract this outcome breaks (none: it kept it)."""
+    problems = []
+    if outcome.traceback is not None or "Traceback" in outcome.err:
+        problems.append("traceback")
+    elif outcome.code not in (0, 2):
+        problems.append(f"exit {outcome.code}")
+    lines = [line for line in outcome.err.splitlines() if not line.startswith("topoplan: warning:")]
+    if outcome.code == 2 and (len(lines) != 1 or not lines[0].startswith("topoplan: error: ")):
+        problems.append("error of more than one line")
+    if outcome.seconds > TIME_BUDGET:
+        problems.append("over 10 s")
+    if outcome.peak > MEMORY_BUDGET:
+        problems.append("over 256 MiB")
+    if any(c in outcome.out + outcome.err for c in "\x1b\x07\x9b\x9d"):
+        problems.append("raw escape in output")
+    return problems

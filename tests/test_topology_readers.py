@@ -87,8 +87,8 @@ def test_amd_pcie_pair_without_peer_access_gets_a_p2p_level():
     topo = read_topology(str(ROOT / "amd" / "amd-smi-rx7900xtx-2gpu-pcie-rocm-issue6074.txt"))
     from topoplan.launch.nccl_env import p2p_level
 
-    level = p2p_level(topo, ["GPU0", "GPU1"])
-    assert (level.name, level.value) == ("NCCL_P2P_LEVEL", "PXB")  # PHB fails: allow only up to PXB
+    level, notes = p2p_level(topo, ["GPU0", "GPU1"])
+    assert (level.name, level.value) == ("NCCL_P2P_LEVEL", "PXB") and notes == []  # PHB fails: only up to PXB
 
 
 # --- round trip: read -> write NCCL XML -> read -----------------------------------------------------------

@@ -3,7 +3,9 @@ so an interrupted or failed run never leaves a half-written file behind.
 
 Two kinds of target are not files to replace: a character device or a FIFO (`-o /dev/stdout`, `-o /dev/full`,
 a named pipe) is written through, as a shell's `>` would; a symlink is followed, so the link stays and the file
-it points to is replaced (docs/limits.md)."""
+it points to is replaced (docs/limits.md) -- except a link another user planted in a sticky world-writable folder
+such as /tmp, which the kernel's protected_symlinks rule would not follow either. A file replaced keeps no wider
+a mode than it had."""
 
 from __future__ import annotations
 
@@ -28,12 +30,37 @@ def _is_stream(path: Path) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
+MAX_LINKS = 40  # symlinks followed for one path, as Linux's own limit (ELOOP beyond)
+
+
 def _target(output: str | Path) -> Path:
-    """The file a write lands in: symlinks followed; an empty name refused (it would mean stdout or `.`)."""
+    """The file a write lands in: symlinks followed (each checked as protected_symlinks would), a loop, an
+    over-long name or an empty name refused in one line."""
     if not str(output).strip():
         raise TopoplanError("an empty output path; expected a file name (leave the option out to print)")
     path = Path(output)
-    return path.resolve() if path.is_symlink() else path
+    try:
+        for _ in range(MAX_LINKS):
+            if not path.is_symlink():
+                return path
+            _refuse_planted_link(path)
+            path = path.parent / os.readlink(path)
+    except OSError as error:
+        raise TopoplanError(f"cannot write to it: {error.strerror or error}", source=output) from None
+    raise TopoplanError(f"more than {MAX_LINKS} symbolic links to follow (a loop?); expected a file to write",
+                        source=output)
+
+
+def _refuse_planted_link(link: Path) -> None:
+    """Refuse to follow `link` where the kernel's protected_symlinks rule would: in a sticky, world-writable
+    folder (/tmp), a link owned neither by us nor by the folder's owner may have been planted to make us
+    overwrite a file of our own (as root: any file)."""
+    folder, owner = os.stat(link.parent), os.lstat(link).st_uid
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+    if shared and owner not in (os.geteuid(), folder.st_uid):
+        raise TopoplanError(f"a symbolic link owned by another user (uid {owner}) in a shared sticky folder; not "
+                            "followed (the kernel's protected_symlinks rule): remove it or write elsewhere",
+                            source=link)
 
 
 def check_folder(path: str | Path) -> Path:
@@ -61,6 +88,16 @@ def _umask() -> int:
     return mask
 
 
+def _mode(target: Path, executable: bool) -> int:
+    """What a plain open() would give a new file (less the umask), executable by all if asked; never wider than
+    the mode of the file it replaces (a 0600 file stays private whatever is written over it)."""
+    mode = (0o777 if executable else 0o666) & ~_umask()
+    try:
+        return mode & os.stat(target).st_mode & 0o777
+    except FileNotFoundError:
+        return mode
+
+
 @contextmanager
 def atomic_path(output: str | Path, *, executable: bool = False) -> Iterator[str]:
     """A temporary path to write to; it becomes `output` when the block ends without an exception.
@@ -81,7 +118,7 @@ def atomic_path(output: str | Path, *, executable: bool = False) -> Iterator[str
     os.close(fd)
     try:
         yield tmp
-        os.chmod(tmp, (0o777 if executable else 0o666) & ~_umask())  # mkstemp makes it private
+        os.chmod(tmp, _mode(target, executable))  # mkstemp makes it private
         os.replace(tmp, target)
     except OSError as error:
         raise TopoplanError(f"cannot write {output}: {error.strerror}") from None

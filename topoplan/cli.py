@@ -16,7 +16,7 @@ import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
-from topoplan.errors import TopoplanError
+from topoplan.errors import TopoplanError, printable
 from topoplan.model_aliases import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
@@ -49,7 +49,7 @@ def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | No
 
 def warn(warnings: list[str]) -> None:
     for warning in warnings:
-        print(f"topoplan: warning: {warning}", file=sys.stderr)
+        print(f"topoplan: warning: {printable(warning)}", file=sys.stderr)
 
 
 def fail(error: TopoplanError) -> typer.Exit:
@@ -713,6 +713,6 @@ def main() -> None:
             error.show()  # `topoplan` alone: the help text (click prints it on stdout), exit 2
         else:
             where = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-            print(f"topoplan: error: {error.format_message()}{where}", file=sys.stderr)
+            print(f"topoplan: error: {printable(error.format_message())}{where}", file=sys.stderr)
         code = getattr(error, "exit_code", 2)
     raise SystemExit(code or 0)

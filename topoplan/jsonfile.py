@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from topoplan.errors import TopoplanError
-from topoplan.limits import MAX_DIGITS, MAX_JSON_DEPTH, read_capped
+from topoplan.limits import MAX_DEPTH, MAX_DIGITS, MAX_ELEMENTS, read_capped
 
 
 def parse_json(text: str, source: str | Path, what: str) -> Any:
     """`text` as JSON; bad JSON is a TopoplanError at its line, saying `what` the file should have been.
 
     Stricter than json.loads where Python's reader would crash or accept what JSON does not: nesting deeper
-    than MAX_JSON_DEPTH (RecursionError), integers longer than MAX_DIGITS (Python's int-string limit),
-    NaN/Infinity and numbers that overflow to infinity (not JSON; they would print as invalid JSON later)."""
-    _check_depth(text, source, what)
+    than MAX_DEPTH (RecursionError), more than MAX_ELEMENTS values (seconds and hundreds of MiB), integers
+    longer than MAX_DIGITS (Python's int-string limit), NaN/Infinity and numbers that overflow to infinity (not
+    JSON; they would print as invalid JSON later)."""
+    _check_shape(text, source, what)
     try:
         return json.loads(text, parse_int=lambda s: _int(s, source, what),
                           parse_float=lambda s: _float(s, source, what),
@@ -27,26 +29,26 @@ def parse_json(text: str, source: str | Path, what: str) -> Any:
                             line=error.lineno) from None
 
 
-def _check_depth(text: str, source: str | Path, what: str) -> None:
-    """Refuse nesting deeper than MAX_JSON_DEPTH in one linear pass (brackets inside strings do not count)."""
-    depth, in_string, escaped = 0, False, False
-    for index, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise TopoplanError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels; expected {what}",
-                                    source=source, line=text.count("\n", 0, index) + 1)
-        elif ch in "]}":
-            depth -= 1
+# A string once its escaped backslashes and quotes are gone; an unclosed one runs to the end (one pass, and a
+# single character-class repeat, which the regex engine runs without per-character state).
+_STRING = re.compile(r'"[^"]*"?')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _check_shape(text: str, source: str | Path, what: str) -> None:
+    """Refuse more than MAX_ELEMENTS values or nesting deeper than MAX_DEPTH, before json.loads allocates
+    anything: strings are blanked and separators counted at C speed, and only then are the brackets (at most
+    MAX_ELEMENTS of them) walked for depth."""
+    bare = _STRING.sub('""', text.replace("\\\\", "").replace('\\"', ""))
+    elements = bare.count(",") + bare.count("[") + bare.count("{")
+    if elements > MAX_ELEMENTS:
+        raise TopoplanError(f"{elements} JSON values; expected at most {MAX_ELEMENTS:,} in {what}", source=source)
+    depth = 0
+    for bracket in _BRACKET.finditer(bare):
+        depth += 1 if bracket.group(0) in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise TopoplanError(f"JSON nested deeper than {MAX_DEPTH} levels; expected {what}",
+                                source=source, line=bare.count("\n", 0, bracket.start()) + 1)
 
 
 def _int(text: str, source: str | Path, what: str) -> int:

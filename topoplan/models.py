@@ -431,9 +431,14 @@ def find_model(name: str) -> ModelSpec:
     """A catalog model by name or alias (case-insensitive), a path to a HF config.json, or a HF checkpoint folder
     (its config.json), as `run --model` takes."""
     path = Path(name)
-    if path.is_dir():
+    try:
+        folder, file = path.is_dir(), path.is_file()
+    except OSError as error:  # a name too long for the file system: not a path, and no catalog name either
+        raise TopoplanError(f"cannot read it: {error.strerror}; expected a model name or a HF checkpoint folder",
+                            source=name) from None
+    if folder:
         return load_config(path / "config.json")
-    if name.endswith(".json") or path.is_file():
+    if name.endswith(".json") or file:
         return load_config(path)
     by_lower = {k.lower(): k for k in CATALOG} | {k.lower(): v for k, v in ALIASES.items()}
     key = by_lower.get(name.lower())

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from topoplan.bench.definitions import human_size
 from topoplan.bench.plot import series, sparkline
-from topoplan.terminal import emit
+from topoplan.terminal import emit, inert
 
 GROUP_COLUMNS = ("time", "algbw", "busbw", "#wrong")  # nccl-tests' per-form columns (time in us, GB/s)
 
@@ -106,8 +106,8 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
 def validate_table(result: dict[str, Any], with_layers: bool = True) -> Table:
     """Predicted vs measured per layout: times in ms (decode per token), errors relative to the measurement."""
     engine = f"{result['engine']} {result['engine_version']}, " if "engine" in result else ""
-    table = Table(title=f"predicted vs measured: {engine}{result['model']}, batch {result['batch']}, prompt "
-                        f"{result['prompt_len']}, {result['gen_len']} new tokens",
+    table = Table(title=inert(f"predicted vs measured: {engine}{result['model']}, batch {result['batch']}, prompt "
+                              f"{result['prompt_len']}, {result['gen_len']} new tokens"),  # a model path from input
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("layout", no_wrap=True)
     table.add_column("threads\n/rank", justify="right", overflow="fold")

@@ -12,15 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from topoplan.doctor.finding import EXIT_CODES, GROUPS, SEVERITIES, Finding, exit_code, worst
+from topoplan.errors import printable
 from topoplan.terminal import emit
 
 STYLES = {"ok": "green", "unknown": "dim", "note": "cyan", "slows": "yellow", "blocks": "bold red"}
 FINDINGS_FORMAT = "topoplan-doctor-findings"
-
-
-def printable(text: str) -> str:
-    """`text` with every non-printable character written as an escape (\\x1b, \\n)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def ordered(findings: list[Finding]) -> list[Finding]:

@@ -9,25 +9,25 @@ from topoplan.cpuset import format_cpu_list
 from topoplan.launch.binding import MEM_POLICIES, describe_cpus
 from topoplan.launch.engines.common import EngineLaunch
 from topoplan.launch.spec import LaunchSpec
-from topoplan.terminal import emit
+from topoplan.terminal import emit, inert
 
 
 def explain(spec: LaunchSpec, console: Console) -> None:
     """Printed at the console's width: long values fold onto more lines rather than being cut."""
     tables: list[Table | str] = []
     for r in spec.ranks:
-        table = Table(title=f"rank {r.rank}: node {r.node}, local rank {r.local_rank}, {r.gpu} "
-                            f"(tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank})", title_justify="left")
+        table = Table(title=inert(f"rank {r.rank}: node {r.node}, local rank {r.local_rank}, {r.gpu} "
+                                  f"(tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank})"), title_justify="left")
         table.add_column("variable", overflow="fold")
         table.add_column("value", overflow="fold")
         table.add_column("why", overflow="fold", ratio=1)
         for var in r.env:
-            table.add_row(var.name, var.value, var.reason)
+            table.add_row(inert(var.name), inert(var.value), inert(var.reason))
         table.add_row("numactl --cpunodebind" if r.cpus is None and r.cpu_node is not None
-                      else "numactl --physcpubind", describe_cpus(r.cpus, r.cpu_node), r.cpu_reason)
+                      else "numactl --physcpubind", describe_cpus(r.cpus, r.cpu_node), inert(r.cpu_reason))
         option = MEM_POLICIES[r.mem_policy][0]
         table.add_row(f"numactl {option or '(no memory policy)'}" if r.mem_node is not None or option is None
-                      else "numactl --localalloc", str(r.mem_node) if r.mem_node is not None else "", r.mem_reason)
+                      else "numactl --localalloc", "" if r.mem_node is None else str(r.mem_node), inert(r.mem_reason))
         tables.append(table)
     emit(console, *tables, *(f"note: {note}" for note in spec.notes))
 
@@ -43,9 +43,9 @@ def explain_engine(launch: EngineLaunch, console: Console) -> None:
         table.add_column("value", overflow="fold")
         table.add_column("why", overflow="fold", ratio=1)
         for var in command.env:
-            table.add_row(var.name, var.value, var.reason)
+            table.add_row(inert(var.name), inert(var.value), inert(var.reason))
         for option in command.options:
-            table.add_row(option.words[0], " ".join(option.words[1:]), option.reason)
+            table.add_row(inert(option.words[0]), inert(" ".join(option.words[1:])), inert(option.reason))
         out.append(table)
     for r in launch.spec.ranks:
         cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"

@@ -10,6 +10,7 @@ from rich.text import Text
 from topoplan.layout import Layout, RankGrid
 from topoplan.plan.cost import LayoutCost
 from topoplan.plan.rank import Plan, RankedLayout
+from topoplan.terminal import inert
 
 
 def gpu_groups(entry: RankedLayout) -> str:
@@ -74,7 +75,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     hidden_note = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                    "(--json lists them under \"hidden\")" if hidden else "")
     caption = "\n".join(part for part in (legend if result.serving else "", hidden_note) if part) or None
-    table = Table(title=title, title_justify="left", caption=None if narrow else caption, caption_justify="left",
+    table = Table(title=inert(title), title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for name in ("#", "layout", "fits", "conc", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU",
                  *(() if narrow else ("step ms",))):

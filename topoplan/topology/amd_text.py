@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NUMA_NODE, whole_number
 from topoplan.topology.model import Gpu, Topology, build_topology
 from topoplan.topology.paste import Line, clean_lines, quote
 
@@ -44,9 +45,9 @@ class _Table:
     rows: dict[str, tuple[Line, list[str]]] = field(default_factory=dict)
 
 
-def detect_amd_text(text: str) -> str | None:
+def detect_amd_text(text: str, source: str = "<text>") -> str | None:
     """ROCM_SMI or AMD_SMI when the text holds that tool's link-type table, else None."""
-    for line in clean_lines(text):
+    for line in clean_lines(text, source):
         banner = _ROCM_BANNER.match(line.text)
         if banner and banner.group(1).lower() == "link type between two gpus":
             return ROCM_SMI
@@ -57,14 +58,14 @@ def detect_amd_text(text: str) -> str | None:
 
 def parse_rocm_smi_topo(text: str, source: str = "<text>") -> Topology:
     """Parse `rocm-smi --showtopo` (or `--showtopotype/-weight/-hops/-numa`) output."""
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     tables, numa, numa_line = _rocm_tables(lines, source)
     return _build(tables, numa, ROCM_SMI, source, numa_line)
 
 
 def parse_amd_smi_topology(text: str, source: str = "<text>") -> Topology:
     """Parse `amd-smi topology` text output (the table form of ROCm 6.1 and later)."""
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     return _build(_amd_tables(lines, source), {}, AMD_SMI, source, 1)
 
 
@@ -93,8 +94,13 @@ def _rocm_tables(lines: list[Line], source: str) -> tuple[dict[str, _Table], dic
                 raise TopoplanError(f"Numa Nodes block: expected 'GPU[<n>] : (Topology) Numa Node: <node>', found "
                                     f"{quote(line.text)}", source=source, line=line.number)
             if match.group(2) == "Node":
-                node = int(match.group(3))
-                numa[int(match.group(1))] = node if node >= 0 else None
+                gpu = whole_number(match.group(1), "Numa Nodes block, GPU", source=source, line=line.number)
+                node = whole_number(match.group(3), "Numa Nodes block, node", source=source, line=line.number)
+                if node > MAX_NUMA_NODE or gpu >= MAX_GPUS_PER_NODE:
+                    raise TopoplanError(f"Numa Nodes block: GPU {gpu} on node {node}; expected GPUs 0 to "
+                                        f"{MAX_GPUS_PER_NODE - 1} and nodes 0 to {MAX_NUMA_NODE}", source=source,
+                                        line=line.number)
+                numa[gpu] = node if node >= 0 else None
         elif current is not None:
             _add_row(current, line, source, _rocm_label)
     return tables, numa, numa_line
@@ -139,6 +145,9 @@ def _add_row(table: _Table, line: Line, source: str, is_label: Callable[[str], b
         if not all(is_label(w) for w in words):
             raise TopoplanError(f"{table.title!r} table: expected a header of GPU names, found {quote(line.text)}",
                                 source=source, line=line.number)
+        if len(words) > MAX_GPUS_PER_NODE:
+            raise TopoplanError(f"{table.title!r} table: {len(words)} GPUs in the header, more than one machine "
+                                f"holds ({MAX_GPUS_PER_NODE}, docs/limits.md)", source=source, line=line.number)
         if len(set(words)) != len(words):
             raise TopoplanError(f"{table.title!r} table: a GPU is named twice in the header", source=source,
                                 line=line.number)
@@ -223,7 +232,8 @@ def _number(table: _Table, value: str, a: int, source: str) -> int:
     if not _INT.match(value):
         raise TopoplanError(f"{table.title!r} table, row {table.labels[a]}: expected a whole number, found "
                             f"{value!r}", source=source, line=table.rows[table.labels[a]][0].number)
-    return int(value)
+    return whole_number(value, f"{table.title!r} table, row {table.labels[a]}", source=source,
+                        line=table.rows[table.labels[a]][0].number)
 
 
 def _code(said: dict[str, str], tables: dict[str, _Table], a: int, b: int, source: str, notes: list[str]) -> str:

@@ -13,7 +13,7 @@ from itertools import islice
 
 import networkx as nx
 
-from topoplan.errors import TopoplanError
+from topoplan.errors import TopoplanError, printable
 from topoplan.topology.links import LATENCY_US, LinkKind, cpu_links, estimate_bandwidth_gbps, parse_link_code
 
 MAX_CLIQUES = 64  # NVLink cliques listed per machine: a DGX-1 has 2 quads (plus pairs), an NVSwitch box 1
@@ -266,7 +266,12 @@ def build_topology(
 
     Codes are normalised (`SOC` -> `SYS`, `XGMI` -> `XGMI1`); an unknown code is a TopoplanError. `p2p`
     attaches `nvidia-smi topo -p2p` statuses to GPU pairs, `evidence` what the source said about a pair.
+    Names, notes and the source come from input: their control characters are escaped here, once (`printable`).
     """
+    gpus = [replace(g, name=printable(g.name)) if g.name else g for g in gpus]
+    nics = [replace(n, name=printable(n.name)) if n.name else n for n in nics]
+    gpu_name, cpu = (printable(x) if x else x for x in (gpu_name, cpu))
+    source, notes = printable(source), [printable(note) for note in notes]
     p2p_by_pair = {_pair(*k): dict(v) for k, v in (p2p or {}).items()}
     said = {_pair(*k): v for k, v in (evidence or {}).items()}
     links = []

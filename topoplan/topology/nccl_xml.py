@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from xml.parsers import expat
 
 from topoplan.cpuset import MAX_CPU
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_DEPTH, MAX_ELEMENTS, MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE, MAX_NUMA_NODE, whole_number
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 
 MAX_CHARS = 4_000_000  # a 72-GPU dump is ~100 kB; anything this large is not a topology file
@@ -32,6 +34,7 @@ VERSIONS = ("1", "2")
 SWITCH_CLASS = "0x068000"  # NVSwitch, as NCCL's tclass names it
 _BUSID = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]$")
 _FORBIDDEN = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
+_BLANKS = re.compile(r"[\ufeff\s]*")
 _VENDORS = {"0x10de": "nvidia", "0x1002": "amd"}
 GPU_CLASSES = ("0x03", "0x12")  # display/3D controller; processing accelerator (how MI300X shows in a VM)
 # Older RCCL writes `gcn` as HIP's numeric gcnArch (gfx90a = 910); newer writes the gfx name.
@@ -68,9 +71,16 @@ class _Device:
 
 
 def looks_like_nccl_xml(text: str) -> bool:
-    """An XML document whose root element is <system> (after an optional declaration and comments)."""
-    body = re.sub(r"<\?xml[^>]*\?>|<!--.*?-->", "", text.lstrip("\ufeff"), flags=re.DOTALL).lstrip()
-    return body.startswith("<system")
+    """An XML document whose root element is <system> (after an optional declaration and comments). Each
+    leading declaration or comment is skipped with one find, so the check stays linear whatever the text."""
+    at = _BLANKS.match(text).end()
+    while text.startswith(("<?", "<!--"), at):
+        end = text.find("?>" if text.startswith("<?", at) else "-->", at)
+        if end < 0:
+            return False
+        at = end + (2 if text.startswith("<?", at) else 3)
+        at = _BLANKS.match(text, at).end()
+    return text.startswith("<system", at)
 
 
 # --- reading ------------------------------------------------------------------------------------------------
@@ -88,6 +98,9 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
     seen: dict[str, int] = {}
     for k, cpu in enumerate(c for c in root if c.tag == "cpu"):
         numa = _int_attr(cpu, "numaid", lines, source, allow_negative=True)
+        if numa is not None and numa > MAX_NUMA_NODE:
+            raise TopoplanError(f"<cpu numaid={cpu.get('numaid')!r}>: NUMA node {numa}; Linux numbers them 0 to "
+                                f"{MAX_NUMA_NODE}", source=source, line=lines.get(cpu, 1))
         cpus = _affinity(cpu.get("affinity"), lines.get(cpu, 1), source)
         place = _Cpu(k, numa if numa is not None and numa >= 0 else None, cpus)
         _walk(cpu, (), place, devices, seen, lines, source)
@@ -128,7 +141,11 @@ def parse_nccl_xml(text: str, source: str = "<xml>") -> Topology:
 
 
 def _parse(text: str, source: str) -> tuple[ET.Element, dict[ET.Element, int]]:
-    """The element tree and each element's line, refusing oversized or entity-declaring input."""
+    """The element tree and each element's line, refusing oversized or entity-declaring input.
+
+    Built from expat's start/end events rather than by xml.etree, so the reader counts as it goes: nesting deeper
+    than MAX_DEPTH or more than MAX_ELEMENTS elements is refused at the element that crosses the line, before the
+    rest is allocated, and each element's line is expat's own position (linear time in the file)."""
     if len(text) > MAX_CHARS:
         raise TopoplanError(f"{len(text)} characters: larger than any topology file ({MAX_CHARS} at most); "
                             f"{EXPECTED}", source=source, line=1)
@@ -137,32 +154,43 @@ def _parse(text: str, source: str) -> tuple[ET.Element, dict[ET.Element, int]]:
         line = text.count("\n", 0, forbidden.start()) + 1
         raise TopoplanError(f"the file declares a {forbidden.group(1).upper()}, which an NCCL topology never does; "
                             "refused (entity expansion)", source=source, line=line)
+    parser = expat.ParserCreate()
+    stack: list[ET.Element] = []
+    lines: dict[ET.Element, int] = {}
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        line = parser.CurrentLineNumber
+        if len(stack) >= MAX_DEPTH:
+            raise TopoplanError(f"<{tag}> nested {len(stack) + 1} levels deep; {EXPECTED}, which nests fewer than "
+                                f"{MAX_DEPTH}", source=source, line=line)
+        if len(lines) >= MAX_ELEMENTS:
+            raise TopoplanError(f"more than {MAX_ELEMENTS:,} elements; {EXPECTED} (an 8-GPU dump has ~100)",
+                                source=source, line=line)
+        element = ET.Element(tag, attrs)
+        if stack:
+            stack[-1].append(element)
+        stack.append(element)
+        lines[element] = line
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = lambda tag: stack.pop() if len(stack) > 1 else None  # the root stays
     try:
-        root = ET.fromstring(text.lstrip("\ufeff"))
-    except ET.ParseError as error:
-        line = error.position[0] if error.position else 1
-        raise TopoplanError(f"not well-formed XML ({str(error).split(':')[0]}); {EXPECTED}", source=source,
-                            line=line) from None
-    return root, _start_lines(root, text)
+        parser.Parse(text.lstrip("\ufeff"), True)
+    except expat.ExpatError as error:
+        raise TopoplanError(f"not well-formed XML ({expat.ErrorString(error.code)}); {EXPECTED}", source=source,
+                            line=error.lineno) from None
+    return stack[0], lines
 
 
-_HIDDEN = re.compile(r"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>", re.DOTALL)
-_START_TAG = re.compile(r"<[A-Za-z_]")
-
-
-def _start_lines(root: ET.Element, text: str) -> dict[ET.Element, int]:
-    """The line of each element's start tag: elements in document order match start tags in text order
-    (comments, CDATA and processing instructions blanked out first, their line breaks kept)."""
-    visible = _HIDDEN.sub(lambda m: "\n" * m.group(0).count("\n"), text)
-    starts = [visible.count("\n", 0, m.start()) + 1 for m in _START_TAG.finditer(visible)]
-    return dict(zip(root.iter(), starts))
-
-
-def _walk(node: ET.Element, chain: tuple[str, ...], place: _Cpu, devices: list[_Device], seen: dict[str, int],
+def _walk(root: ET.Element, chain: tuple[str, ...], place: _Cpu, devices: list[_Device], seen: dict[str, int],
           lines: dict[ET.Element, int], source: str) -> None:
-    """Collect the devices under a <cpu> or <pci>: GPUs, NICs (one per <net>), in document order."""
-    for child in node:
-        line = lines.get(child, 1)
+    """Collect the devices under a <cpu> or <pci>: GPUs, NICs (one per <net>), in document order. A stack, not
+    recursion (the depth is bounded by MAX_DEPTH, but no reader recurses on what the input nests); the GPU and
+    NIC counts are checked at every device added."""
+    todo: list[tuple[ET.Element, tuple[str, ...]]] = [(child, chain) for child in reversed(root)]
+    while todo:
+        child, chain = todo.pop()
+        line, found = lines.get(child, 1), len(devices)
         if child.tag == "pci":
             busid = _busid(child, "busid", line, source)
             if busid in seen:
@@ -180,12 +208,21 @@ def _walk(node: ET.Element, chain: tuple[str, ...], place: _Cpu, devices: list[_
             elif cls.startswith("0x02") and not len(child):
                 devices.append(_Device("nic", busid, place, here, line))
             else:
-                _walk(child, here, place, devices, seen, lines, source)
+                todo += [(grandchild, here) for grandchild in reversed(child)]
         elif child.tag == "nic":  # a NIC NCCL could not place on the PCI tree (a VM's virtual NIC)
             devices += [_nic(net, None, chain, place, lines, source) for net in child.findall("net")]
         elif child.tag == "gpu":
             raise TopoplanError("<gpu> outside a <pci> element; expected <pci busid=...><gpu .../></pci>",
                                 source=source, line=line)
+        if len(devices) > found:
+            _check_counts(devices, line, source)
+
+
+def _check_counts(devices: list[_Device], line: int, source: str) -> None:
+    gpus = sum(d.kind == "gpu" for d in devices)
+    if gpus > MAX_GPUS_PER_NODE or len(devices) - gpus > MAX_NICS_PER_NODE:
+        raise TopoplanError(f"more than {MAX_GPUS_PER_NODE} GPUs or {MAX_NICS_PER_NODE} NICs in one file, more than "
+                            "one machine holds (docs/limits.md); " + EXPECTED, source=source, line=line)
 
 
 def _gpu(pci: ET.Element, gpu: ET.Element | None, chain: tuple[str, ...], place: _Cpu,
@@ -310,19 +347,19 @@ def _bus_key(busid: str | None) -> tuple[int, ...]:
 
 def _int_attr(element: ET.Element, name: str, lines: dict[ET.Element, int], source: str,
               allow_negative: bool = False) -> int | None:
-    """A whole-number attribute (NCCL writes some in hex, `numaid="0x1"`); None when absent."""
+    """A whole-number attribute (NCCL writes some in hex, `numaid="0x1"`); None when absent. At most MAX_DIGITS
+    digits, checked before converting."""
     value = element.get(name)
     if value is None:
         return None
     text = value.strip().lower()
-    try:
-        number = int(text, 16) if text.startswith("0x") else int(text)
-    except ValueError:
-        number = None
-    if number is None or (number < 0 and not allow_negative):
-        raise TopoplanError(f"<{element.tag}> {name}={value!r}: expected a whole number", source=source,
-                            line=lines.get(element, 1))
-    return number
+    hexadecimal = text.lstrip("-").startswith("0x")
+    digits = text.replace("0x", "", 1) if hexadecimal else text
+    line = lines.get(element, 1)
+    if not re.fullmatch(r"-?[0-9a-f]+" if hexadecimal else r"-?[0-9]+", digits) or (
+            digits.startswith("-") and not allow_negative):
+        raise TopoplanError(f"<{element.tag}> {name}={value!r}: expected a whole number", source=source, line=line)
+    return whole_number(digits, f"<{element.tag}> {name}", source=source, line=line, base=16 if hexadecimal else 10)
 
 
 def _affinity(mask: str | None, line: int, source: str) -> tuple[int, ...] | None:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_GPUS_PER_NODE
 from topoplan.topology.paste import Line, clean_lines, quote, refuse_markdown_table
 
 MODES = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics", "p": "prop"}
@@ -47,7 +48,7 @@ def parse_p2p_text(text: str, source: str = "<text>", mode: str | None = None) -
     none. Raises TopoplanError(source, line) on anything that is not a well-formed P2P matrix."""
     if mode is not None and mode not in MODES:
         raise TopoplanError(f"unknown P2P mode {mode!r}; expected one of {', '.join(MODES)}", source=source)
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     refuse_markdown_table(lines, source)
     statuses: dict[tuple[str, str], dict[str, str]] = {}
     modes: dict[str, int] = {}
@@ -105,6 +106,9 @@ def _read_matrix(lines: list[Line], at: int, mode: str, statuses: dict, source: 
     """Read the header at `at` and its rows into `statuses`; return (GPU count, index after the rows)."""
     header = lines[at]
     labels = header.words
+    if len(labels) > MAX_GPUS_PER_NODE:
+        raise TopoplanError(f"P2P header: {len(labels)} GPUs, more than one machine holds ({MAX_GPUS_PER_NODE}, "
+                            "docs/limits.md)", source=source, line=header.number)
     for k, label in enumerate(labels):
         if label != f"GPU{k}":
             raise TopoplanError(f"P2P header: expected GPU{k}, found {quote(label)}", source=source, line=header.number)

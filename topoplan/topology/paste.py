@@ -11,12 +11,14 @@ import re
 from dataclasses import dataclass
 
 from topoplan.errors import TopoplanError
+from topoplan.limits import MAX_LINES, MAX_TEXT_COLUMNS
 
 TAB = 8
 # Terminal escapes: nvidia-smi underlines its header (ESC[4m ... ESC[0m); a copy through a browser or
 # a log often keeps the `[4m` after losing the ESC byte. Neither is data.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b|\[[0-9;]*m")
-_LINE_END = re.compile(r"\r\n|\r|\n")
+# A line holding something other than blanks (a blank line matches nothing, so runs of them cost no objects).
+_CONTENT = re.compile(r"^[^\n]*\S[^\n]*", re.MULTILINE)
 _MARKDOWN_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
 
@@ -48,21 +50,44 @@ class Line:
         return not self.text.strip()
 
 
-def clean_lines(text: str) -> list[Line]:
-    """Split a paste into lines with escapes, BOMs and non-breaking spaces removed and tabs expanded."""
-    lines = []
+def clean_lines(text: str, source: str = "<text>") -> list[Line]:
+    """Split a paste into lines with escapes, BOMs and non-breaking spaces removed and tabs expanded.
+
+    The work is bounded by what the paste holds, not by its line count: a run of blank lines becomes one blank
+    Line (numbered as its first), found at C speed, so a million blank lines cost nothing; more than MAX_LINES
+    non-blank lines, or more than MAX_TEXT_COLUMNS characters once tabs are expanded, is refused before they are
+    built."""
     # Split on line ends only (str.splitlines also splits on form feeds and the like, shifting numbers).
-    pieces = _LINE_END.split(text.lstrip("\ufeff"))
-    if pieces[-1] == "":  # the line end of the last line starts no new line
-        pieces.pop()
-    for number, raw in enumerate(pieces, start=1):
-        raw = _ANSI.sub("", raw).replace("\u00a0", " ")
-        lead = len(raw) - len(raw.lstrip(" \t"))
-        indent = len(raw[:lead].expandtabs(TAB))
-        # Tab stops count from the row's indent (a reST block indents every row by 4 columns).
-        body = raw[lead:].expandtabs(TAB).rstrip()
-        lines.append(Line(number, " " * indent + body, indent))
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    lines: list[Line] = []
+    number, at, previous = 1, 0, 0  # the line at offset `at`; the number of the last line with content
+    columns = 0  # an upper bound of the characters built so far (each tab may become 8 spaces)
+    for count, match in enumerate(_CONTENT.finditer(text)):
+        number += text.count("\n", at, match.start())
+        if count == MAX_LINES:
+            raise TopoplanError(f"more than {MAX_LINES:,} lines of text; no topology output is this long",
+                                source=source, line=number)
+        columns += len(match.group(0)) + 7 * match.group(0).count("\t")
+        if columns > MAX_TEXT_COLUMNS:
+            raise TopoplanError(f"more than {MAX_TEXT_COLUMNS >> 20} Mi characters of text once its tabs are "
+                                "expanded; no topology output is this wide", source=source, line=number)
+        if number > previous + 1:  # blank lines before this one: one Line stands for the run
+            lines.append(Line(previous + 1, "", 0))
+        lines.append(_clean(match.group(0), number))
+        at, previous = match.end(), number
+    tail = text[at:]
+    if tail.count("\n") > tail.endswith("\n"):  # blank lines at the end (the last line end starts no line)
+        lines.append(Line(previous + 1, "", 0))
     return lines
+
+
+def _clean(raw: str, number: int) -> Line:
+    raw = _ANSI.sub("", raw).replace("\u00a0", " ")
+    lead = len(raw) - len(raw.lstrip(" \t"))
+    indent = len(raw[:lead].expandtabs(TAB))
+    # Tab stops count from the row's indent (a reST block indents every row by 4 columns).
+    body = raw[lead:].expandtabs(TAB).rstrip()
+    return Line(number, " " * indent + body, indent)
 
 
 def join_lines(lines: list[Line]) -> Line:

@@ -8,6 +8,7 @@ message instead of a confusing parse error. Format detection lives in `detect_fo
 
 from __future__ import annotations
 
+import re
 import sys
 
 from topoplan.errors import TopoplanError
@@ -24,7 +25,8 @@ from topoplan.topology.smi_text import parse_topo_text
 STDIN = "-"
 _EXPECTED = "expected the text output of `nvidia-smi topo -m`"
 _EXPECTED_P2P = "expected the text output of `nvidia-smi topo -p2p r|w|n|a|p`"
-_CONTROL_OK = set("\t\n\r\f\v\x1b")  # whitespace, and the ESC of nvidia-smi's underlined header
+# Control bytes other than whitespace and the ESC of nvidia-smi's underlined header: binary data, not a paste.
+_BINARY = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
 READERS = {"nccl-xml": parse_nccl_xml, "rocm-smi": parse_rocm_smi_topo, "amd-smi": parse_amd_smi_topology}
 
 
@@ -32,7 +34,7 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
     """Parse the topology in `path` (`-` for stdin), with `nvidia-smi topo -p2p` statuses from `p2p_path`."""
     source = _display(path)
     text = read_text(path)
-    fmt = detect_format(text)
+    fmt = detect_format(text, source)
     if fmt == "recording":
         if p2p_path is not None:
             raise TopoplanError("--p2p goes with `topo -m` text; a recording holds NVML's P2P statuses already",
@@ -51,23 +53,25 @@ def read_topology(path: str, p2p_path: str | None = None) -> Topology:
     return attach_p2p(topology, parse_p2p_text(read_text(p2p_path, _EXPECTED_P2P), source=_display(p2p_path)))
 
 
-def detect_format(text: str) -> str:
+def detect_format(text: str, source: str = "<input>") -> str:
     """What kind of topology file this is, by content: "nccl-xml" (a document whose root is <system>),
     "rocm-smi" / "amd-smi" (their link-type tables), "smi-text" (`nvidia-smi topo -m`), "recording" (a topoplan
     NVML recording, or any text opening with `{` that is not JSON: `topo -m` never does, and a damaged recording
     should get the JSON error), or "other JSON"."""
     if looks_like_nccl_xml(text):
         return "nccl-xml"
-    amd = detect_amd_text(text)
-    if amd is not None:
-        return "rocm-smi" if amd == ROCM_SMI else "amd-smi"
     start = text.lstrip()[:1]
-    if start in ("{", "["):  # a bare `[4m` (an ANSI leftover) also starts with "["
+    if start in ("{", "["):  # JSON before AMD text, whose reader counts lines (a recording may have thousands)
         try:
             data = parse_json(text, "<input>", "JSON")
         except TopoplanError:  # bad, too deep or too large JSON: the reader chosen here words the error
-            return "recording" if start == "{" else "smi-text"
-        return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "other JSON"
+            if start == "{":
+                return "recording"
+        else:
+            return "recording" if isinstance(data, dict) and data.get("format") == RECORDING_FORMAT else "other JSON"
+    amd = detect_amd_text(text, source)  # a bare `[4m` (an ANSI leftover) also starts with "["
+    if amd is not None:
+        return "rocm-smi" if amd == ROCM_SMI else "amd-smi"
     return "smi-text"
 
 
@@ -101,10 +105,10 @@ def read_text(path: str, expected: str = _EXPECTED) -> str:
                                 source=source, line=data.count(b"\n", 0, error.start) + 1) from None
     if not text.strip():
         raise TopoplanError(f"the file is empty; {expected}", source=source, line=1)
-    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in _CONTROL_OK or ch == "\x7f"), None)
+    bad = _BINARY.search(text)
     if bad is not None:
-        raise TopoplanError(f"binary data (control byte 0x{ord(text[bad]):02x}), not text; {expected}",
-                            source=source, line=text.count("\n", 0, bad) + 1)
+        raise TopoplanError(f"binary data (control byte 0x{ord(bad.group(0)):02x}), not text; {expected}",
+                            source=source, line=text.count("\n", 0, bad.start()) + 1)
     return text
 
 

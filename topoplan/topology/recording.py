@@ -23,7 +23,7 @@ from topoplan.atomic import write_atomic
 from topoplan.cpuset import MAX_CPU
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import parse_json
-from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE, MAX_NUMA_NODE
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
 from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH, cpu_family_of
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
@@ -156,7 +156,7 @@ def check_ranges(recording: dict[str, Any]) -> None:
                          f"{len(nvml['gpus'])} GPUs and {MAX_NICS_PER_NODE} NICs can have")
     for k, gpu in enumerate(nvml["gpus"]):
         _in_range(gpu["index"], 0, MAX_GPUS_PER_NODE - 1, f"nvml.gpus[{k}].index")
-        _in_range(gpu.get("numa_node_id"), -1, MAX_CPU, f"nvml.gpus[{k}].numa_node_id")
+        _in_range(gpu.get("numa_node_id"), -1, MAX_NUMA_NODE, f"nvml.gpus[{k}].numa_node_id")
         _in_range(gpu.get("memory_total"), 0, 2**50, f"nvml.gpus[{k}].memory_total")
         for field in ("cpu_affinity", "cpu_affinity_any_scope", "memory_affinity"):
             words = gpu.get(field)
@@ -172,7 +172,7 @@ def check_ranges(recording: dict[str, Any]) -> None:
         for end in ("a", "b"):
             _in_range(pair[end], 0, MAX_GPUS_PER_NODE - 1, f"nvml.pairs[{k}].{end}")
     for address, place in sysfs["pci"].items():
-        _in_range(place["numa_node"], -1, MAX_CPU, f"sysfs.pci[{address!r}].numa_node")
+        _in_range(place["numa_node"], -1, MAX_NUMA_NODE, f"sysfs.pci[{address!r}].numa_node")
 
 
 # --- interpretation -------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from topoplan.cpuset import MAX_CPU, parse_cpu_list
+from topoplan.cpuset import parse_cpu_list
 from topoplan.errors import TopoplanError
-from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE
+from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE, MAX_NUMA_NODE
 from topoplan.topology.links import parse_link_code
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.p2p_text import STATUSES as P2P_STATUSES
@@ -38,7 +38,6 @@ _NUMBER = re.compile(r"[0-9]{1,9}")
 _CODE_RUN = re.compile(r"NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A|[0-9][0-9,-]*)$")
 _LEGEND_NIC = re.compile(r"^\s*NIC(\d{1,6})\s*:\s*(\S+)\s*$")
-_MAX_NUMBER = MAX_CPU  # NUMA node numbers too: a larger number is damage
 EXPECTED_CODES = "X, NV<n>, PIX, PXB, PHB, NODE, SYS (or the old SOC)"
 
 
@@ -64,7 +63,7 @@ class _Notes(list):
 
 def parse_topo_text(text: str, source: str = "<text>") -> Topology:
     """Parse one `nvidia-smi topo -m` / `-mp` paste. Raises TopoplanError(source, line) on bad input."""
-    lines = clean_lines(text)
+    lines = clean_lines(text, source)
     refuse_markdown_table(lines, source)
     notes = _Notes()
     header_at = _find_header(lines, source)
@@ -287,7 +286,7 @@ def _gpu(index: int, trailing: list[str], header: _Header, line: Line, source: s
         value = values.get(column, "")
         if value in ("", "N/A"):
             return None
-        if not _NUMBER.fullmatch(value) or int(value) > _MAX_NUMBER:
+        if not _NUMBER.fullmatch(value) or int(value) > MAX_NUMA_NODE:  # a larger one is damage
             raise TopoplanError(f"row GPU{index}, {column}: expected a NUMA node number or N/A, found {value!r}",
                                 source=source, line=line.number)
         return int(value)

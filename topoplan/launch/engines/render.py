@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from topoplan.errors import TopoplanError
+from topoplan.errors import TopoplanError, printable
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
 from topoplan.launch.engines.common import EngineLaunch, NodeCommand
 from topoplan.launch.engines.health import wait_lines
@@ -107,10 +107,11 @@ def files_lines(launch: EngineLaunch) -> list[str]:
 def _header(launch: EngineLaunch) -> list[str]:
     spec = launch.spec
     url = launch.url.replace(HEAD, f"${HEAD_VAR}")
+    # a comment stays one comment line whatever the checkpoint path holds (a newline would start a command)
     return [SHEBANG,
-            f"# topoplan launch: {launch.engine.name} serving {launch.options.checkpoint} with {spec.layout}, "
-            f"{spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {url} (node 0)".replace("\n", " "),
-            f"# {launch.device_mapping}"]
+            printable(f"# topoplan launch: {launch.engine.name} serving {launch.options.checkpoint} with "
+                      f"{spec.layout}, {spec.world} rank(s) on {len(spec.nodes)} node(s); HTTP on {url} (node 0)"),
+            printable(f"# {launch.device_mapping}")]
 
 
 def render_serve_script(launch: EngineLaunch) -> str:

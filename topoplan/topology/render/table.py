@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from topoplan.cpuset import compact_cpus
+from topoplan.terminal import inert
 from topoplan.topology.diagnose import Warning
 from topoplan.topology.model import Topology
 from topoplan.topology.render.picture import KIND_COLOR
@@ -49,13 +50,13 @@ def _nics(topo: Topology) -> Table:
         text = Text()
         for code, (link, gpus) in sorted(by_code.items(), key=lambda kv: (kv[1][0].kind.rank, -kv[1][0].nvlinks)):
             text.append(f"{'  ' if text else ''}{code}", style=KIND_COLOR[link.kind]).append(f": {', '.join(gpus)}")
-        table.add_row(nic.id, nic.name or "-", text)
+        table.add_row(nic.id, inert(nic.name or "-"), text)
     return table
 
 
 def _kinds(topo: Topology) -> Table:
     """One row per link code present: its kind, estimated GB/s and latency, and how many pairs use it."""
-    table = Table(title=f"Link estimates ({topo.arch or 'unknown GPU generation: NCCL defaults'})",
+    table = Table(title=inert(f"Link estimates ({topo.arch or 'unknown GPU generation: NCCL defaults'})"),
                   title_justify="left")
     for name, justify in (("code", "left"), ("kind", "left"), ("GB/s (one way)", "right"),
                           ("latency us", "right"), ("pairs", "right")):
@@ -93,7 +94,7 @@ def _gpus(topo: Topology) -> Table:
             nearest_text = Text("-")
         row: list[Text | str] = [gpu.id]
         if show_name:
-            row.append(gpu.name or "-")
+            row.append(inert(gpu.name or "-"))
         row += [compact_cpus(gpu.cpus), "-" if gpu.numa_node is None else str(gpu.numa_node)]
         if show_mem_numa:
             row.append("-" if gpu.gpu_numa_id is None else str(gpu.gpu_numa_id))
@@ -126,7 +127,7 @@ def _warnings(warnings: list[Warning]) -> Table | Text:
     table.add_column("what")
     table.add_column("what to do")
     for w in warnings:
-        table.add_row(w.code, w.message, w.advice)
+        table.add_row(w.code, inert(w.message), inert(w.advice))
     return table
 
 
