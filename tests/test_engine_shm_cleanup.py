@@ -45,6 +45,7 @@ def test_the_servers_shared_memory_files_are_unlinked(tmp_path: Path, how: str) 
     fake.write_text(FAKE_ENGINE.format(python=shlex.quote(sys.executable), worker=shlex.quote(WORKER)))
     fake.chmod(0o755)
     script = tmp_path / "serve.sh"
+    (tmp_path / "ckpt").mkdir()  # the script checks the checkpoint folder before it starts the engine
     subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu", "--layout",
                     "tp=1", "--checkpoint", str(tmp_path / "ckpt"), "--engine-python", str(fake), "-o", str(script)],
                    check=True, env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,20 @@ def wait_ready(url: str, script: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"vLLM did not serve within {START_TIMEOUT_S} s:\n{log.read_text()[-4000:]}")
 
 
+def thread_affinities(pids: list[int]) -> set[str]:
+    """The Cpus_allowed_list of every thread of these processes (/proc/PID/task/TID/status)."""
+    found = set()
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                status = (task / "status").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            found.update(line.split(":", 1)[1].strip() for line in status.splitlines()
+                         if line.startswith("Cpus_allowed_list:"))
+    return found
+
+
 def emit(tmp: Path, checkpoint: Path, layout: str, port: int, *extra: str) -> Path:
     script = tmp / "serve.sh"
     subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--device", "cpu", "--layout",
@@ -136,6 +151,9 @@ def test_vllm_serves_the_runners_tokens(tmp_path: Path, checkpoint: Path, layout
         if tp > 1:  # the TP group's shared-memory all-reduce: files stop_and_check must see unlinked
             served = mapped_shm(server_group(proc.pid), "/dev/shm/vllm_")
             assert any(path.startswith("/dev/shm/vllm_dist_") for path in served), served
+            # each worker's compute threads run on exactly the CPUs topoplan planned for its rank
+            planned = re.search(r"VLLM_CPU_OMP_THREADS_BIND='?([0-9,|-]+)", text).group(1).split("|")
+            assert len(planned) == tp and set(planned) <= thread_affinities(server_group(proc.pid)), planned
     finally:
         if proc.poll() is None:
             stop_and_check(proc, mark)

@@ -147,9 +147,10 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
     commands, notes = [], []
     for node in spec.nodes:
         chosen = _parallel(spec)
-        if options.device == "cpu":
+        if options.device == "cpu":  # the CPU build's API server has no headless mode: nodes > 0 run `vllm serve`
             env = _cpu_env(spec, node.index, options)
-            entry = [options.python, "-m", SERVER_MODULE, "--model", options.checkpoint]
+            entry = ([options.python, "-m", SERVER_MODULE, "--model", options.checkpoint] if node.index == 0 else
+                     [options.python, "-m", CLI_MODULE, "serve", options.checkpoint])
         else:
             env, bound, node_notes = gpu_node(spec, node, options, _binding, "VLLM_HOST_IP")
             chosen, notes = chosen + bound, notes + node_notes

@@ -1,0 +1,61 @@
+"""MoE serving lines of the review scenarios: SGLang's DP attention over two nodes (the DeepSeek recipe, `--tp 16
+--dp 16 --enable-dp-attention`) read by SGLang 0.5.23's parser, and TensorRT-LLM's attention DP through the
+`--config` YAML its script writes when it runs (issue 33, item 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_engine_lines import after_module, sglang_parser, trtllm_args
+from topoplan.engines import resolve
+from topoplan.launch.command import LaunchRequest, engine_launch_for
+from topoplan.launch.engines.render import render_engine
+from topoplan.layout import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = str(ROOT / "fixtures" / "topo" / "41_h200-8gpu-nv18-10nic-container-cpuset-empty-affinity.txt")
+FAKE_ENGINE = ROOT / "tests" / "fake_engine.py"
+
+
+def served(engine: str, layout: str, nodes: int = 1, **kw):
+    hosts = ("node-a", "node-b")[:nodes] if nodes > 1 else None
+    return engine_launch_for(LaunchRequest(layout=Layout.parse(layout), topo=H200, gpu="h200", model="dsv3",
+                                           nodes=nodes, hosts=hosts, engine=resolve(engine),
+                                           checkpoint="/models/deepseek-v3", **kw))
+
+
+def test_sglang_dp_attention_over_two_nodes_parses() -> None:
+    launch = served("sglang", "tp=1,dp=16,ep=16", nodes=2)
+    parser = sglang_parser()
+    for command in launch.nodes:
+        args = parser.parse_args(after_module(command.argv, "sglang.launch_server"))
+        assert (args.tp_size, args.dp_size, args.ep_size, args.enable_dp_attention) == (16, 16, 16, True)
+        assert (args.nnodes, args.node_rank, args.dist_init_addr) == (2, command.node, "node-a:29500")
+        assert args.numa_node == [0, 0, 0, 0, 1, 1, 1, 1]  # each GPU's NUMA node, in local-rank order
+        env = command.env_dict()
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"]  # the interface the script asks for
+
+
+def test_trtllm_attention_dp_writes_its_yaml_when_the_script_runs(tmp_path: Path) -> None:
+    launch = served("trtllm", "tp=1,dp=8,ep=8", engine_python=sys.executable)
+    (command,) = launch.nodes
+    params = trtllm_args(command.argv)
+    assert (params["tensor_parallel_size"], params["moe_expert_parallel_size"]) == (8, 8)
+    assert params["config"].endswith("/trtllm-extra-llm-api-options.yaml")
+    assert command.env_dict()["TLLM_NUMA_AWARE_WORKER_AFFINITY"] == "1"
+    script = tmp_path / "serve.sh"
+    script.write_text(render_engine(launch, "shell").replace(f"{sys.executable} -m",
+                                                             f"{sys.executable} {FAKE_ENGINE} -m"))
+    (tmp_path / "ckpt").mkdir()
+    text = script.read_text().replace("/models/deepseek-v3", str(tmp_path / "ckpt"))
+    script.write_text(text)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FAKE_ENGINE_OUT": str(tmp_path), "FAKE_ENGINE_MODE": "fail"})
+    assert done.returncode == 3, done.stderr  # the stand-in engine's own status, after it recorded its argv
+    argv = json.loads((tmp_path / "node0.json").read_text())["argv"]
+    config = Path(argv[argv.index("--config") + 1])
+    assert config.read_text() == "enable_attention_dp: true\n"
