@@ -18,12 +18,13 @@ from topoplan.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = str(ROOT / "fixtures" / "topo" / "41_h200-8gpu-nv18-10nic-container-cpuset-empty-affinity.txt")
+HGX = str(ROOT / "fixtures" / "nvml" / "hgx-h100-8gpu-nvswitch.json")
 FAKE_ENGINE = ROOT / "tests" / "fake_engine.py"
 
 
-def served(engine: str, layout: str, nodes: int = 1, **kw):
+def served(engine: str, layout: str, nodes: int = 1, topo: str = HGX, **kw):
     hosts = ("node-a", "node-b")[:nodes] if nodes > 1 else None
-    return engine_launch_for(LaunchRequest(layout=Layout.parse(layout), topo=H200, gpu="h200", model="dsv3",
+    return engine_launch_for(LaunchRequest(layout=Layout.parse(layout), topo=topo, gpu="h200", model="dsv3",
                                            nodes=nodes, hosts=hosts, engine=resolve(engine),
                                            checkpoint="/models/deepseek-v3", **kw))
 
@@ -59,3 +60,42 @@ def test_trtllm_attention_dp_writes_its_yaml_when_the_script_runs(tmp_path: Path
     argv = json.loads((tmp_path / "node0.json").read_text())["argv"]
     config = Path(argv[argv.index("--config") + 1])
     assert config.read_text() == "enable_attention_dp: true\n"
+
+
+def test_a_container_cpuset_narrower_than_the_gpus_binds_no_worker() -> None:
+    """The H200 paste from a container whose cpuset holds one socket's CPUs: GPU4-7 list no CPU. Binding their
+    workers to NUMA node 1 would name CPUs the container may not use (numactl fails, the worker dies), so no engine
+    binds any worker, and the note says why."""
+    for engine, flag in (("vllm", "--numa-bind"), ("sglang", "--numa-node")):
+        launch = served(engine, "tp=1,dp=8,ep=8", topo=H200)
+        assert flag not in launch.nodes[0].argv
+        assert any("lists no CPU of GPU4, GPU5, GPU6, GPU7" in note for note in launch.notes)
+    assert "TLLM_NUMA_AWARE_WORKER_AFFINITY" not in served("trtllm", "tp=1,dp=8,ep=8", topo=H200).nodes[0].env_dict()
+
+
+
+def test_vllm_runs_moe_replicas_only_with_expert_parallel() -> None:
+    """Under vLLM's data parallelism an MoE model's replicas share one expert group (all tp x dp ranks): a dp > 1
+    layout without EP is refused at launch and never ranked by `plan --engine vllm`."""
+    import pytest
+
+    from topoplan.errors import TopoplanError
+    from topoplan.plan.frontend import PlanRequest, plan_for
+
+    pairs = str(ROOT / "fixtures" / "nvml" / "a100-pcie-4gpu-bridged-pairs.json")
+    with pytest.raises(TopoplanError, match="share one expert group"):
+        engine_launch_for(LaunchRequest(layout=Layout(tp=2, dp=2), topo=pairs, model="mixtral",
+                                        engine=resolve("vllm"), checkpoint="/m"))
+    ranked = plan_for(PlanRequest(model="mixtral", topo=pairs, engine="vllm")).layouts
+    assert ranked and all(r.cost.layout.dp == 1 or r.cost.layout.ep > 1 for r in ranked)
+
+
+def test_trtllm_is_refused_on_amd_gpus() -> None:
+    import pytest
+
+    from topoplan.errors import TopoplanError
+
+    mi300 = str(ROOT / "fixtures" / "amd" / "rocm-smi-mi300-8gpu-xgmi-2numa.txt")
+    with pytest.raises(TopoplanError, match="NVIDIA GPUs only; this launch is for amd GPUs"):
+        engine_launch_for(LaunchRequest(layout=Layout(tp=8), topo=mi300, gpu="mi300x", engine=resolve("trtllm"),
+                                        checkpoint="/m"))

@@ -100,8 +100,10 @@ def test_two_node_vllm_manifest_validates_and_says_what_it_needs():
     assert "--numa-bind-cpus" not in leader["command"] and "--numa-bind-nodes" in leader["command"]
     for c in (leader, worker):
         assert c["command"][c["command"].index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
-        assert c["image"] == IMAGE and c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
-        assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+        # SYS_NICE: vLLM's --numa-bind sets memory policies, which the default seccomp profile allows only with it
+        assert c["image"] == IMAGE and c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK", "SYS_NICE"]}}
+        assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"},
+                                     {"name": "model", "mountPath": "/models/llama-70b", "readOnly": True}]
         limits = {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1, "cpu": 128, "memory": "900Gi"}
         assert c["resources"] == {"limits": limits, "requests": limits}  # Guaranteed: requests = limits
         env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
@@ -114,7 +116,8 @@ def test_two_node_vllm_manifest_validates_and_says_what_it_needs():
     assert leader["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert "readinessProbe" not in worker and leader["ports"] == [{"name": "http", "containerPort": 8000}]
     for pod in pods(doc):
-        assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                                  {"name": "model", "hostPath": {"path": "/models/llama-70b", "type": "Directory"}}]
     # the policy that makes the CPU request a binding: GPUs of both sockets, so not single-numa-node
     assert "--cpu-manager-policy=static and --topology-manager-policy=restricted" in text
 

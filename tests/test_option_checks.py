@@ -211,3 +211,18 @@ def test_count_bounds_are_documented():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "limits.md").read_text()
     for option, (least, most) in COUNT_OPTIONS.items():
         assert f"`{option}` | {least:,} to {most:,}" in doc, option
+
+
+def test_kv_cache_gib_and_a_too_long_model_name_are_one_line(tmp_path):
+    """`launch --kv-cache-gib` has an upper bound; `run --model` with a name too long for the file system is one
+    line (it was a traceback from Path.is_dir)."""
+    import subprocess
+    import sys
+
+    for args, words in ((["launch", "--engine", "vllm", "--device", "cpu", "--layout", "tp=1", "--checkpoint", "/m",
+                          "--kv-cache-gib", "99999999"], "--kv-cache-gib 99999999: expected 1 to 65,536"),
+                        (["run", "--model", "x" * 300, "--prompt-ids", "1"], "File name too long")):
+        done = subprocess.run([sys.executable, "-m", "topoplan", *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env={**__import__("os").environ,
+                                                 "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -125,6 +125,7 @@ def read_capped(path: str | Path, stream: BinaryIO | None = None, cap: int = MAX
 #   10M tokens (Llama 4 Scout); 2**24 leaves room for it.
 # - --batch (plan, validate): served batches are hundreds to a few thousand sequences per replica.
 # - --micro-batches (run): at most one per sequence is useful; 4,096 covers any batch `run` takes.
+# - --kv-cache-gib (launch --device cpu): vLLM's CPU KV cache; 64 TiB is beyond any host's memory.
 COUNT_OPTIONS: dict[str, tuple[int, int]] = {
     "--iters": (1, 100_000),
     "--warmup": (0, 100_000),
@@ -134,6 +135,7 @@ COUNT_OPTIONS: dict[str, tuple[int, int]] = {
     "--prompt-len": (1, 2**24),
     "--batch": (1, 1_048_576),
     "--micro-batches": (0, 4_096),
+    "--kv-cache-gib": (1, 65_536),
 }
 
 

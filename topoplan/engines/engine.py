@@ -56,9 +56,14 @@ class Parallelism:
     # without `dp` (replicas behind one front end), dp > 1 only as attention DP of an MoE model (ep = tp x dp,
     # every rank its own attention with this TP degree, the experts over all of them); 0: not at all
     attention_dp_tp: int = 0
+    # an MoE model's replicas share one expert group (vLLM: with DP the expert layers span all tp x dp ranks, as
+    # EP or else TP), so dp > 1 only with ep = tp x dp, which the planner prices; not independent replicas
+    moe_dp_shares_experts: bool = False
 
     def runs(self, layout: Layout, moe: bool) -> bool:
-        """Whether one launch of the engine runs the layout's replicas (dp > 1)."""
+        """Whether one launch of the engine runs the layout's replicas (dp > 1) as the planner prices them."""
+        if moe and self.moe_dp_shares_experts and layout.dp > 1 and layout.ep == 1:
+            return False
         if layout.dp == 1 or self.dp:
             return True
         return moe and self.ep and layout.tp == self.attention_dp_tp and layout.ep == layout.tp * layout.dp
@@ -178,7 +183,7 @@ def constants(obj: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(obj):
         if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp",
-                      "launch_release", "pinned"):
+                      "launch_release", "pinned", "moe_dp_shares_experts"):
             continue
         value, path = getattr(obj, f.name), f"{prefix}{f.name}"
         if isinstance(value, AllReducePath) and not value.custom:

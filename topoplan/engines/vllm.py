@@ -54,7 +54,8 @@ V0_2 = Engine(
 
 V1 = Engine(
     name="vllm", version="0.32", covers=("0.8.0", "0.32"), cuda_graphs_decode=True,
-    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True),
+    parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True,
+                            moe_dp_shares_experts=True),  # docs.vllm.ai data_parallel_deployment (MoE)
     memory=MEMORY,
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 6, 8), max_bytes=8 * 1024 * 1024,
                             one_shot_max_bytes=((2, 8 * 1024 * 1024), (4, 512 * 1024), (8, 256 * 1024)),

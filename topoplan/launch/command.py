@@ -237,6 +237,11 @@ class LaunchRequest:
             if self.layout is not None:
                 check_tp(spec, self.layout.tp)
                 check_ep(spec, self.layout.ep)
+                if self.serving and not self.engine.parallelism.runs(self.layout, spec.is_moe):
+                    raise TopoplanError(f"{self.engine}: {spec.name}'s replicas share one expert group under "
+                                        f"{self.engine.name}'s data parallelism, so {self.layout} would spread its "
+                                        f"experts over all {self.layout.tp * self.layout.dp} GPUs: use "
+                                        f"ep={self.layout.tp * self.layout.dp}, or one server per replica")
 
 
 def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:

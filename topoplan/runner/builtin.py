@@ -39,7 +39,12 @@ def checkpoint_folder(model: str) -> Path | None:
     if model in BUILTIN:
         return None
     folder = Path(model)
-    if not folder.is_dir():
+    try:
+        found = folder.is_dir()
+    except OSError as error:  # a name too long for the file system, a loop of links
+        raise TopoplanError(f"--model {model!r}: {error.strerror}; expected an HF checkpoint folder or one of "
+                            f"{', '.join(BUILTIN)}") from None
+    if not found:
         raise TopoplanError(f"--model {model!r}: not a folder; expected an HF checkpoint folder or one of "
                             f"{', '.join(BUILTIN)}")
     return folder

@@ -29,6 +29,7 @@ from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import HOST_IP, IFNAME
 from topoplan.launch.spec import LaunchSpec, NodeSpec
+from topoplan.limits import check_count
 from topoplan.vendors import vendor_of
 
 DEFAULT_HOST = "127.0.0.1"  # serve on loopback unless asked: an open port on every interface is a choice to make
@@ -77,8 +78,7 @@ class ServeOptions:
             raise TopoplanError(f"--port {self.port} is not a TCP port (1..65535)")
         if not self.host or any(ch.isspace() or ord(ch) < 32 for ch in self.host):
             raise TopoplanError(f"--host {self.host!r}: expected an address or host name without spaces")
-        if self.kv_cache_gib < 1:
-            raise TopoplanError(f"--kv-cache-gib must be at least 1, got {self.kv_cache_gib}")
+        check_count("--kv-cache-gib", self.kv_cache_gib)
         if not self.python.strip():
             raise TopoplanError("--engine-python: expected a path to the engine's Python interpreter")
 
@@ -138,8 +138,7 @@ class WorkerBinding:
     policy: str  # the --mem-policy asked for (preferred or bind)
 
     def where(self) -> str:
-        return ", ".join(f"cuda:{i} -> node {n}" + (f" CPUs {self.cpus[i]}" if self.cpus else "")
-                         for i, n in enumerate(self.numa_nodes))
+        return ", ".join(f"cuda:{i} -> {n}" for i, n in enumerate(self.numa_nodes))
 
 
 def worker_binding(spec: LaunchSpec, node: NodeSpec) -> tuple[WorkerBinding | None, str | None]:
@@ -151,6 +150,11 @@ def worker_binding(spec: LaunchSpec, node: NodeSpec) -> tuple[WorkerBinding | No
     if any(r.mem_node is None for r in ranks):
         return None, (f"node {node.index}: the topology names no NUMA node for "
                       f"{', '.join(r.gpu for r in ranks if r.mem_node is None)}, so the workers are not bound")
+    unknown = [r.gpu for r in ranks if not r.cpus]
+    if unknown and len(unknown) < len(ranks):  # the source lists CPUs for some GPUs only: a narrower cpuset
+        return None, (f"node {node.index}: the topology lists no CPU of {', '.join(unknown)} while it lists other "
+                      "GPUs' (a container cpuset without their node?): binding them to their NUMA node could name "
+                      "CPUs the process may not use, so no worker is bound; run `topoplan doctor` on the host")
     cpus = tuple(format_cpu_list(r.cpus) for r in ranks if r.cpus) if all(r.cpus for r in ranks) else None
     return WorkerBinding(cpus, tuple(r.mem_node for r in ranks), ranks[0].mem_policy), None  # type: ignore[misc]
 

@@ -43,6 +43,8 @@ WORKER_INDEX_VAR = "LWS_WORKER_INDEX"
 RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 GPU_RESOURCES = {"CUDA_VISIBLE_DEVICES": "nvidia.com/gpu", "HIP_VISIBLE_DEVICES": "amd.com/gpu"}
 SHM_VOLUME = "dshm"
+MODEL_VOLUME = "model"
+NUMA_BINDERS = ("--numa-bind", "--numa-node")  # engine options that make the engine bind memory itself
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 PROBE_PERIOD_S = 10
 PROBE_TIMEOUT_S = 5  # a busy server answers /health late; the default 1 s would flap readiness under load
@@ -144,13 +146,24 @@ def _pod(launch: EngineLaunch, node: int, command: list[str], env: list[EnvVar],
              "timeoutSeconds": PROBE_TIMEOUT_S},
             f"ready once {launch.engine.name} answers GET {HEALTH_PATH} (its workers are up)")
     container["resources"] = Commented(resources, "\n".join(notes))
-    container["securityContext"] = Commented({"capabilities": {"add": ["IPC_LOCK"]}},
-                                             "IPC_LOCK: NCCL pins (registers) memory for RDMA and CUDA IPC")
+    numa = any(word in NUMA_BINDERS for word in command)
+    capabilities, why = ["IPC_LOCK"], "IPC_LOCK: NCCL pins (registers) memory for RDMA and CUDA IPC"
+    if numa:  # the runtime's default seccomp profile allows mbind/set_mempolicy only with CAP_SYS_NICE
+        capabilities.append("SYS_NICE")
+        why += ("; SYS_NICE: the engine binds each worker's memory to its NUMA node (mbind, set_mempolicy), which "
+                "the default seccomp profile allows only with it (the image needs numactl for vLLM's --numa-bind)")
+    container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, why)
     container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-    return {"containers": [container],
-            "volumes": [Commented({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-                                  "/dev/shm in memory: the 64 MiB default is too small for NCCL's shared-memory "
-                                  "transport and the engine's worker queues")]}
+    volumes = [Commented({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+                         "/dev/shm in memory: the 64 MiB default is too small for NCCL's shared-memory transport and "
+                         "the engine's worker queues")]
+    if options.checkpoint.startswith("/"):
+        container["volumeMounts"].append({"name": MODEL_VOLUME, "mountPath": options.checkpoint, "readOnly": True})
+        volumes.append(Commented({"name": MODEL_VOLUME, "hostPath": {"path": options.checkpoint,
+                                                                     "type": "Directory"}},
+                                 "the checkpoint, at the same path on every GPU node (replace with your "
+                                 "PersistentVolumeClaim where the weights live on shared storage)"))
+    return {"containers": [container], "volumes": volumes}
 
 
 def lws_manifest(launch: EngineLaunch) -> tuple[dict, list[str]]:

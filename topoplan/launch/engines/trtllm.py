@@ -40,6 +40,7 @@ from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import FILES
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 from topoplan.layout import Layout
+from topoplan.vendors import vendor_of
 
 SERVER_MODULE = "tensorrt_llm.commands.serve"
 MPI_WRAPPER = "trtllm-llmapi-launch"  # TRT-LLM's wrapper that turns MPI ranks > 0 into workers of rank 0's server
@@ -92,8 +93,10 @@ def _settings(s: EngineSettings, memory_option: str) -> tuple[list[Option], list
 
 def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> EngineLaunch:
     """One trtllm-serve for one node; for several nodes, one MPI process per rank (EngineLaunch.mpi_spec)."""
-    if options.device != "gpu":
-        raise TopoplanError("TensorRT-LLM runs on NVIDIA GPUs only (--device gpu)")
+    if options.device != "gpu" or vendor_of(spec.vendor).name != "nvidia":
+        raise TopoplanError(f"TensorRT-LLM runs on NVIDIA GPUs only; this launch is for "
+                            f"{'CPUs' if options.device != 'gpu' else vendor_of(spec.vendor).name + ' GPUs'}: "
+                            "choose vllm or sglang")
     layout = spec.layout
     if layout.dp > 1 and not _attention_dp(layout):
         raise TopoplanError(f"TensorRT-LLM: trtllm-serve runs data parallelism only as attention DP of an MoE model "
@@ -118,7 +121,8 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
         binding, why_not = worker_binding(spec, node)
         if binding is not None:
             env.append(EnvVar(AFFINITY, "1", "trtllm-serve starts its MPI workers itself, so TRT-LLM binds each to "
-                              f"its GPU's NUMA-local CPUs ({binding.where()}); it sets no memory policy"))
+                              "its GPU's NUMA-local CPUs (NVML's affinity: the whole node's, not topoplan's finer "
+                              f"split; nodes {binding.where()}); it sets no memory policy"))
         notes += [why_not] if why_not else []
         command = NodeCommand(0, tuple(argv), tuple(env), serves=True, options=tuple(chosen))
         return EngineLaunch(engine, spec, options, (command,), mapping, tuple(notes), files)

@@ -76,7 +76,9 @@ def _binding(binding: WorkerBinding) -> list[Option]:
     options = [Option(("--numa-bind",), "vLLM binds each GPU worker itself, before it allocates (one outer numactl "
                       "around the server would bind every worker to every socket)"),
                Option(("--numa-bind-nodes", *map(str, binding.numa_nodes)),
-                      f"each visible GPU's NUMA node from the topology, in local-rank order ({binding.where()})")]
+                      f"each visible GPU's NUMA node from the topology, in local-rank order ({binding.where()}); vLLM "
+                      "binds each worker's memory strictly there (numactl --membind: it has no preferred policy; "
+                      "--mem-policy none leaves vLLM unbound)")]
     if binding.cpus:
         options.append(Option(("--numa-bind-cpus", *binding.cpus), "each worker's share of its GPU's CPUs from "
                               "topoplan's split (whole physical cores first), so workers on one socket do not "
@@ -88,7 +90,8 @@ def _settings(s: EngineSettings, memory_option: str) -> list[Option]:
     """What the plan priced, as vLLM's options (vllm/engine/arg_utils.py)."""
     out = [Option(("--max-num-seqs", str(s.max_seqs)), f"the requests in flight per replica the plan priced ({s.why})"),
            Option(("--max-model-len", str(s.max_model_len)), "prompt + generated tokens the plan priced: vLLM "
-                  "reserves KV blocks for no longer sequence"),
+                  "admits no longer request and checks at start-up that one fits the KV cache (plan with your longest "
+                  "requests' --prompt-len/--gen-len)"),
            Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
            Option((memory_option, f"{s.memory_fraction:g}"), "the share of GPU memory for weights and KV cache the "
                   "plan's memory check used (vLLM's default)")]
