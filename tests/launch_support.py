@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from topoplan.cpuset import CpuFacts
-from topoplan.launch.options import LauncherOptions
+from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.layout import Layout, RankPlacement
 from topoplan.plan.placement import expand
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology

@@ -13,7 +13,7 @@ from topoplan.doctor.checks import run_checks
 from topoplan.doctor.checks.host import shm_finding
 from topoplan.doctor.finding import exit_code, worst
 from topoplan.doctor.readings import unreadable
-from topoplan.doctor.recording import load_recording
+from topoplan.doctor.readings_file import load_recording
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "doctor"
 HEALTHY = "healthy-h100-nvl-8gpu"
@@ -168,7 +168,7 @@ def test_iommu_passthrough_and_no_iommu_pass():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from topoplan.doctor.recording import SHAPE  # noqa: E402
+from topoplan.doctor.readings_file import SHAPE  # noqa: E402
 from topoplan.doctor.schema import check_shape  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
 
@@ -223,7 +223,7 @@ def test_nvml_pcie_link_and_roce_port():
 
 
 def test_layout_nic_down_with_another_up_slows_and_unknown_nic_is_unknown():
-    from topoplan.doctor.layout import layout_findings
+    from topoplan.doctor.for_layout import layout_findings
     from topoplan.layout import Layout
     from topoplan.machine import load_topology
 

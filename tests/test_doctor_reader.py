@@ -14,7 +14,7 @@ from topoplan.doctor.acs import acs_control, describe, read_acs
 from topoplan.doctor.checks import run_checks
 from topoplan.doctor.nvml import read_nvml
 from topoplan.doctor.reader import read_machine
-from topoplan.doctor.recording import SHAPE
+from topoplan.doctor.readings_file import SHAPE
 from topoplan.doctor.schema import check_shape
 
 NVML_FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvml"

@@ -20,7 +20,7 @@ from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.common import EngineLaunch
-from topoplan.launch.engines.render import render_engine
+from topoplan.launch.engines.scripts import render_engine
 from topoplan.layout import Layout, RankGrid
 from topoplan.machine import load_topology
 

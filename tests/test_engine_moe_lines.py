@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.test_engine_lines import after_module, sglang_parser, trtllm_args
 from topoplan.engines import resolve
 from topoplan.launch.command import LaunchRequest, engine_launch_for
-from topoplan.launch.engines.render import render_engine
+from topoplan.launch.engines.scripts import render_engine
 from topoplan.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from topoplan.cli import LaunchFormat, app
 from topoplan.cpuset import CpuFacts
 from topoplan.errors import TopoplanError
-from topoplan.launch.render import ENGINE_ONLY_FORMATS, FORMATS, render
+from topoplan.launch.formats import ENGINE_ONLY_FORMATS, FORMATS, render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout, RankPlacement
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from launch_support import AS_ROOT, FACTS, LOOPBACK_HOSTS, ROOT, block_placements, child_env, free_port, local_topology
 
-from topoplan.launch.render import render
+from topoplan.launch.formats import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 

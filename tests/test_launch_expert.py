@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from topoplan.cli import app
 from topoplan.cpuset import CpuFacts
 from topoplan.errors import TopoplanError
-from topoplan.launch.options import LauncherOptions
-from topoplan.launch.render import render
+from topoplan.launch.formats import render
+from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 from topoplan.topology.model import Gpu, build_topology

@@ -18,7 +18,7 @@ import pytest
 from fake_slurm import fake_slurm
 from launch_support import AS_ROOT, FACTS, ROOT, block_placements, child_env, local_topology
 
-from topoplan.launch.render import render
+from topoplan.launch.formats import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 

@@ -23,7 +23,7 @@ from launch_support import (
 )
 
 from topoplan.launch.command import runner_command
-from topoplan.launch.render import render
+from topoplan.launch.formats import render
 from topoplan.launch.spec import build_spec
 from topoplan.layout import Layout
 

@@ -13,8 +13,8 @@ import topoplan.bench.launch
 import topoplan.runner.local
 from topoplan import cli
 from topoplan.bench import calibrate as calibrate_module
-from topoplan.bench.limits import physical_memory_bytes
-from topoplan.bench.options import BenchRequest
+from topoplan.bench.machine_limits import physical_memory_bytes
+from topoplan.bench.request import BenchRequest
 from topoplan.bench.validate import check_sizes, model_spec
 from topoplan.limits import RANKS_PER_CPU, max_local_ranks
 

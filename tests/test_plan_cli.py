@@ -266,6 +266,6 @@ def test_config_missing_fields_and_topology_without_gpus(tmp_path):
 
 
 def test_plan_modules_do_not_import_torch():
-    code = ("import sys, topoplan.cli, topoplan.plan.rank, topoplan.plan.render, topoplan.plan.frontend; "
+    code = ("import sys, topoplan.cli, topoplan.plan.rank, topoplan.plan.plan_table, topoplan.plan.frontend; "
             "assert 'torch' not in sys.modules and 'pynvml' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -18,7 +18,7 @@ from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.engine import engine_calibration, memory_policy
+from topoplan.plan.engine_costs import engine_calibration, memory_policy
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.rank import plan
 from topoplan.topology.read import read_topology

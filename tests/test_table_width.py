@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from topoplan.bench.render import print_bench, print_validate
+from topoplan.bench.report import print_bench, print_validate
 from topoplan.bench.validate import drift
 from topoplan.cli import app
 from topoplan.plan.catalog import gpu_rows, model_rows

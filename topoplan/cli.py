@@ -214,8 +214,8 @@ def plan_command(
     from topoplan.engines import resolve
     from topoplan.plan.cost import Workload
     from topoplan.plan.frontend import PlanRequest, plan_for
+    from topoplan.plan.plan_table import plan_table
     from topoplan.plan.rank import Limits, nothing_fits, plan_json
-    from topoplan.plan.render import plan_table
     from topoplan.terminal import emit
 
     try:
@@ -257,7 +257,7 @@ def plan_command(
         raise fail(error)
 
 
-class LaunchFormat(str, Enum):  # the keys of topoplan.launch.render.RENDERERS (not imported here: start-up time)
+class LaunchFormat(str, Enum):  # the keys of topoplan.launch.formats.RENDERERS (not imported here: start-up time)
     torchrun = "torchrun"
     mpirun = "mpirun"
     srun = "srun"
@@ -345,11 +345,11 @@ def launch(
     from topoplan.engines import resolve
     from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, load_saved_plan, parse_hosts
     from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT
-    from topoplan.launch.engines.render import render_engine
+    from topoplan.launch.engines.scripts import render_engine
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.explain import explain_engine
-    from topoplan.launch.options import LauncherOptions
-    from topoplan.launch.render import render
+    from topoplan.launch.formats import render
+    from topoplan.launch.launcher_options import LauncherOptions
     from topoplan.launch.runtime_addr import default_serve_host
     from topoplan.layout import Layout
 
@@ -432,8 +432,8 @@ def doctor_command(
     except TopoplanError as error:
         raise fail(error) from None
     if preflight:
-        from topoplan.doctor.layout import blocking_line
-        from topoplan.doctor.render import printable
+        from topoplan.doctor.findings_table import printable
+        from topoplan.doctor.for_layout import blocking_line
 
         warn([printable(f"doctor: {f.subject}: {f.message} ({f.evidence})") for f in findings
               if f.severity == "slows"])
@@ -442,11 +442,11 @@ def doctor_command(
             raise typer.Exit(exit_code(findings))
         return
     if as_json:
-        from topoplan.doctor.render import findings_json
+        from topoplan.doctor.findings_table import findings_json
 
         print(json.dumps(findings_json(findings, source), indent=1))
     else:
-        from topoplan.doctor.render import print_findings
+        from topoplan.doctor.findings_table import print_findings
 
         print_findings(findings, source)
     if code := exit_code(findings):
@@ -550,9 +550,9 @@ def bench_command(
 
     from topoplan.atomic import write_atomic
     from topoplan.bench.launch import spawn_json
-    from topoplan.bench.options import BenchRequest
     from topoplan.bench.plot import svg
-    from topoplan.bench.render import print_bench
+    from topoplan.bench.report import print_bench
+    from topoplan.bench.request import BenchRequest
 
     try:
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
@@ -561,7 +561,7 @@ def bench_command(
                                             shared_memory=shared_memory)
         world = request.world()
         request.check_backend(world)
-        result = spawn_json(world, "topoplan.bench.worker", request.worker_argv(), echo=not as_json, what="bench")
+        result = spawn_json(world, "topoplan.bench.sweep_worker", request.worker_argv(), echo=not as_json, what="bench")
         if plot:
             write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
                                                       f"groups of {result['group_size']}"))
@@ -661,7 +661,7 @@ def validate_command(
     from rich.console import Console
 
     from topoplan.bench.drivers import driver_of
-    from topoplan.bench.render import print_validate
+    from topoplan.bench.report import print_validate
     from topoplan.bench.validate import validate
     from topoplan.engines import resolve
 

@@ -29,9 +29,9 @@ from topoplan.bench import probes
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
 from topoplan.bench.launch import spawn_json
-from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.bench.load import LoadMonitor, Sources
-from topoplan.bench.options import BenchRequest
+from topoplan.bench.machine_limits import gib, physical_memory_bytes
+from topoplan.bench.request import BenchRequest
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
@@ -50,7 +50,7 @@ def sweep_link(ranks: int, link_class: str, sizes: str, iters: int, warmup: int,
                env: dict[str, str] | None = None) -> list[CollectiveFit]:
     request = BenchRequest.from_options(ops=SWEEP_OPS, sizes=sizes, iters=iters, warmup=warmup,
                                         backend=backend, shared_memory=True)  # as the runner's TP/EP groups and stages
-    result = spawn_json(ranks, "topoplan.bench.worker", request.worker_argv(),
+    result = spawn_json(ranks, "topoplan.bench.sweep_worker", request.worker_argv(),
                         echo=False, what=f"calibration sweep ({link_class}, {ranks} ranks)",
                         extra_env=env)
     return fit_sweep(result["results"], link_class, ranks)

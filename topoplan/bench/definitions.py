@@ -59,7 +59,7 @@ PLACES = {
     "sendrecv": (True, False),
 }
 
-# `topoplan bench`'s defaults, written once: topoplan.bench.options.BenchRequest and the CLI read them
+# `topoplan bench`'s defaults, written once: topoplan.bench.request.BenchRequest and the CLI read them
 DEFAULT_OPS = ",".join(OPS)
 DEFAULT_SIZES = "4K:64M"
 DEFAULT_ITERS = 20

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from topoplan.bench.launch import spawn_json
-from topoplan.bench.limits import gib, physical_memory_bytes
 from topoplan.bench.load import LoadMonitor, Sources
+from topoplan.bench.machine_limits import gib, physical_memory_bytes
 from topoplan.cpuset import cpu_cores
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json

@@ -47,7 +47,7 @@ from topoplan.cpuset import cpu_cores
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
-from topoplan.launch.engines.render import render_serve_script
+from topoplan.launch.engines.scripts import render_serve_script
 from topoplan.layout import Layout
 from topoplan.plan.cpu_entry import MOE_OVERHEADS
 from topoplan.plan.cpu_layouts import Candidate, cpu_candidates

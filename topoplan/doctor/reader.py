@@ -17,7 +17,7 @@ from topoplan.doctor.acs import read_acs
 from topoplan.doctor.nvml import SKIPPED, read_nvml
 from topoplan.doctor.pci_ids import GPU_CLASSES, GPU_VENDORS, NIC_CLASS, NVIDIA
 from topoplan.doctor.readings import is_unreadable, read_text, unreadable
-from topoplan.doctor.recording import FORMAT, SCHEMA_VERSION
+from topoplan.doctor.readings_file import FORMAT, SCHEMA_VERSION
 from topoplan.topology.sysfs_nics import natural_key, pci_path
 
 LINK_FILES = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")

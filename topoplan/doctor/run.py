@@ -11,7 +11,7 @@ from topoplan.doctor.checks import run_checks
 from topoplan.doctor.checks.host import SHM_NEED_BYTES
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.reader import read_machine
-from topoplan.doctor.recording import load_recording, save_recording
+from topoplan.doctor.readings_file import load_recording, save_recording
 from topoplan.errors import TopoplanError
 
 THIS_MACHINE = "this machine"
@@ -47,7 +47,7 @@ def diagnose(recording: dict[str, Any], layout: str | None = None, topo: str | N
     topology `topo` (a file; None: this machine through NVML, as launch reads it) needs instead."""
     if layout is None:
         return run_checks(recording)
-    from topoplan.doctor.layout import layout_findings
+    from topoplan.doctor.for_layout import layout_findings
     from topoplan.layout import Layout, check_nodes
     from topoplan.machine import load_topology
 

@@ -32,7 +32,7 @@ RUNNER = Engine(
     },
     notes="The planner's historical default: an idealised fused-kernel runtime, not a measurement of the runner "
           "on a GPU (no published one exists); `topoplan calibrate` replaces its constants with measured ones.",
-    serves=False,  # per-rank lines (torchrun, mpirun, Slurm, shell) from topoplan.launch.render
+    serves=False,  # per-rank lines (torchrun, mpirun, Slurm, shell) from topoplan.launch.formats
 )
 
 ENGINES = (RUNNER,)

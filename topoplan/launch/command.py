@@ -1,4 +1,4 @@
-"""`topoplan launch` as a library call: a LaunchRequest in, a LaunchSpec out (topoplan.launch.render writes it).
+"""`topoplan launch` as a library call: a LaunchRequest in, a LaunchSpec out (topoplan.launch.formats writes it).
 
 Kept out of cli.py so the CLI only parses options, and so tests and other tools get the same behaviour.
 """
@@ -20,8 +20,8 @@ from topoplan.launch.engines.common import (
     EngineSettings,
     ServeOptions,
 )
+from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.netif import check_ifname, interface_to
-from topoplan.launch.options import LauncherOptions
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
 from topoplan.models import BUILTIN_MODELS
@@ -79,7 +79,7 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
 def engine_settings(saved: SavedRow) -> EngineSettings:
     """What the saved plan's row assumed of the engine: its served concurrency (else its batch) per replica, the
     workload's lengths and dtypes, and the engine's memory share at the row's TP degree."""
-    from topoplan.plan.engine import memory_policy
+    from topoplan.plan.engine_costs import memory_policy
 
     plan, cost = saved.plan, saved.row.cost
     work, layout = plan.workload, cost.layout

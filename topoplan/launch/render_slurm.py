@@ -30,7 +30,7 @@ import shlex
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import MEM_POLICIES
 from topoplan.launch.dispatch import SHEBANG, dispatch_argv, env_words
-from topoplan.launch.options import DEFAULT_JOB_NAME
+from topoplan.launch.launcher_options import DEFAULT_JOB_NAME
 from topoplan.launch.runtime_addr import HEAD_VAR, shell_join
 from topoplan.launch.spec import LAUNCHER_VARS, RENDEZVOUS_VARS, LaunchSpec, RankSpec, require_node_blocks
 

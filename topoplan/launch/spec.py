@@ -22,8 +22,8 @@ from topoplan.cpuset import GOMP_SPIN_COUNT, CpuFacts, format_cpu_list, split_cp
 from topoplan.errors import TopoplanError
 from topoplan.launch.binding import DEFAULT_MEM_POLICY, MEM_POLICIES, check_mem_policy, cpu_source, memory_node
 from topoplan.launch.device_env import device_env
+from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.nccl_env import EnvVar, ib_hca, mnnvl, p2p_level, roce_gid_index
-from topoplan.launch.options import LauncherOptions
 from topoplan.layout import Layout, RankGrid, RankPlacement, check_nodes
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.topology.model import Topology

@@ -485,7 +485,7 @@ class CostModel:
                        f"usable (max batch {cost.max_batch})")
         if cost.slo_miss:
             out.append(cost.slo_miss)
-        if any(groups):  # for an MoE model the decisive question (topoplan.plan.render shows reasons[0])
+        if any(groups):  # for an MoE model the decisive question (topoplan.plan.plan_table shows reasons[0])
             out.extend(self._ep_reasons(layout, cost, rings, models, groups))
         if layout.tp > 1:
             reason, fabric = self._tp_reason(layout, cost, rings, models, any(groups))

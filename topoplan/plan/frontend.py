@@ -17,7 +17,7 @@ from topoplan.models import ModelSpec, find_model
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.engine import engine_calibration
+from topoplan.plan.engine_costs import engine_calibration
 from topoplan.plan.rank import Limits, Plan, check_search, plan
 from topoplan.topology.links import cpu_links
 from topoplan.topology.model import Topology

@@ -24,7 +24,7 @@ from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
 from topoplan.plan.device import DeviceSpec
-from topoplan.plan.engine import engine_calibration, memory_policy
+from topoplan.plan.engine_costs import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand

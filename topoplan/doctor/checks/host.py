@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from topoplan.cpuset import format_cpu_list
-from topoplan.doctor.checks.common import cpus, devices, gib, pci_file, unknown_reason
+from topoplan.doctor.checks.evidence import cpus, devices, gib, pci_file, unknown_reason
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.pci_ids import AMD
 from topoplan.doctor.readings import is_unreadable, why_unreadable

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from topoplan.doctor.checks.common import number, unknown_reason
+from topoplan.doctor.checks.evidence import number, unknown_reason
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.readings import is_unreadable
 

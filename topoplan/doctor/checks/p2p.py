@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from topoplan.doctor.acs import REDIRECTS, describe
-from topoplan.doctor.checks.common import devices, pci_file
+from topoplan.doctor.checks.evidence import devices, pci_file
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.readings import is_unreadable, why_unreadable
 

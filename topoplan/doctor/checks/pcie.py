@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from topoplan.doctor.checks.common import devices, number, pci_file, unknown_reason
+from topoplan.doctor.checks.evidence import devices, number, pci_file, unknown_reason
 from topoplan.doctor.finding import Finding
 from topoplan.doctor.readings import is_unreadable
 

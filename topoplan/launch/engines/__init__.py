@@ -1,9 +1,9 @@
 """The serving engines' command lines: `topoplan launch --engine vllm|sglang|trtllm`.
 
 One module per engine turns a LaunchSpec (layout, placement, binding, NCCL variables) into that engine's own
-command per node and says how the engine maps its workers to visible devices; topoplan.launch.engines.render
+command per node and says how the engine maps its workers to visible devices; topoplan.launch.engines.scripts
 writes them as a shell script, Slurm lines or JSON. The bundled runner (`--engine topoplan`) keeps the per-rank
-launchers of topoplan.launch.render. What each engine is (versions, parallelism rules) is its profile in
+launchers of topoplan.launch.formats. What each engine is (versions, parallelism rules) is its profile in
 topoplan.engines, whose Engine names the module here that writes its command line (Engine.launcher).
 """
 

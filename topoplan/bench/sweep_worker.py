@@ -1,7 +1,7 @@
 """One rank of `topoplan bench`: join the job, build the groups, sweep, and (rank 0) print the JSON result.
 
 Started by `topoplan bench` through topoplan.runner.spawn (the same machinery as `topoplan run`), or by any
-launcher: `torchrun --nproc-per-node 8 -m topoplan.bench.worker --ops all_reduce --sizes 4K:256M`.
+launcher: `torchrun --nproc-per-node 8 -m topoplan.bench.sweep_worker --ops all_reduce --sizes 4K:256M`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from topoplan.bench.collectives import Group, SweepOptions, sweep
 from topoplan.bench.definitions import avg_busbw, point_count
-from topoplan.bench.options import BenchRequest
+from topoplan.bench.request import BenchRequest
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid

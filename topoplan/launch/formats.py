@@ -16,7 +16,7 @@ RENDERERS: dict[str, Callable[[LaunchSpec], str]] = {
     "torchrun": render_torchrun, "mpirun": render_mpirun, "srun": render_srun, "sbatch": render_sbatch,
     "shell": render_shell, "json": render_json,
 }
-ENGINE_ONLY_FORMATS = ("lws",)  # a serving engine's launch alone (topoplan.launch.engines.render)
+ENGINE_ONLY_FORMATS = ("lws",)  # a serving engine's launch alone (topoplan.launch.engines.scripts)
 FORMATS = tuple(RENDERERS)
 
 

@@ -16,7 +16,7 @@ from itertools import combinations
 from typing import Any
 
 from topoplan.cpuset import format_cpu_list, split_cpus
-from topoplan.doctor.checks.common import cpus, unknown_reason
+from topoplan.doctor.checks.evidence import cpus, unknown_reason
 from topoplan.doctor.checks.gpu import p2p_status
 from topoplan.doctor.checks.host import DEFAULT_ENGINE, shm_finding
 from topoplan.doctor.checks.network import port_active

@@ -139,7 +139,7 @@ class BenchRequest:
                                 "(use --backend gloo on CPUs)")
 
     def worker_argv(self) -> list[str]:
-        """The argv of `python -m topoplan.bench.worker` for this request (what `from_worker_argv` reads)."""
+        """The argv of `python -m topoplan.bench.sweep_worker` for this request (what `from_worker_argv` reads)."""
         return (["--ops", ",".join(self.ops), "--sizes", ",".join(human_size(s) for s in self.sizes),
                  "--iters", str(self.iters), "--warmup", str(self.warmup), "--dtype", self.dtype,
                  "--timeout", str(self.timeout)] + (["--backend", self.backend] if self.backend else [])
@@ -151,7 +151,7 @@ class BenchRequest:
     @classmethod
     def from_worker_argv(cls, argv: Sequence[str] | None = None) -> BenchRequest:
         """A rank's request from its argv (the worker also runs under torchrun with options typed by hand)."""
-        parser = argparse.ArgumentParser(prog="python -m topoplan.bench.worker")
+        parser = argparse.ArgumentParser(prog="python -m topoplan.bench.sweep_worker")
         for name in ("ops", "sizes", "layout", "groups", "backend", "dtype", "iters", "warmup", "timeout", "redop",
                      "root"):
             parser.add_argument(f"--{name}", default=None)
