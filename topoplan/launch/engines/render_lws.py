@@ -35,13 +35,13 @@ from topoplan.launch.engines.health import HEALTH_PATH
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import HOST_IP, IFNAME, LWS_LEADER_VAR, kube_word, shell_join
 from topoplan.launch.yaml_text import Commented, dump
+from topoplan.vendors import vendor_of
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"  # LWS v0.10.0 (tests/data/lws)
 WORKER_INDEX_VAR = "LWS_WORKER_INDEX"
 # The NVIDIA Network Operator's shared RDMA device plugin (its default resource name): one device gives the pod
 # every HCA of the node. Clusters with SR-IOV or another plugin name theirs instead.
 RDMA_RESOURCE = "rdma/rdma_shared_device_a"
-GPU_RESOURCES = {"CUDA_VISIBLE_DEVICES": "nvidia.com/gpu", "HIP_VISIBLE_DEVICES": "amd.com/gpu"}
 SHM_VOLUME = "dshm"
 MODEL_VOLUME = "model"
 NUMA_BINDERS = ("--numa-bind", "--numa-node")  # engine options that make the engine bind memory itself
@@ -110,7 +110,7 @@ def _resources(launch: EngineLaunch, node: int) -> tuple[dict, list[str]]:
     names = {v.name for r in ranks for v in r.env}
     limits: dict[str, object] = {}
     notes = []
-    gpu = next((GPU_RESOURCES[n] for n in GPU_RESOURCES if n in names), None)
+    gpu = vendor_of(spec.vendor).k8s_gpu_resource if spec.device == "gpu" else None  # topoplan.vendors
     if gpu is not None and spec.gpus_per_node:
         limits[gpu] = spec.gpus_per_node
         notes.append(f"{gpu}: all {spec.gpus_per_node} GPUs of the machine, so the planned GPUs keep their host "
