@@ -161,7 +161,7 @@ for argv in json.load(sys.stdin):
         "distributed_executor_backend", "numa_bind", "numa_bind_nodes", "numa_bind_cpus",
         "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port",
         "api_server_count", "max_num_seqs", "max_model_len", "kv_cache_dtype", "quantization",
-        "gpu_memory_utilization", "dtype")})
+        "gpu_memory_utilization", "dtype", "all2all_backend")})
 print(json.dumps(out))
 """
 
@@ -189,6 +189,7 @@ def test_vllm_lines_parse_with_vllms_own_parser() -> None:
     one, head, worker, moe, dp_head, dp_worker = vllm_parse(
         [after_module(c.argv, "vllm.entrypoints.cli.main")[1:] for c in lines])  # after `serve`
     assert moe["enable_expert_parallel"] and not one["enable_expert_parallel"]
+    assert moe["all2all_backend"] == "allgather_reducescatter"  # chosen, with its reason, where the plan chose EP
     assert (moe["tensor_parallel_size"], moe["data_parallel_size"]) == (2, 4)
     assert one["model_tag"] == "/models/llama" and (one["host"], one["port"]) == ("127.0.0.1", 8001)
     assert (one["tensor_parallel_size"], one["pipeline_parallel_size"], one["data_parallel_size"]) == (2, 2, 2)

@@ -109,4 +109,8 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
         argv = (options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint, *option_words(chosen),
                 *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+    if layout.ep > 1:
+        notes.append("expert parallelism: SGLang's default MoE exchange works with any install; --moe-a2a-backend "
+                     "deepep (with --enable-eplb for skewed routing) is faster across nodes where DeepEP is installed: "
+                     "add them after --")
     return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))

@@ -52,6 +52,9 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the CPU build's entry po
 CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve`, on every node of a GPU launch
 DEVICE_MAPPING = ("vLLM: worker local rank i uses cuda:i of {visible}; ranks are TP-fastest, then PP, "
                   "then DP; node n runs the n-th contiguous block of ranks")
+EP_ALL2ALL = "allgather_reducescatter"  # vllm/config/parallel.py ParallelConfig.all2all_backend's default
+EP_NOTE = ("expert parallelism: vLLM's load balancer (--enable-eplb) keeps redundant experts, memory the plan did not "
+           "price; add it after -- where routing is skewed")
 DP_RPC_PORT = 13345  # --data-parallel-rpc-port: the DP coordinator's port on node 0, away from vLLM's 29550 default
 
 
@@ -67,6 +70,10 @@ def _parallel(spec: LaunchSpec) -> list[Option]:
                                 f"{layout.tp * layout.dp} ranks; use ep={layout.tp * layout.dp}, or ep=1")
         options.append(Option(("--enable-expert-parallel",), f"the plan shards the experts over ep={layout.ep} = tp "
                               "x dp ranks (vLLM's expert parallelism; attention stays TP within each replica)"))
+        options.append(Option(("--all2all-backend", EP_ALL2ALL), "the EP group's token exchange by all-gather and "
+                              "reduce-scatter over NCCL: works with any install (vLLM's default, priced as such); "
+                              "DeepEP's deepep_high_throughput (prefill) or deepep_low_latency (decode) are faster "
+                              "across nodes where installed: pass one after --"))
     return options
 
 
@@ -165,4 +172,5 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             chosen += _nodes(spec, node.index)
         argv = (*entry, *option_words(chosen), *options.extra_args)
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+    notes += [EP_NOTE] if spec.layout.ep > 1 else []
     return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
