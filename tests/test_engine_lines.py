@@ -133,7 +133,12 @@ def test_trtllm_expert_parallel_size() -> None:
 
 
 def test_trtllm_over_nodes_is_one_mpi_process_per_rank() -> None:
-    served = launch("trtllm", "tp=8,pp=2", nodes=2)
+    with pytest.raises(TopoplanError, match="pass --ifname IF"):
+        launch("trtllm", "tp=8,pp=2", nodes=2)
+    served = launch("trtllm", "tp=8,pp=2", nodes=2, ifname="ib0")
+    assert {(r.env_dict()["NCCL_SOCKET_IFNAME"], r.env_dict()["GLOO_SOCKET_IFNAME"]) for r in served.spec.ranks} == {
+        ("ib0", "ib0")}
+    assert {r.env_dict().get("TLLM_NUMA_AWARE_WORKER_AFFINITY") for r in served.spec.ranks} == {"0"}
     assert served.nodes == ()
     assert served.spec.command[0] == "trtllm-llmapi-launch"
     params = trtllm_args(served.spec.command)

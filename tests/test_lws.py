@@ -201,7 +201,7 @@ def test_the_schemas_catch_what_they_should():
     ((*TWO_NODES, "--job-name", "Llama 70B"), "--job-name 'Llama 70B': a LeaderWorkerSet's name is a DNS label"),
     ((*TWO_NODES, "--pod-memory", "lots"), "--pod-memory 'lots': expected a Kubernetes memory quantity"),
     (("--engine", "trtllm", "--topo", str(DGX), "--layout", "tp=8,pp=2", "--nodes", "2", "--hosts", "a,b",
-      "--checkpoint", "/m", "--image", IMAGE), "--format lws with TensorRT-LLM over several nodes"),
+      "--ifname", "ib0", "--checkpoint", "/m", "--image", IMAGE), "--format lws with TensorRT-LLM over several nodes"),
     (("--engine", "vllm", "--device", "cpu", "--layout", "tp=2", "--checkpoint", "/m", "--image", IMAGE),
      "--format lws with --device cpu"),
 ])

@@ -122,7 +122,8 @@ def test_explicit_host_is_kept(tmp_path):
 def test_trtllm_over_nodes_reads_the_allocation_and_waits_too(tmp_path):
     dgx = ROOT / "fixtures" / "topo" / "00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
     done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "trtllm", "--topo", str(dgx),
-                           "--layout", "tp=8,pp=2", "--nodes", "2", "--checkpoint", "/m", "--format", "sbatch"],
+                           "--layout", "tp=8,pp=2", "--nodes", "2", "--checkpoint", "/m", "--format", "sbatch",
+                           "--ifname", "ib0"],
                           cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -130,22 +130,22 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
     if files:
         raise TopoplanError("TensorRT-LLM attention DP over several nodes reads its --config YAML on every node: write "
                             "`enable_attention_dp: true` to a shared path and pass `--config PATH` after --")
-    notes = ["several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP"]
     if options.ifname is None:
-        notes.append("several nodes: pass --ifname IF so NCCL and gloo bootstrap over the interface that reaches the "
-                     "other nodes (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)")
+        raise TopoplanError("TensorRT-LLM over several nodes: every MPI rank's NCCL and gloo must bootstrap over the "
+                            "interface that reaches the other nodes: pass --ifname IF (or launch on node 0 with "
+                            "--this-machine to find it)")
+    notes = ["several nodes: every rank is an MPI process (mpirun or srun); MPI rank 0 serves HTTP"]
     return EngineLaunch(engine, mpi_spec(spec, argv, options.ifname), options, (), mapping, tuple(notes))
 
 
-def mpi_spec(spec: LaunchSpec, argv: list[str], ifname: str | None) -> LaunchSpec:
+def mpi_spec(spec: LaunchSpec, argv: list[str], ifname: str) -> LaunchSpec:
     """The per-rank spec whose command is the engine under TRT-LLM's MPI wrapper: the mpirun and srun renderers
     give every rank its GPU order, numactl binding and NCCL variables, as for the bundled runner, and each rank
     keeps that binding (TRT-LLM would otherwise clear an affinity set from outside)."""
     keep = EnvVar(AFFINITY, "0", "keep the per-rank numactl binding topoplan computed: with the variable unset, "
                   "TRT-LLM clears an affinity constrained from outside")
     sockets = [EnvVar(name, ifname, f"--ifname: the interface that reaches the other nodes, for {what}")
-               for name, what in (("NCCL_SOCKET_IFNAME", "NCCL's bootstrap"), ("GLOO_SOCKET_IFNAME", "gloo groups"))
-               ] if ifname else []
+               for name, what in (("NCCL_SOCKET_IFNAME", "NCCL's bootstrap"), ("GLOO_SOCKET_IFNAME", "gloo groups"))]
     ranks = tuple(replace(r, env=(*r.env, *([keep] if r.cpus is not None or r.cpu_node is not None else []),
                                   *sockets)) for r in spec.ranks)
     return replace(spec, command=(MPI_WRAPPER, *argv), ranks=ranks)
