@@ -38,7 +38,7 @@ def test_bad_values_are_user_errors(env):
 def test_local_cuda_device():
     from topoplan.rank_env import local_cuda_device
 
-    assert local_cuda_device(3, 8) == 3  # the node's GPUs, in local-rank order
-    assert local_cuda_device(3, 1) == 0  # srun --gpu-bind=map_gpu: only this task's GPU
-    with pytest.raises(TopoplanError, match="local rank 4 has no GPU"):
-        local_cuda_device(4, 2)
+    assert local_cuda_device(3, 8, "CUDA_VISIBLE_DEVICES") == 3  # the node's GPUs, in local-rank order
+    assert local_cuda_device(3, 1, "CUDA_VISIBLE_DEVICES") == 0  # srun --gpu-bind=map_gpu: only this task's GPU
+    with pytest.raises(TopoplanError, match="local rank 4 has no GPU.*check HIP_VISIBLE_DEVICES"):
+        local_cuda_device(4, 2, "HIP_VISIBLE_DEVICES")

@@ -72,7 +72,7 @@ def discover_rank_env(environ: Mapping[str, str] | None = None) -> RankEnv:
     return RankEnv(0, 1, 0, 1, master_addr, int(port_raw), "single")
 
 
-def local_cuda_device(local_rank: int, visible_devices: int, visible_var: str = "CUDA_VISIBLE_DEVICES") -> int:
+def local_cuda_device(local_rank: int, visible_devices: int, visible_var: str) -> int:
     """The CUDA device index this rank should use, given how many devices CUDA shows it.
 
     Every launcher format of `topoplan launch` shows each rank its node's planned GPUs in local-rank order

@@ -38,6 +38,7 @@ from topoplan.errors import TopoplanError
 from topoplan.limits import check_count
 from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
 from topoplan.plan.cpu_entry import CPU_LINK, MOE_OVERHEADS
+from topoplan.runner.dist import gpu_vendor
 from topoplan.topology.links import parse_link_code
 
 # the runner's fixed costs the probes measure, each a Calibration field of the same name
@@ -184,7 +185,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
                 step(label)
                 with monitor.window(label):
                     fits += sweep_link(2, link_class, sizes, iters, warmup, "nccl",
-                                       {"CUDA_VISIBLE_DEVICES": f"{a},{b}"})
+                                       {gpu_vendor().visible_devices: f"{a},{b}"})
         step("the GPU probes")
         with monitor.window("the GPU probes"):
             measured = probe_all(torch.device("cuda"), dtype, probe_mib)

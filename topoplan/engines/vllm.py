@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
 
+NAME = "vllm"  # the engine's name on the command line (--engine vllm, vllm@VERSION)
 AIC = "aiconfigurator 0.12 (pip), aiconfigurator_core/systems/data"
 MEMORY = MemoryPolicy(basis="total", fraction=0.90, option="--gpu-memory-utilization", kv_block_tokens=16,
                       reserved_gb=3.76)
@@ -21,7 +22,7 @@ MEMORY_SOURCES = {
 }
 
 V0_2 = Engine(
-    name="vllm", version="0.2", covers=("0.2.0", "0.2.4"), cuda_graphs_decode=False,
+    name=NAME, version="0.2", covers=("0.2.0", "0.2.4"), cuda_graphs_decode=False,
     parallelism=Parallelism(tp=True, pp=False, dp=False, ep=False, pads_vocab=True, tp_across_nodes=True),
     memory=MEMORY,
     allreduce=AllReducePath(custom=False),
@@ -53,7 +54,7 @@ V0_2 = Engine(
 )
 
 V1 = Engine(
-    name="vllm", version="0.32", covers=("0.8.0", "0.32"), cuda_graphs_decode=True,
+    name=NAME, version="0.32", covers=("0.8.0", "0.32"), cuda_graphs_decode=True,
     parallelism=Parallelism(tp=True, pp=True, dp=True, ep=True, pads_vocab=True, tp_across_nodes=True,
                             moe_dp_shares_experts=True),  # docs.vllm.ai data_parallel_deployment (MoE)
     memory=MEMORY,

@@ -29,10 +29,11 @@ from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH, cpu_family_
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
 from topoplan.topology.sysfs_nics import pci_link_code, sysfs_address
+from topoplan.vendors import NVIDIA
 
 FORMAT = "topoplan-nvml-recording"  # the "format" field every recording opens with; read.py detects it
 SCHEMA_VERSION = 1
-ENVIRONMENT_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+ENVIRONMENT_KEYS = (NVIDIA.visible_devices, NVIDIA.device_order[0])  # type: ignore[index]  # CUDA's: NVML machines
 
 # nvmlDeviceGetTopologyCommonAncestor (nvmlGpuTopologyLevel_t) -> the `topo -m` code nvidia-smi prints.
 # INTERNAL (two GPUs on one board, e.g. a K80) is as close as PCIe gets: PIX.
@@ -231,7 +232,7 @@ class _Interpreter:
             self.notes.append("CUDA's default order (FASTEST_FIRST) cannot be predicted here (the GPUs differ, or "
                               "one did not say what it is); set CUDA_DEVICE_ORDER=PCI_BUS_ID to count like nvidia-smi")
         order = pci_order if self.env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" else default
-        visible, notes = visible_gpus(self.env.get("CUDA_VISIBLE_DEVICES"), order, self.identities)
+        visible, notes = visible_gpus(self.env.get(NVIDIA.visible_devices), order, self.identities)
         self.notes += notes
         gpus = []
         for i, raw in enumerate(self.raw_gpus):
