@@ -163,8 +163,11 @@ def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[s
     """GPU selection (the vendor's variables) and NCCL variables for a node's server process, and notes on what
     could not be expressed."""
     ranks = spec.node_ranks(node.index)
+    order = [int(i) for i in node.cuda_visible_devices.split(",")]
+    why = ("permuted from nvidia-smi order: it puts each TP group and stage boundary on the links the placement chose"
+           if order != sorted(order) else "nvidia-smi order: no permutation of these GPUs links any group better")
     env = device_env(spec.vendor, node.cuda_visible_devices,
-                     f"node {node.index}'s planned GPUs in local-rank order: worker local rank i uses cuda:i = "
+                     f"node {node.index}'s planned GPUs in local-rank order ({why}): worker local rank i uses cuda:i = "
                      + ", ".join(f"{r.gpu} (rank {r.rank})" for r in ranks))
     notes = []
     for name in ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_P2P_LEVEL"):
