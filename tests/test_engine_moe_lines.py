@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,18 +46,21 @@ def test_trtllm_attention_dp_writes_its_yaml_when_the_script_runs(tmp_path: Path
     assert (params["tensor_parallel_size"], params["moe_expert_parallel_size"]) == (8, 8)
     assert params["config"].endswith("/trtllm-extra-llm-api-options.yaml")
     assert command.env_dict()["TLLM_NUMA_AWARE_WORKER_AFFINITY"] == "1"
-    script = tmp_path / "serve.sh"
-    script.write_text(render_engine(launch, "shell").replace(f"{sys.executable} -m",
-                                                             f"{sys.executable} {FAKE_ENGINE} -m"))
+    standin = tmp_path / "engine.py"  # records the --config file it was given, as the engine would read it
+    standin.write_text("import pathlib, sys\n"
+                       "argv = sys.argv\n"
+                       "config = pathlib.Path(argv[argv.index('--config') + 1])\n"
+                       f"pathlib.Path({str(tmp_path)!r}, 'seen').write_text(str(config) + '\\n' + config.read_text())\n"
+                       "sys.exit(3)\n")
     (tmp_path / "ckpt").mkdir()
-    text = script.read_text().replace("/models/deepseek-v3", str(tmp_path / "ckpt"))
-    script.write_text(text)
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "FAKE_ENGINE_OUT": str(tmp_path), "FAKE_ENGINE_MODE": "fail"})
-    assert done.returncode == 3, done.stderr  # the stand-in engine's own status, after it recorded its argv
-    argv = json.loads((tmp_path / "node0.json").read_text())["argv"]
-    config = Path(argv[argv.index("--config") + 1])
-    assert config.read_text() == "enable_attention_dp: true\n"
+    script = tmp_path / "serve.sh"
+    script.write_text(render_engine(launch, "shell").replace(f"{sys.executable} -m", f"{sys.executable} {standin} -m")
+                      .replace("/models/deepseek-v3", str(tmp_path / "ckpt")))
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr  # the stand-in engine's own status
+    path, content = (tmp_path / "seen").read_text().split("\n", 1)
+    assert content == "enable_attention_dp: true\n"
+    assert not Path(path).exists()  # the script removed its option files when it ended
 
 
 def test_a_container_cpuset_narrower_than_the_gpus_binds_no_worker() -> None:

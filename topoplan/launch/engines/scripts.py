@@ -98,7 +98,8 @@ def files_lines(launch: EngineLaunch) -> list[str]:
     script carries them, so it works wherever it is copied (sbatch runs a spooled copy)."""
     if not launch.files:
         return []
-    out = [f'{FILES_VAR}="$(mktemp -d)"  # the engine option files, written below']
+    out = [f'{FILES_VAR}="$(mktemp -d)"  # the engine option files, written below',
+           f'trap \'rm -rf "${FILES_VAR}"\' EXIT  # and removed when the script ends']
     for name, text in launch.files:
         out += [f"cat > \"${FILES_VAR}\"/{shlex.quote(name)} <<'TOPOPLAN_EOF'", text.rstrip("\n"), "TOPOPLAN_EOF"]
     return out
