@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from topoplan.cli import app
 from topoplan.engines import ENGINES, resolve
-from topoplan.engines.scheduling import SCHEDULERS, SOURCES, Budget, scheduler_of
+from topoplan.engines.scheduling import Budget
 from topoplan.plan.served import mixed, separate, static
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,13 +92,16 @@ def test_separate_prefills_run_the_closed_loop_in_waves():
 
 
 def test_every_engine_profile_has_a_scheduler_with_a_source():
-    for profile in ENGINES:
-        assert str(profile) in SCHEDULERS and SOURCES[str(profile)]
-    vllm = scheduler_of(resolve("vllm"))
+    for profile in ENGINES:  # a continuous-batching scheduler's budgets carry their source, as every constant
+        assert profile.scheduler.mode == "static" or profile.sources["scheduler.budgets"]
+    assert {str(e): e.scheduler.mode for e in ENGINES} == {"topoplan@0.1": "static", "vllm@0.2": "separate",
+                                                          "vllm@0.32": "mixed", "sglang@0.5": "separate",
+                                                          "trtllm@1.0": "mixed"}
+    vllm = resolve("vllm").scheduler
     assert vllm.mode == "mixed"
     assert vllm.budget("h100-sxm", 80e9) == Budget(70, 8192, 1024, ("a100",))
     assert vllm.budget("a100-sxm4-80gb", 80e9).max_batched_tokens == 2048  # vLLM's A100 exception
-    assert scheduler_of(resolve("topoplan")).mode == "static"
+    assert resolve("topoplan").scheduler.mode == "static"
 
 
 def plan_json(*args: str) -> tuple[dict, str]:

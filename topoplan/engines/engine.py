@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from topoplan.engines.scheduling import STATIC, Scheduler
 from topoplan.layout import Layout
 
 Version = tuple[int, ...]
@@ -165,6 +166,8 @@ class Engine:
     launch_release: str | None = None
     # the version the user pinned with NAME@VERSION (None: the newest), which `launch` checks against the above
     pinned: str | None = field(default=None, compare=False)
+    # how its scheduler batches requests (topoplan.engines.scheduling): what the served model prices
+    scheduler: Scheduler = STATIC
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
@@ -182,8 +185,7 @@ def constants(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Every number in a profile by dotted path (what needs a source); booleans and names excluded."""
     out: dict[str, Any] = {}
     for f in fields(obj):
-        if f.name in ("sources", "name", "version", "covers", "notes", "launcher", "driver", "attention_dp_tp",
-                      "launch_release", "pinned", "moe_dp_shares_experts"):
+        if f.name in ("sources", "name", "version", "covers", "notes", "attention_dp_tp"):  # labels and rules
             continue
         value, path = getattr(obj, f.name), f"{prefix}{f.name}"
         if isinstance(value, AllReducePath) and not value.custom:

@@ -4,6 +4,7 @@ took from vLLM (sgl-kernel), a static memory fraction that shrinks with the TP s
 from __future__ import annotations
 
 from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.scheduling import Budget, Scheduler
 from topoplan.engines.vllm import AIC
 
 V0_5 = Engine(
@@ -18,6 +19,10 @@ V0_5 = Engine(
                         graph_layer_overhead_us=43.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
+        "scheduler.budgets": "python/sglang/srt/managers/scheduler.py: a prefill batch runs before the running decode "
+                             "batch resumes (enable_mixed_chunk off by default); python/sglang/srt/server_args.py "
+                             "chunked_prefill_size 2048 under 35 GiB, 8192 under 160 GiB, 16384 above; "
+                             "max_running_requests from the KV pool",
         "memory.fraction": "python/sglang/srt/server_args.py: mem_fraction_static 0.88 on one GPU (v0.4.x)",
         "memory.fraction_by_tp": "python/sglang/srt/server_args.py (v0.4.x): 0.87 at tp >= 2, 0.85 at >= 4, "
                                  "0.81 at >= 8, 0.79 at >= 16; the fraction holds weights and the KV pool, the "
@@ -47,6 +52,7 @@ V0_5 = Engine(
         }.items()},
     },
     notes="Fewer published TP sweeps than vLLM or TensorRT-LLM: one (NVIDIA's aiconfigurator silicon samples).",
+    scheduler=Scheduler("separate", (Budget(160, 16384, None), Budget(35, 8192, None), Budget(0, 2048, None))),
     launcher="sglang", launch_release="0.5",  # tests/data/engines/sglang-0.5.23-options.json
 )
 

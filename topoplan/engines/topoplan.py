@@ -33,6 +33,7 @@ RUNNER = Engine(
     notes="The planner's historical default: an idealised fused-kernel runtime, not a measurement of the runner "
           "on a GPU (no published one exists); `topoplan calibrate` replaces its constants with measured ones.",
     serves=False,  # per-rank lines (torchrun, mpirun, Slurm, shell) from topoplan.launch.formats
+    # scheduler: the default, static: topoplan.runner prefills all prompts together, then decodes them together
 )
 
 ENGINES = (RUNNER,)

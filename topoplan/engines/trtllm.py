@@ -5,6 +5,7 @@ the memory left free once the weights are loaded."""
 from __future__ import annotations
 
 from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.scheduling import Budget, Scheduler
 from topoplan.engines.vllm import AIC
 
 V1 = Engine(
@@ -19,6 +20,9 @@ V1 = Engine(
                         graph_layer_overhead_us=52.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
+        "scheduler.budgets": "TensorRT-LLM in-flight batching: context and generation requests in one iteration "
+                             "(docs/source/advanced/gpt-attention.md); tensorrt_llm/builder.py BuildConfig "
+                             "max_num_tokens 8192, max_batch_size 2048",
         "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
                            "(\"fraction of GPU memory ... allocated for the KV cache\", of what is free after "
                            "the model loads)",
@@ -53,6 +57,7 @@ V1 = Engine(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
+    scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),)),
     launcher="trtllm", launch_release="1.0",  # tests/data/engines/trtllm-serve-options.json (1.x main)
 )
 

@@ -9,6 +9,7 @@ process (vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Red
 from __future__ import annotations
 
 from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.scheduling import Budget, Scheduler
 
 NAME = "vllm"  # the engine's name on the command line (--engine vllm, vllm@VERSION)
 AIC = "aiconfigurator 0.12 (pip), aiconfigurator_core/systems/data"
@@ -31,6 +32,9 @@ V0_2 = Engine(
                         collective_base_us=45.0),
     sources={
         **MEMORY_SOURCES,
+        "scheduler.budgets": "vllm/core/scheduler.py (v0.2.x): waiting prompts are scheduled in a prefill-only step "
+                             "before any decode step; vllm/config.py SchedulerConfig max_num_batched_tokens = "
+                             "max(max_model_len, 2560) (2560 for prompts that fit it), max_num_seqs = 256",
         # No published TP sweep of vLLM 0.2 was found: these are estimates, not fits (docs/engines.md).
         "overheads.memory_bandwidth_efficiency": "estimate: the FasterTransformer fit's 0.8 (docs/planner.md "
                                                  "section 5), below V1's fitted 0.9 (older attention kernels)",
@@ -50,6 +54,7 @@ V0_2 = Engine(
     },
     notes="The 2023 engine: tensor parallelism only (PP from 0.5, DP later), NCCL all-reduce via torch.distributed "
           "(custom all-reduce from v0.3.0, PR #2192), no CUDA graphs.",
+    scheduler=Scheduler("separate", (Budget(0, 2560, 256),)),
     launcher=None,  # its options differ from today's and nobody launches it any more: priced, not launched
 )
 
@@ -66,6 +71,11 @@ V1 = Engine(
                         collective_base_us=20.0),
     sources={
         **MEMORY_SOURCES,
+        "scheduler.budgets": "vllm/v1/core/sched/scheduler.py: running requests' decodes first, then waiting prompts "
+                             "chunked into the rest of the token budget (chunked prefill always on in V1); "
+                             "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, `vllm serve`: "
+                             "max_num_batched_tokens 8192 and max_num_seqs 1024 on GPUs of >= 70 GiB other than A100 "
+                             "(PR #17885), else 2048 and 256",
         "allreduce.world_sizes": "vllm/distributed/device_communicators/custom_all_reduce.py "
                                  "_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]; needs full NVLink beyond 2 GPUs",
         "allreduce.max_bytes": "custom_all_reduce.py CustomAllreduce max_size = 8192 * 1024",
@@ -96,6 +106,7 @@ V1 = Engine(
     },
     notes="V1 engine (default from 0.8.0): CUDA graphs for decode, custom one-shot/two-shot all-reduce on an "
           "NVLink mesh, PP and DP over its own multiprocessing executor or Ray.",
+    scheduler=Scheduler("mixed", (Budget(70, 8192, 1024, excludes=("a100",)), Budget(0, 2048, 256))),
     launcher="vllm", driver="vllm_cpu", launch_release="0.32",  # tests/test_engine_lines.py: vLLM 0.32's parser
 )
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from topoplan.engines import default_engine
 from topoplan.engines.engine import Engine
-from topoplan.engines.scheduling import scheduler_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
@@ -212,7 +211,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
     k = len(topology.gpus)
-    scheduler = scheduler_of(engine)
+    scheduler = engine.scheduler
     serving = ServedModel(scheduler, scheduler.budget(device.name, device.memory_bytes), workload.prompt_len,
                           workload.gen_len, k * nodes)
     total = device.memory_bytes  # the most weights one GPU may hold under the engine's policy, at any TP degree
