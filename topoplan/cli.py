@@ -432,11 +432,9 @@ def doctor_command(
     except TopoplanError as error:
         raise fail(error) from None
     if preflight:
-        from topoplan.doctor.findings_table import printable
         from topoplan.doctor.for_layout import blocking_line
 
-        warn([printable(f"doctor: {f.subject}: {f.message} ({f.evidence})") for f in findings
-              if f.severity == "slows"])
+        warn([f"doctor: {f.subject}: {f.message} ({f.evidence})" for f in findings if f.severity == "slows"])
         if (line := blocking_line(findings)) is not None:
             print(f"topoplan: preflight: {printable(line)}", file=sys.stderr)
             raise typer.Exit(exit_code(findings))
