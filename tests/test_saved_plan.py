@@ -105,3 +105,23 @@ def test_vllm_parses_the_settings_a_saved_plan_adds(tmp_path: Path) -> None:
     assert (args["max_num_seqs"], args["max_model_len"]) == (seqs, 2176)
     assert (args["kv_cache_dtype"], args["quantization"], args["dtype"]) == ("fp8", "fp8", "bfloat16")
     assert args["gpu_memory_utilization"] == 0.9
+
+
+def test_a_checkpoint_folder_model_is_stale_when_its_config_changes(tmp_path: Path) -> None:
+    """A `--model` folder is priced from its config.json: editing that file makes the saved plan stale."""
+    from topoplan.models import CATALOG
+
+    folder = tmp_path / "llama-8b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CATALOG["Llama-3.1-8B"]))
+    topo = tmp_path / "topo.txt"
+    shutil.copy(DGX, topo)
+    plan = tmp_path / "plan.json"
+    done = runner.invoke(app, ["plan", "--model", str(folder), "--topo", str(topo), "--gpu", "a100-80gb",
+                               "--engine", "vllm", "--top", "2", "-o", str(plan)])
+    assert done.exit_code == 0, done.output
+    assert json.loads(plan.read_text())["request"]["sha256"]["model"]
+    launched(plan, 1)  # fresh: launches
+    (folder / "config.json").write_text(json.dumps({**CATALOG["Llama-3.1-8B"], "num_hidden_layers": 30}))
+    done = runner.invoke(app, ["launch", "--plan", str(plan), "--rank", "1", "--checkpoint", "/m"])
+    assert done.exit_code == 2 and "stale plan: model file" in done.output

@@ -226,9 +226,9 @@ def build_spec(
     hca = ib_hca(topology)  # the same node-wide list for every rank
     gid = None
     if hca is not None and nodes > 1:  # RoCE's routable GID, read where launch runs on the machine itself
-        names = hca.value.lstrip("=").split(",")
-        gid = roce_gid_index(names) if facts is not None else None
-        if facts is None:
+        if facts is not None:
+            gid = roce_gid_index(hca.value.lstrip("=").split(","))
+        else:
             notes.append("several nodes: if the NICs run RoCE (not InfiniBand), NCCL_IB_GID_INDEX must name their "
                          "RoCE v2 GID (usually 3; `show_gids`); launch with --this-machine to read it from sysfs")
     for node in range(nodes):

@@ -27,10 +27,12 @@ FILE_FIELDS = ("topo", "calibration", "model")  # request fields that may name a
 
 
 def _digest(path: str) -> str | None:
-    """SHA-256 of a file the request names; None when the field is not a readable file (a catalog model name)."""
-    if path == "-" or not Path(path).is_file():
+    """SHA-256 of the file a request field names (a checkpoint folder: its config.json, what the planner reads);
+    None when it names no readable file (a catalog model name)."""
+    file = Path(path) / "config.json" if path != "-" and Path(path).is_dir() else Path(path)
+    if path == "-" or not file.is_file():
         return None
-    return hashlib.sha256(read_capped(path)).hexdigest()
+    return hashlib.sha256(read_capped(file)).hexdigest()
 
 
 def request_record(request: PlanRequest) -> dict[str, Any]:

@@ -133,9 +133,8 @@ class WorkerBinding:
     """Each of a node's workers' CPUs and NUMA node, in local-rank order (= the engine's visible-GPU order), from
     topoplan's CPU split (topoplan.launch.binding): what the engines' own binders take."""
 
-    cpus: tuple[str, ...] | None  # numactl CPU lists, one per worker; None when a worker has no list
+    cpus: tuple[str, ...] | None  # numactl CPU lists, one per worker; None when the source lists none
     numa_nodes: tuple[int, ...]  # the memory node of each worker
-    policy: str  # the --mem-policy asked for (preferred or bind)
 
     def where(self) -> str:
         return ", ".join(f"cuda:{i} -> {n}" for i, n in enumerate(self.numa_nodes))
@@ -155,8 +154,8 @@ def worker_binding(spec: LaunchSpec, node: NodeSpec) -> tuple[WorkerBinding | No
         return None, (f"node {node.index}: the topology lists no CPU of {', '.join(unknown)} while it lists other "
                       "GPUs' (a container cpuset without their node?): binding them to their NUMA node could name "
                       "CPUs the process may not use, so no worker is bound; run `topoplan doctor` on the host")
-    cpus = tuple(format_cpu_list(r.cpus) for r in ranks if r.cpus) if all(r.cpus for r in ranks) else None
-    return WorkerBinding(cpus, tuple(r.mem_node for r in ranks), ranks[0].mem_policy), None  # type: ignore[misc]
+    cpus = None if unknown else tuple(format_cpu_list(r.cpus) for r in ranks)  # type: ignore[arg-type]
+    return WorkerBinding(cpus, tuple(r.mem_node for r in ranks)), None  # type: ignore[arg-type]
 
 
 def node_gpu_env(spec: LaunchSpec, node: NodeSpec) -> tuple[list[EnvVar], list[str]]:

@@ -94,6 +94,7 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
         raise TopoplanError(f"SGLang: {layout} over {nnodes} nodes: SGLang spreads data-parallel replicas over nodes "
                             "only with DP attention (an MoE model with ep = tp x dp); launch one server per replica, "
                             "or dp=1 over several nodes")
+    master = require_master_addr(spec, "SGLang") if nnodes > 1 else None
     commands, notes = [], []
     for node in spec.nodes:
         env, bound, node_notes = gpu_node(spec, node, options, _binding)
@@ -102,7 +103,6 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             chosen += _settings(options.settings, engine.memory.option)
         chosen += http_options(options, node.index)
         if nnodes > 1:
-            master = require_master_addr(spec, "SGLang")
             chosen += [Option(("--nnodes", str(nnodes)), "the nodes the server spans"),
                        Option(("--node-rank", str(node.index)), f"this is node {node.index}"),
                        Option(("--dist-init-addr", f"{master}:{spec.master_port}"), "node 0's rendezvous address")]
