@@ -13,6 +13,7 @@ docs/planner.md, "Disaggregated prefill/decode", has every formula and the searc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,7 +94,7 @@ class DisaggResult:
 
     chosen: DisaggPlan
     candidates: tuple[Candidate, ...]  # the placed candidates, best first (the chosen one first)
-    searched: int  # (prefill layout, decode layout, P:D) combinations priced
+    searched: int  # (prefill layout, decode layout, P:D) combinations weighed
     aggregated: Aggregated | None  # None: no aggregated layout fits
     verdict: str  # one line: whether disaggregation pays against `aggregated`
     pays: bool
@@ -249,22 +250,23 @@ def _fewest(ok: Callable[[int], bool], top: int) -> int:
 
 
 def _ratios(search: _Search, p: RoleOption, d: RoleOption, pd: tuple[int, int] | None, cp: int,
-            cd: int) -> list[tuple[int, int]]:
-    """The P:D worth pricing for a pair of layouts: `pd` if it fits the GPUs; else for each P the most decode
-    workers the rest of the GPUs hold, of which the one serving the most requests (fewest GPUs on a tie)."""
+            cd: int) -> tuple[list[tuple[int, int]], int]:
+    """The P:D worth pricing for a pair of layouts, and how many P:D were weighed: `pd` if it fits the GPUs; else
+    for each P the most decode workers the rest of the GPUs hold (fewer where the prefill workers could not keep
+    them busy), of which the one serving the most requests (fewest GPUs on a tie)."""
     g = search.gpus
     if pd is not None:
-        return [pd] if pd[0] * p.gpus + pd[1] * d.gpus <= g else []
+        return ([pd], 1) if pd[0] * p.gpus + pd[1] * d.gpus <= g else ([], 1)
     rp, rd = search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1]
     best: tuple[float, int, tuple[int, int]] | None = None
-    for np_ in range(1, (g - d.gpus) // p.gpus + 1):
+    most = (g - d.gpus) // p.gpus
+    for np_ in range(1, most + 1):
         nd = (g - np_ * p.gpus) // d.gpus
-        while nd > 1 and min(np_ * rp, (nd - 1) * rd) >= min(np_ * rp, nd * rd):  # decode beyond prefill's rate
-            nd -= 1
+        nd = min(nd, max(1, math.ceil(np_ * rp / rd)))  # decode workers beyond what the prefill feeds stay idle
         score = (min(np_ * rp, nd * rd), -(np_ * p.gpus + nd * d.gpus), (np_, nd))
         if best is None or score[:2] > best[:2]:
             best = score
-    return [best[2]] if best else []
+    return ([best[2]] if best else []), max(most, 0)
 
 
 def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], transfer: KvTransfer,
@@ -352,9 +354,9 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
                 continue
             transfer = _representative(search, p, d, plan.nodes > 1)
             cp, cd, _ = _concurrencies(search, p, d, transfer.exposed_ms)
-            for ratio in _ratios(search, p, d, pd, cp, cd):
-                searched += 1
-                first.append(_price(search, p, d, ratio, transfer))
+            ratios, weighed = _ratios(search, p, d, pd, cp, cd)
+            searched += weighed
+            first.extend(_price(search, p, d, ratio, transfer) for ratio in ratios)
     if not first:
         smallest = min(o.gpus for o in options)
         want = f"--pd {pd[0]}:{pd[1]} needs at least {pd[0] * smallest + pd[1] * smallest}" if pd else \
