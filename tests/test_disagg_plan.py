@@ -20,6 +20,7 @@ from topoplan.plan.disagg import DisaggRequest, disagg_for
 from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.kv_transfer import kv_bytes_per_request, kv_routes, price_transfer
+from topoplan.plan.saved import load_disagg
 
 H200 = "fixtures/topo/41_h200-8gpu-nv18-10nic-container-cpuset-empty-affinity.txt"
 DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
@@ -123,6 +124,18 @@ def test_pd_is_honoured_and_saved(tmp_path):
     assert [w["name"] for w in d["workers"]] == ["prefill0", "prefill1", "decode0"]
     record = json.loads(saved.read_text())["request"]
     assert record["disagg"] == {"pd": [2, 1], "connector": "whole"} and record["model"] == "70b"
+    request, result = load_disagg(str(saved))  # what `launch --disagg --plan FILE` reads
+    assert request.model == "70b" and result.chosen.ratio == (2, 1)
+    assert [w.gpus for w in result.chosen.workers] == [tuple(w["gpus"]) for w in d["workers"]]
+    document = json.loads(saved.read_text())
+    document["disagg"]["decode_layout"] = "tp=8,pp=1,dp=1"
+    saved.write_text(json.dumps(document))
+    with pytest.raises(TopoplanError, match="stale plan: the deployment is now"):
+        load_disagg(str(saved))
+    plain = tmp_path / "plain.json"
+    assert topoplan("plan", "-m", "70b", "--topo", H200, "--gpu", "h200", "-o", str(plain)).returncode == 0
+    with pytest.raises(TopoplanError, match="no `disagg` record"):
+        load_disagg(str(plain))
 
 
 def test_two_nodes_price_the_transfer_over_the_nics():

@@ -286,7 +286,7 @@ def plan_disagg(request: PlanRequest, pd: str | None, device: PlanDevice, top: i
     asked = DisaggRequest.parse(pd)
     result = disagg_for(request, asked.pd, asked.connector)
     document = {**plan_json(result.plan, top or None), "disagg": disagg_json(result),
-                RECORD_KEY: {**request_record(request), "disagg": asked.record()}}
+                RECORD_KEY: request_record(request, asked)}
     if output is not None:
         from topoplan.atomic import write_atomic
 
