@@ -193,16 +193,19 @@ def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[Ro
                         f"{k} {plan.device.name} GPUs (pass more --nodes, a smaller --dtype or --kv-dtype)")
 
 
+def _alone(search: _Search, role: str, layout: Layout) -> Worker:
+    """One worker of `layout` placed alone (on the best GPUs of node 0 for it)."""
+    return search.placer.place(RolePlan("prefill", layout, int(role == "prefill")),
+                               RolePlan("decode", layout, int(role == "decode")))[0]
+
+
 def _representative(search: _Search, p: RoleOption, d: RoleOption, cross: bool) -> KvTransfer:
     """The transfer between one prefill and one decode worker of these layouts, as the first ranking prices it:
     across nodes (each on its node's best GPUs) when the deployment spans nodes (a router pairs any prefill
     with any decode worker, so some pairs cross), else the two placed together on one node."""
     if cross or p.nodes > 1 or d.nodes > 1:
-        workers = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 0))
-        src = workers[0]
-        dst = replace(search.placer.place(RolePlan("prefill", d.layout, 0), RolePlan("decode", d.layout, 1))[0],
-                      node=src.node + src.nodes)
-        return search.transfer(src, dst)
+        src = _alone(search, "prefill", p.layout)
+        return search.transfer(src, replace(_alone(search, "decode", d.layout), node=src.node + src.nodes))
     src, dst = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 1))
     return search.transfer(src, dst)
 
