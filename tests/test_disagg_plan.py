@@ -7,6 +7,8 @@ import json
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from topoplan.cli import app
@@ -234,3 +236,14 @@ def test_library_call_matches_the_cli():
     assert result.candidates[0].ratio == (3, 1) and result.connector == DisaggRequest().connector == "whole"
     gpus = [g for w in result.chosen.workers for g in w.gpus]
     assert len(gpus) == len(set(gpus))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"\A\s*\d{1,8}\s*:\s*\d{1,8}\s*\Z")))
+def test_pd_text_is_counts_or_one_error(text):
+    try:
+        asked = DisaggRequest.parse(text)
+    except TopoplanError as error:
+        assert str(error).startswith("--pd ") and "\n" not in str(error)
+    else:
+        assert asked.pd is not None and min(asked.pd) >= 1 and max(asked.pd) < 10**6

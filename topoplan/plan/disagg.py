@@ -14,6 +14,7 @@ docs/planner.md, "Disaggregated prefill/decode", has every formula and the searc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -410,10 +411,10 @@ class DisaggRequest:
         """From `--pd P:D` (None: searched)."""
         if pd is None:
             return cls(None, connector)
-        first, colon, second = pd.partition(":")
-        if len(pd) > 16 or not colon or not first.strip().isdigit() or not second.strip().isdigit():
+        match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
+        if match is None:
             raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
-        return cls((int(first), int(second)), connector)
+        return cls((int(match.group(1)), int(match.group(2))), connector)
 
     def record(self) -> dict[str, Any]:
         """As a saved plan's request records it."""
