@@ -52,6 +52,7 @@ class RoleOption:
     nodes: int  # nodes one worker spans (1 unless its layout needs more GPUs than a node)
     steps: ReplicaSteps
     max_concurrency: int  # its KV cache's sequences, capped by the engine's max_seqs
+    where: tuple[str, ...]  # the GPUs (rank order, per node) it was priced on
 
     @property
     def gpus(self) -> int:
@@ -111,6 +112,7 @@ class _Search:
     plan: Plan
     serving: ServedModel
     pricer: LinkPricer
+    costs: CostModel
     connector: str
     gpus: int  # every GPU of the deployment: machine GPUs x nodes (idle ones count)
 
@@ -128,7 +130,7 @@ class _Search:
     def prefill_served(self, option: RoleOption, c: int) -> tuple[float, float]:
         """(TTFT ms, requests/s) of one prefill worker at `c` prompts in flight: prefill-only steps, the engine's
         token budget per step, a request leaving once its first token is out."""
-        key = ("prefill", option.layout, c)
+        key = ("prefill", option.layout, option.where, c)
         if key not in self.figures:
             served = separate(option.steps, self.serving.budget, self.plan.workload.prompt_len, 1, c)
             self.figures[key] = (served.ttft_ms, served.requests_per_s)
@@ -137,11 +139,18 @@ class _Search:
     def decode_served(self, option: RoleOption, c: int) -> tuple[float, float]:
         """(TPOT ms, requests/s) of one decode worker at `c` sequences in flight: decode-only steps, each request
         staying gen - 1 steps (its first token came from the prefill)."""
-        key = ("decode", option.layout, c)
+        key = ("decode", option.layout, option.where, c)
         if key not in self.figures:
             tpot = option.steps.step_ms(c)
             self.figures[key] = (tpot, c / (max(self.gen - 1, 1) * tpot) * 1e3)
         return self.figures[key]
+
+    def priced(self, layout: Layout, order: tuple[str, ...], span: int) -> RoleOption | None:
+        """A worker of `layout` on the GPUs `order` (on each of `span` nodes), priced; None when it does not fit."""
+        groups = ep_rings(layout, order) if layout.ep > 1 else None
+        cost = self.costs.price(layout, replica_rings(layout, order), groups, 1)
+        top = self.serving.max_concurrency(cost.max_batch)
+        return RoleOption(layout, span, cost.steps, top, order) if cost.fits and top >= 1 else None  # type: ignore
 
     def transfer(self, src: Worker, dst: Worker) -> KvTransfer:
         key = (src.layout, dst.layout, src.node == dst.node, src.gpus, dst.gpus)
@@ -167,9 +176,10 @@ def _largest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
-def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[RoleOption]:
+def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     """Every worker layout that fits in memory, priced once: those within a node, or, when none fits there,
-    those on the fewest whole nodes that hold one (a worker never spans nodes unless it must)."""
+    those on the fewest whole nodes that hold one (a worker never spans nodes unless it must). Each is priced on
+    the GPUs the normal placement gives that layout alone (the best ones)."""
     plan, engine = search.plan, search.plan.engine
     k, placer = len(plan.topology.gpus), NodePlacer(plan.topology)
     for span in range(1, plan.nodes + 1):
@@ -178,16 +188,8 @@ def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[Ro
                                         dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
-        found = []
-        for layout in layouts:
-            if span > 1 and layout.world != span * k:
-                continue
-            order = placer.local_order(layout, span)
-            groups = ep_rings(layout, order) if layout.ep > 1 else None
-            cost = costs.price(layout, replica_rings(layout, order), groups, 1)
-            top = search.serving.max_concurrency(cost.max_batch)
-            if cost.fits and top >= 1:
-                found.append(RoleOption(layout, span, cost.steps, top))  # type: ignore[arg-type]
+        found = [option for layout in layouts if span == 1 or layout.world == span * k
+                 if (option := search.priced(layout, placer.local_order(layout, span), span)) is not None]
         if found:
             return found
     raise TopoplanError(f"no worker layout of {plan.model.name} fits in GPU memory on up to {plan.nodes} node(s) x "
@@ -279,15 +281,27 @@ def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int]
     return Candidate(p, d, ratio, transfer, _served(search, p, d, ratio, cp, cd, transfer.exposed_ms, steady), miss)
 
 
+def _slowest(search: _Search, option: RoleOption, workers: Sequence[Worker]) -> RoleOption:
+    """The role priced on its slowest worker's GPUs (the others wait for nothing, but the deployment's figures
+    are those of the workers that lag): by a prompt's prefill for prefill workers, a step of one for decode."""
+    priced = [search.priced(option.layout, w.gpus, w.nodes) or option for w in {w.gpus: w for w in workers}.values()]
+    if workers[0].role == "prefill":
+        return max(priced, key=lambda o: o.steps.prefill_ms(1))
+    return max(priced, key=lambda o: o.steps.step_ms(1))
+
+
 def _placed(search: _Search, candidate: Candidate) -> tuple[Candidate, tuple[Worker, ...]]:
-    """The candidate on its real GPUs, its transfer re-priced between the slowest prefill-decode pair."""
+    """The candidate on its real GPUs: each role priced on its slowest worker's GPUs, the transfer re-priced
+    between the slowest prefill-decode pair."""
     p, d = candidate.prefill, candidate.decode
     workers = search.placer.place(RolePlan("prefill", p.layout, candidate.ratio[0]),
                                   RolePlan("decode", d.layout, candidate.ratio[1]))
-    pairs = {(s.node == t.node, s.gpus, t.gpus): (s, t) for s in workers if s.role == "prefill"
-             for t in workers if t.role == "decode"}
+    prefill = [w for w in workers if w.role == "prefill"]
+    decode = [w for w in workers if w.role == "decode"]
+    pairs = {(s.node == t.node, s.gpus, t.gpus): (s, t) for s in prefill for t in decode}
     transfer = max((search.transfer(s, t) for s, t in pairs.values()), key=lambda t: t.ms)
-    return _price(search, p, d, candidate.ratio, transfer, steady=True), workers
+    return _price(search, _slowest(search, p, prefill), _slowest(search, d, decode), candidate.ratio, transfer,
+                  steady=True), workers
 
 
 def _aggregated(plan: Plan) -> Aggregated | None:
@@ -346,8 +360,8 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     pricer = LinkPricer(plan.topology, cal, plan.device.nic_gbps, plan.device.nvlink_domain_gpus, engine.allreduce)
     costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
     gpus = len(plan.topology.gpus) * plan.nodes
-    search = _Search(plan, plan.serving, pricer, connector, gpus)
-    options = _options(search, costs, request)
+    search = _Search(plan, plan.serving, pricer, costs, connector, gpus)
+    options = _options(search, request)
     search.steps.update((o.layout, o.steps) for o in options)
     first: list[Candidate] = []
     searched = 0
@@ -386,8 +400,11 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     limits_note = () if plan.limits.bounded else (
         "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
         "set a limit to bound TPOT",)
+    far = route_warnings(workers)  # matters where the KV cache leaves the node; on one node, a note
+    crossing = len({w.node for w in workers}) > 1
     chosen = DisaggPlan(best.prefill.layout, best.decode.layout, workers, best.transfer, best.served,
-                        _notes(search, best, workers), (*plan.warnings, *limits_note, *route_warnings(workers)))
+                        (*_notes(search, best, workers), *(() if crossing else far)),
+                        (*plan.warnings, *limits_note, *(far if crossing else ())))
     return DisaggResult(chosen, tuple(c for c, _ in placed), searched, agg, verdict, pays, plan, connector,
                         best.slo_miss)
 
