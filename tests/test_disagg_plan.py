@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_table_width import check
 from typer.testing import CliRunner
 
 from topoplan.cli import app
@@ -190,6 +191,7 @@ def test_deepseek_v3_on_four_a100_nodes_spans_workers_over_whole_nodes():
     (("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "0:2"), "at least one prefill and one decode"),
     (("-m", "70b", "--topo", AZURE_NO_NIC, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "1:1", "--tp", "4"),
      "no NIC for a cross-node KV transfer"),
+    (("-m", "70b", "--device", "cpu"), "--disagg plans GPU workers"),
 ])
 def test_cannot_place_is_one_line_exit_2(args, missing):
     run = topoplan("plan", "--disagg", *args)
@@ -247,3 +249,17 @@ def test_pd_text_is_counts_or_one_error(text):
         assert str(error).startswith("--pd ") and "\n" not in str(error)
     else:
         assert asked.pd is not None and min(asked.pd) >= 1 and max(asked.pd) < 10**6
+
+
+@pytest.mark.parametrize("width", (80, 200))
+@pytest.mark.parametrize("args", [
+    ("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang"),
+    ("-m", "70b", "--topo", OCI_A100, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "2:2", "--tp", "4"),
+])
+def test_disagg_table_fits_the_terminal(width, args):
+    result = CliRunner().invoke(app, ["plan", "--disagg", *args], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.stderr
+    check(result.stdout, width)
+    out = result.stdout
+    assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
+    assert "disaggregation" in out and "searched " in out
