@@ -258,21 +258,25 @@ def _fewest(ok: Callable[[int], bool], top: int) -> int:
 def _ratios(search: _Search, p: RoleOption, d: RoleOption, pd: tuple[int, int] | None, cp: int,
             cd: int) -> tuple[list[tuple[int, int]], int]:
     """The P:D worth pricing for a pair of layouts, and how many P:D were weighed: `pd` if it fits the GPUs; else
-    for each P the most decode workers the rest of the GPUs hold (fewer where the prefill workers could not keep
-    them busy), of which the one serving the most requests (fewest GPUs on a tie)."""
+    the P around where the prefill and decode rates meet on the GPUs (P* = G x rate_d / (g_p x rate_d + g_d x
+    rate_p): R(P) = min(P x rate_p, D(P) x rate_d) rises to there and falls after), each with the most decode
+    workers the other GPUs hold but no more than the prefill workers feed; the one serving the most requests
+    (fewest GPUs on a tie)."""
     g = search.gpus
     if pd is not None:
         return ([pd], 1) if pd[0] * p.gpus + pd[1] * d.gpus <= g else ([], 1)
     rp, rd = search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1]
-    best: tuple[float, int, tuple[int, int]] | None = None
     most = (g - d.gpus) // p.gpus
-    for np_ in range(1, most + 1):
+    meet = g * rd / (p.gpus * rd + d.gpus * rp)
+    weighed = range(max(1, math.floor(meet) - 2), min(most, math.ceil(meet) + 2) + 1)
+    best: tuple[float, int, tuple[int, int]] | None = None
+    for np_ in weighed:
         nd = (g - np_ * p.gpus) // d.gpus
         nd = min(nd, max(1, math.ceil(np_ * rp / rd)))  # decode workers beyond what the prefill feeds stay idle
         score = (min(np_ * rp, nd * rd), -(np_ * p.gpus + nd * d.gpus), (np_, nd))
         if best is None or score[:2] > best[:2]:
             best = score
-    return ([best[2]] if best else []), max(most, 0)
+    return ([best[2]] if best else []), len(weighed)
 
 
 def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], transfer: KvTransfer,
