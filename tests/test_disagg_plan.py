@@ -19,7 +19,7 @@ from topoplan.machine import load_topology
 from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
-from topoplan.plan.disagg import DisaggRequest, disagg_for
+from topoplan.plan.disagg import DisaggRequest, best_split, disagg_for
 from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.kv_transfer import kv_bytes_per_request, kv_routes, price_transfer
@@ -263,3 +263,18 @@ def test_disagg_table_fits_the_terminal(width, args):
     out = result.stdout
     assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
     assert "disaggregation" in out and "searched " in out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([8, 16, 24, 64, 128]), st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+       st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.floats(0.01, 100), st.floats(0.01, 100))
+def test_best_split_is_the_best_of_every_pd(g, gp, gd, rp, rd):
+    """The few P:D weighed around the meeting point serve as many requests as the best of every (P, D)."""
+    best, weighed = best_split(g, gp, gd, rp, rd)
+    every = [(p, d) for p in range(1, g // gp + 1) for d in range(1, (g - p * gp) // gd + 1)]
+    if not every:
+        assert best is None
+        return
+    most = max(min(p * rp, d * rd) for p, d in every)
+    assert best is not None and best[0] * gp + best[1] * gd <= g and weighed <= 12
+    assert min(best[0] * rp, best[1] * rd) == pytest.approx(most, rel=1e-12)

@@ -255,28 +255,34 @@ def _fewest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
+def best_split(g: int, gp: int, gd: int, rp: float, rd: float) -> tuple[tuple[int, int] | None, int]:
+    """The P:D on `g` GPUs of prefill workers of `gp` GPUs serving `rp` requests/s each and decode workers of `gd`
+    serving `rd` that serves the most requests (then the fewest GPUs, then fewer prefill workers), and how many
+    P:D were weighed; None when not one of each fits. Weighed: each P within 2 of P* = g rd / (gp rd + gd rp)
+    with the most decode workers the other GPUs hold, each D within 2 of D* = g rp / (gd rp + gp rd) with the
+    most prefill workers, neither role beyond what the other keeps busy. R = min(P rp, D rd) rises to the meeting
+    point and falls after it; whole workers move the best integer point by a worker or two of the larger kind,
+    which the two windows cover (tests/test_disagg_plan.py checks it against every (P, D))."""
+    pairs = set()
+    meet_p, meet_d = g * rd / (gp * rd + gd * rp), g * rp / (gd * rp + gp * rd)
+    for np_ in range(max(1, math.floor(meet_p) - 2), math.ceil(meet_p) + 3):
+        pairs.add((np_, min((g - np_ * gp) // gd, max(1, math.ceil(np_ * rp / rd)))))
+    for nd in range(max(1, math.floor(meet_d) - 2), math.ceil(meet_d) + 3):
+        pairs.add((min((g - nd * gd) // gp, max(1, math.ceil(nd * rd / rp))), nd))
+    fits = [(np_, nd) for np_, nd in pairs if np_ >= 1 and nd >= 1 and np_ * gp + nd * gd <= g]
+    best = max(fits, key=lambda r: (min(r[0] * rp, r[1] * rd), -(r[0] * gp + r[1] * gd), -r[0]), default=None)
+    return best, len(pairs)
+
+
 def _ratios(search: _Search, p: RoleOption, d: RoleOption, pd: tuple[int, int] | None, cp: int,
             cd: int) -> tuple[list[tuple[int, int]], int]:
-    """The P:D worth pricing for a pair of layouts, and how many P:D were weighed: `pd` if it fits the GPUs; else
-    the P around where the prefill and decode rates meet on the GPUs (P* = G x rate_d / (g_p x rate_d + g_d x
-    rate_p): R(P) = min(P x rate_p, D(P) x rate_d) rises to there and falls after), each with the most decode
-    workers the other GPUs hold but no more than the prefill workers feed; the one serving the most requests
-    (fewest GPUs on a tie)."""
+    """The P:D worth pricing for a pair of layouts, and how many were weighed: `pd` if it fits the GPUs, else
+    best_split of the two workers' rates."""
     g = search.gpus
     if pd is not None:
         return ([pd], 1) if pd[0] * p.gpus + pd[1] * d.gpus <= g else ([], 1)
-    rp, rd = search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1]
-    most = (g - d.gpus) // p.gpus
-    meet = g * rd / (p.gpus * rd + d.gpus * rp)
-    weighed = range(max(1, math.floor(meet) - 2), min(most, math.ceil(meet) + 2) + 1)
-    best: tuple[float, int, tuple[int, int]] | None = None
-    for np_ in weighed:
-        nd = (g - np_ * p.gpus) // d.gpus
-        nd = min(nd, max(1, math.ceil(np_ * rp / rd)))  # decode workers beyond what the prefill feeds stay idle
-        score = (min(np_ * rp, nd * rd), -(np_ * p.gpus + nd * d.gpus), (np_, nd))
-        if best is None or score[:2] > best[:2]:
-            best = score
-    return ([best[2]] if best else []), len(weighed)
+    best, weighed = best_split(g, p.gpus, d.gpus, search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1])
+    return ([best] if best else []), weighed
 
 
 def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], transfer: KvTransfer,
