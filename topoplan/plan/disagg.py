@@ -347,7 +347,7 @@ def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[st
              f"{c.served.decode_concurrency}; the deployment {c.served.output_tokens_per_s / search.gen:.2f} "
              f"requests/s on {search.gpus} GPUs"]
     for w in workers:
-        nics = sorted({r.nic_name or r.nic for r in w.routes if r.nic})
+        nics = list(dict.fromkeys(r.nic_name or r.nic for r in w.routes if r.nic))  # in GPU order, once each
         notes.append(f"{w.name} on node {w.node}{f'-{w.node + w.nodes - 1}' if w.nodes > 1 else ''}: "
                      f"{','.join(w.gpus)}, NUMA {','.join(map(str, w.numa_nodes)) or '?'}, KV via "
                      f"{','.join(nics) or 'no NIC'}")
