@@ -163,6 +163,27 @@ def test_per_op_times_are_aiconfigurators_own(aic):
     assert len(gen.layer) + len(gen.attention) + len(gen.embedding) + len(gen.head) == 10  # of 14: 3 AR, 1 P2P
 
 
+@pytest.mark.parametrize(("model", "hf_id", "gpu", "engine", "tp"), [
+    ("Qwen3-32B", "Qwen/Qwen3-32B", "h100-sxm", "sglang", 2),  # QK norm: written as Qwen3ForCausalLM
+    ("Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B", "h200", "trtllm", 1),
+])
+def test_topoplans_config_of_a_model_prices_like_aiconfigurators_own(aic, model, hf_id, gpu, engine, tp):
+    """The config.json topoplan writes for a model (hf_config) gives every compute op the time aiconfigurator's
+    bundled config of it does, in both phases."""
+    from tests.engine_cases import model_of
+
+    kernels = aic_estimator.load(model_of(model), gpu, resolve(engine), "bf16", "bf16")
+    ours = kernels._ops(tp)[0]
+    own = theirs(kernels.system, engine, kernels.version, tp, hf_id)
+    decode = {name: ms for name, ms, *_ in own.decode_step_per_op(16, 2048, 256)}
+    mine = dict(v[:2] for v in ours.evaluate_generation_ops(list(range(len(decode))), batch_size=16, s=2177))
+    assert mine == pytest.approx(decode, rel=1e-9)
+    ctx, _ = own.run_static_per_op(batch_size=3, beam_width=1, isl=2048, osl=2, prefix=0,
+                                   seq_imbalance_correction_scale=1.0, gen_seq_imbalance_correction_scale=1.0)
+    mine = dict(v[:2] for v in ours.evaluate_context_ops(list(range(len(ctx))), batch_size=3, s=2048))
+    assert mine == pytest.approx({name: ms for name, ms, *_ in ctx}, rel=1e-9)
+
+
 def test_fractional_batches_interpolate_between_whole_ones(aic):
     model = find_model("Llama-3.1-8B")
     kernels = aic_estimator.load(model, "h200", resolve("vllm"), "bf16", "bf16")
