@@ -122,6 +122,14 @@ def test_uncovered_gpus_models_and_degrees_are_refused_in_one_line(aic):
         aic_estimator.load(find_model("DeepSeek-V3"), "h200", resolve("vllm"), "bf16", "bf16")
     with pytest.raises(TopoplanError, match="--ep 8 needs the built-in estimator"):
         plan_for(PlanRequest(model="Mixtral-8x7B", topo=H100, engine="vllm", ep=8, estimator="aiconfigurator"))
+    done = run_cli("plan", "--model", "70b", "--topo", H100, "--engine", "vllm", "--dtype", "int4", "--estimator",
+                   "aiconfigurator")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith(
+        "topoplan: error: aiconfigurator cannot price this plan at TP") and "int4_wo" in done.stderr
+    moe = plan_for(PlanRequest(model="Mixtral-8x7B", topo=H100, engine="vllm", estimator="aiconfigurator"))
+    assert {row.cost.layout.ep for row in moe.layouts + moe.hidden} == {1}
+    assert "--estimator aiconfigurator prices MoE experts TP-sharded: no expert-parallel layouts (the built-in " \
+           "estimator prices both)" in moe.warnings
 
 
 # --- compute from aiconfigurator --------------------------------------------------------------------------------

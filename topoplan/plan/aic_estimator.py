@@ -170,7 +170,7 @@ class AicKernels:
         if key not in self._values:
             handle, ctx, _ = self._ops(tp)
             idx = [i for r in roles for i in getattr(ctx, r)]
-            self._values[key] = sum(v[1] for v in handle.evaluate_context_ops(idx, batch_size=batch, s=s))
+            self._values[key] = self._sum(tp, lambda: handle.evaluate_context_ops(idx, batch_size=batch, s=s))
         return self._values[key]
 
     def _generation(self, tp: int, roles: tuple[str, ...], batch: int, s: int) -> float:
@@ -179,8 +179,17 @@ class AicKernels:
         if key not in self._values:
             handle, _, gen = self._ops(tp)
             idx = [i for r in roles for i in getattr(gen, r)]
-            self._values[key] = sum(v[1] for v in handle.evaluate_generation_ops(idx, batch_size=batch, s=s))
+            self._values[key] = self._sum(tp, lambda: handle.evaluate_generation_ops(idx, batch_size=batch, s=s))
         return self._values[key]
+
+    def _sum(self, tp: int, evaluate: Callable[[], list[tuple]]) -> float:
+        """The evaluated ops' total ms; aiconfigurator's refusal (no table for this quantisation, a shape out of
+        its data) as one line."""
+        try:
+            return sum(v[1] for v in evaluate())
+        except (ValueError, RuntimeError) as error:
+            raise TopoplanError(f"aiconfigurator cannot price this plan at TP{tp} from its {self.system} "
+                                f"{self.backend} {self.version} data: {str(error).splitlines()[0][:240]}") from None
 
     def _stage(self, sm: StageModel, layer_ms: float, embedding_ms: float, head_ms: float) -> float:
         """The whole model's per-layer op times cut to this stage's layers, with the embedding on the first

@@ -206,6 +206,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     same concurrency, for comparison (LayoutCost.estimates); an MoE model is then planned without expert
     parallelism, which that estimator does not price."""
     check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep)
+    tp_experts = kernels is not None and model.is_moe and ep is None
     if kernels is not None and model.is_moe:
         if ep not in (None, 1):
             raise TopoplanError(f"--estimator aiconfigurator prices MoE experts TP-sharded only: --ep {ep} needs "
@@ -267,7 +268,10 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     shown = [r for r in ranked if r.dominated_by is None]
     return Plan(model, device, topology, nodes, workload, objective, calibration, shown,
                 [r for r in ranked if r.dominated_by is not None], engine=engine, limits=limits,
-                batch_searched=search, warnings=unbounded_warning(shown, search, limits), serving=serving,
+                batch_searched=search, serving=serving,
+                warnings=(*(("--estimator aiconfigurator prices MoE experts TP-sharded: no expert-parallel layouts "
+                             "(the built-in estimator prices both)",) if tp_experts else ()),
+                          *unbounded_warning(shown, search, limits)),
                 estimator=kernels.describe() if kernels else "builtin")
 
 
