@@ -52,7 +52,8 @@ def theirs(system: str, backend: str, version: str, tp: int, hf_id: str):
     """aiconfigurator's own engine for its bundled config of the model (not topoplan's config.json of it)."""
     from aiconfigurator_core.sdk.engine import EngineHandle
 
-    return EngineHandle.compile(hf_id, system, backend, backend_version=version, tp_size=tp)
+    return EngineHandle.compile(hf_id, system, backend, backend_version=version, tp_size=tp, moe_tp_size=tp,
+                                moe_ep_size=1)
 
 
 # --- without the extra ---------------------------------------------------------------------------------------
@@ -174,6 +175,7 @@ def test_per_op_times_are_aiconfigurators_own(aic):
 @pytest.mark.parametrize(("model", "hf_id", "gpu", "engine", "tp"), [
     ("Qwen3-32B", "Qwen/Qwen3-32B", "h100-sxm", "sglang", 2),  # QK norm: written as Qwen3ForCausalLM
     ("Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B", "h200", "trtllm", 1),
+    ("Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", "h200", "vllm", 8),  # MoE in every layer: Qwen3MoeForCausalLM
 ])
 def test_topoplans_config_of_a_model_prices_like_aiconfigurators_own(aic, model, hf_id, gpu, engine, tp):
     """The config.json topoplan writes for a model (hf_config) gives every compute op the time aiconfigurator's

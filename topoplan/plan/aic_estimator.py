@@ -61,9 +61,15 @@ def note_for(gpu: str, engine: Engine) -> tuple[str, ...]:
 
 def _architecture(m: ModelSpec) -> dict[str, Any]:
     """The HF config aiconfigurator reads for this model: dense GQA (Llama, Qwen2 with QKV bias, Qwen3 with QK
-    norm) or a MoE model whose every layer routes to experts with no shared one (Mixtral); others are refused."""
+    norm) or a MoE model whose every layer routes to experts with no shared one (Mixtral; Qwen3-MoE with QK
+    norm); others are refused."""
     plain = m.gated_mlp and m.layer_norms == 2 and not m.is_mla
-    if m.is_moe and plain and not m.shared_experts and m.moe_layers == m.layers and not m.qk_norm:
+    if m.is_moe and plain and not m.shared_experts and m.moe_layers == m.layers and not m.attention_bias:
+        if m.qk_norm:
+            return {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": m.experts,
+                    "num_experts_per_tok": m.experts_per_token, "moe_intermediate_size": m.expert_intermediate,
+                    "intermediate_size": m.intermediate, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                    "norm_topk_prob": True}
         return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": m.experts,
                 "num_experts_per_tok": m.experts_per_token, "intermediate_size": m.expert_intermediate}
     if not m.is_moe and plain and not (m.qk_norm and m.attention_bias):
@@ -71,8 +77,8 @@ def _architecture(m: ModelSpec) -> dict[str, Any]:
         return {"architectures": [arch], "model_type": arch.removesuffix("ForCausalLM").lower(),
                 "intermediate_size": m.intermediate}
     raise TopoplanError(f"--estimator aiconfigurator prices dense GQA models (Llama, Qwen2, Qwen3) and MoE models "
-                        f"with experts in every layer and no shared expert (Mixtral); {m.name} is neither: use "
-                        "the built-in estimator")
+                        f"with experts in every layer and no shared expert (Mixtral, Qwen3-MoE); {m.name} is neither: "
+                        "use the built-in estimator")
 
 
 def hf_config(m: ModelSpec) -> dict[str, Any]:
