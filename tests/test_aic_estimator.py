@@ -41,9 +41,9 @@ def aic():
     return pytest.importorskip("aiconfigurator_core")
 
 
-def run_cli(*args: str, hide: bool = False) -> subprocess.CompletedProcess:
+def run_cli(*args: str, hide: bool = False, columns: int = 200) -> subprocess.CompletedProcess:
     code = HIDDEN if hide else "from topoplan.cli import main; main()"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=600)
 
@@ -241,12 +241,18 @@ def test_plan_carries_both_estimates_in_json_and_table(aic):
         assert any(r.startswith("kernels: aiconfigurator-core ") and "h200_sxm vllm 0.24.0" in r
                    for r in row["reasons"])
     table = run_cli("plan", "--model", "70b", "--topo", H200, "--gpu", "h200", "--engine", "vllm", "--estimator",
-                    "aiconfigurator", "--top", "1")
+                    "aiconfigurator", "--top", "1", columns=400)  # wide enough for every column
     assert "built-in TTFT" in table.stdout and "kernels from aiconfigurator" in table.stdout
     first = plan["layouts"][0]
     label = f"tp{first['tp']} pp{first['pp']} dp{first['dp']}"
     row = next(line for line in table.stdout.splitlines() if label in line)
     assert f"{first['estimates']['builtin']['tpot_ms']:.2f}" in row and f"{first['served']['tpot_ms']:.2f}" in row
+    narrow = run_cli("plan", "--model", "70b", "--topo", H200, "--gpu", "h200", "--engine", "vllm", "--estimator",
+                     "aiconfigurator", "--top", "1", columns=80)
+    builtin = first["estimates"]["builtin"]
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80  # the built-in figures go under the row
+    assert (f"built-in: TTFT {builtin['ttft_ms']:.1f} ms, TPOT {builtin['tpot_ms']:.2f} ms, "
+            f"{builtin['output_tokens_per_s_per_gpu']:.1f} tok/s/GPU") in narrow.stdout
 
 
 @pytest.mark.parametrize(("engine", "version", "model", "hf_id", "tp", "batch"), [

@@ -59,6 +59,12 @@ def builtin_cells(cost: LayoutCost) -> tuple[str, ...]:
     return served_cells(cost, served) if served else ("", "", "")
 
 
+def builtin_line(cost: LayoutCost) -> str:
+    """The same as a line under the row, for the narrow table (no room for three more columns at 80)."""
+    ttft, tpot, rate = builtin_cells(cost)
+    return f"built-in: TTFT {ttft} ms, TPOT {tpot} ms, {rate} tok/s/GPU\n" if ttft else ""
+
+
 def plan_table(result: Plan, top: int | None, width: int | None = None) -> RenderableType:
     """The table with every column when `width` (None: unlimited) holds it whole, its reasons one phrase per
     line; else compact, each row's groups and reason under it."""
@@ -89,7 +95,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     table = Table(title=inert(title), title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for name in ("#", "layout", "fits", "conc", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU",
-                 *(("built-in TTFT", "built-in TPOT", "built-in tok/s/GPU") if both else ()),
+                 *(("built-in TTFT", "built-in TPOT", "built-in tok/s/GPU") if both and not narrow else ()),
                  *(() if narrow else ("step ms",))):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
@@ -101,7 +107,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
         c = entry.cost
         table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
                       str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
-                      *served_cells(c), *(builtin_cells(c) if both else ()),
+                      *served_cells(c), *(builtin_cells(c) if both and not narrow else ()),
                       *(() if narrow else (f"{c.decode_ms_per_token:.2f}", gpu_groups(entry),
                                            phrases(headline(entry)))))
     if not narrow:
@@ -110,5 +116,5 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     notes.add_column(no_wrap=True)
     notes.add_column(overflow="fold")
     for i, entry in enumerate(shown, 1):
-        notes.add_row(f"#{i}", Text(f"{gpu_groups(entry)}\n{phrases(headline(entry))}"))
+        notes.add_row(f"#{i}", Text(f"{gpu_groups(entry)}\n{builtin_line(entry.cost)}{phrases(headline(entry))}"))
     return Group(table, Text(f"{groups}, then why:"), notes, *([Text(caption)] if caption else []))
