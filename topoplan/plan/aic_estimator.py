@@ -17,11 +17,9 @@ import importlib.util
 import json
 import logging
 import math
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +230,8 @@ class AicKernels:
 def _compile(config: str, system: str, backend: str, version: str, tp: int, gemm: str, kv: str) -> tuple:
     """aiconfigurator's compiled engine for the model `config` at TP `tp` (its perf database loads once per
     process inside the package; compiling a further TP degree takes milliseconds), and its ops' roles."""
+    import tempfile
+
     from aiconfigurator_core.sdk.engine import EngineHandle, _ops_json  # the optional extra
     from aiconfigurator_core.sdk.models import get_model
 
@@ -267,6 +267,8 @@ def load(model: ModelSpec, gpu: str, engine: Engine, dtype: str, kv_dtype: str) 
                             f"{', '.join(KV_MODES)}; got --dtype {dtype}, KV {kv_dtype}")
     _architecture(model)  # refuse an architecture before the package loads
     logging.getLogger(PACKAGE).setLevel(logging.ERROR)  # its data-provenance notes are not the user's concern
+    from importlib import metadata
+
     from aiconfigurator_core.sdk.perf_database import get_version_slots
 
     system = SYSTEMS[gpu]
