@@ -118,7 +118,9 @@ class OpList:
     head: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, ops: list[dict[str, Any]]) -> OpList:
+    def of(cls, ops: list[dict[str, Any]], layers: int) -> OpList:
+        """The roles of `ops` (aiconfigurator's OpSpec JSON), checking that each per-layer op covers all `layers`
+        (a stage takes its share of them) and the embedding and LM head once."""
         out = cls()
         for i, op in enumerate(ops):
             (kind, spec), = op.items()
@@ -129,6 +131,9 @@ class OpList:
                                     "to place: use the built-in estimator")
             role = ("embedding" if kind == "Embedding" else "head" if "logits" in spec["name"]
                     else "attention" if kind.endswith("Attention") else "layer")
+            if spec.get("scale_factor") != (layers if role in ("layer", "attention") else 1):
+                raise TopoplanError(f"aiconfigurator's op {spec.get('name')} covers {spec.get('scale_factor')} "
+                                    f"layers of {layers}: not a stack topoplan can split over pipeline stages")
             getattr(out, role).append(i)
         return out
 
@@ -250,7 +255,8 @@ def _compile(config: str, system: str, backend: str, version: str, tp: int, gemm
         except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
             raise TopoplanError(f"aiconfigurator cannot price this model at TP{tp} on {system} {backend} "
                                 f"{version}: {str(error).splitlines()[0][:200]}") from None
-    ops = [OpList.of(json.loads(_ops_json(getattr(built, phase)))) for phase in ("context_ops", "generation_ops")]
+    ops = [OpList.of(json.loads(_ops_json(getattr(built, phase))), json.loads(config)["num_hidden_layers"])
+           for phase in ("context_ops", "generation_ops")]
     return handle, *ops
 
 
