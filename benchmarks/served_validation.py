@@ -7,13 +7,17 @@ Prints one line per row: source, engine and version, the point (model, dtype, TP
 then measured, ours and the error for TPOT, TTFT and delivered output tokens/s per replica (the measured one
 derived from the measured TTFT and TPOT by Little's law: C x gen / (TTFT + (gen - 1) x TPOT)); then mean and
 worst |error| per engine, fitting rows (role 'fit', which the engine profiles' constants were fitted on) and
-checking rows apart.
+checking rows apart. Where the optional extra is installed (pip install 'topoplan[aiconfigurator]'), each metric
+also gets aiconfigurator's own in-flight ("agg") estimate of the row and its error (AIC_COLUMNS).
 
     python benchmarks/served_validation.py [--summary]
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import logging
 import sys
 from pathlib import Path
 
@@ -21,13 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.engine_cases import PUBLISHED, board, model_of  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
+from topoplan.errors import TopoplanError  # noqa: E402
 from topoplan.hardware import find_gpu  # noqa: E402
+from topoplan.plan import aic_estimator  # noqa: E402
 from topoplan.plan.cost import Workload  # noqa: E402
 from topoplan.plan.device import DeviceSpec  # noqa: E402
 from topoplan.plan.rank import plan  # noqa: E402
 
 SOURCE = "aiconfigurator 0.12 silicon_sample.csv"
 METRICS = ("TPOT", "TTFT", "tok/s")
+AIC_COLUMNS = importlib.util.find_spec(aic_estimator.PACKAGE) is not None  # the optional extra is installed
 
 
 def served_rows() -> list[dict]:
@@ -47,20 +54,59 @@ def served_rows() -> list[dict]:
     return out
 
 
-def error(row: dict, metric: str) -> float:
-    return row["ours"][metric] / row["measured"][metric] - 1
+def error(row: dict, metric: str, whose: str = "ours") -> float:
+    return row[whose][metric] / row["measured"][metric] - 1
+
+
+def aiconfigurator_agg(r: dict) -> dict | None:
+    """aiconfigurator's own agg estimate of a row (TPOT, TTFT, output tok/s of the replica) on its data nearest
+    the row's engine version, for topoplan's config.json of the model; None where it cannot price the row."""
+    import tempfile
+
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.common import GEMMQuantMode
+    from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.perf_database import get_database_view, get_version_slots
+
+    logging.getLogger(aic_estimator.PACKAGE).setLevel(logging.ERROR)  # its data-provenance notes
+    profile, system = resolve(r["engine"]), aic_estimator.SYSTEMS[r["gpu"].replace("_", "-")]
+    try:
+        version = aic_estimator.pick_version(get_version_slots(system, profile.name) or {}, profile)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "config.json").write_text(json.dumps(aic_estimator.hf_config(model_of(r["model"]))))
+            model = get_model(folder, ModelConfig(tp_size=r["tp"], pp_size=r["pp"],
+                                                  gemm_quant_mode=GEMMQuantMode[aic_estimator.GEMM_MODES[r["dtype"]]]),
+                              profile.name)
+        agg = get_backend(profile.name).run_agg(  # a backend per row: its agg cache is keyed without the model
+            model, get_database_view(system, profile.name, version),
+            RuntimeConfig(batch_size=r["concurrency"], isl=r["prompt"], osl=r["gen"]), ctx_tokens=r["prompt"])
+    except (TopoplanError, ValueError, KeyError, RuntimeError):
+        return None
+    agg = agg.get_result_dict()
+    return {"TPOT": agg["tpot"], "TTFT": agg["ttft"], "tok/s": agg["tokens/s"]}
+
+
+def aic_cells(r: dict, m: str) -> str:
+    """The row's aiconfigurator cells for metric `m` ("-" where it could not price it); "" without the extra."""
+    if not AIC_COLUMNS:
+        return ""
+    return f" | {r['aic'][m]:.1f} | {100 * error(r, m, 'aic'):+.0f}%" if r["aic"] else " | - | -"
 
 
 def main() -> None:
     rows = served_rows()
+    for r in rows if AIC_COLUMNS else ():
+        r["aic"] = aiconfigurator_agg(r)
+    aic_head = " | aiconfigurator's | error" if AIC_COLUMNS else ""
     if "--summary" not in sys.argv:
         print("| source | engine | profile (scheduler) | point | role | " + " | ".join(
-            f"{m} measured | ours | error" for m in METRICS) + " |")
-        print("|---" * (5 + 3 * len(METRICS)) + "|")
+            f"{m} measured | ours | error{aic_head}" for m in METRICS) + " |")
+        print("|---" * (5 + (5 if AIC_COLUMNS else 3) * len(METRICS)) + "|")
         for r in rows:
             point = f"{r['model']} {r['dtype']} {r['gpu']} TP{r['tp']} C{r['concurrency']} {r['prompt']}/{r['gen']}"
             cells = " | ".join(f"{r['measured'][m]:.1f} | {r['ours'][m]:.1f} | {100 * error(r, m):+.0f}%"
-                               for m in METRICS)
+                               f"{aic_cells(r, m)}" for m in METRICS)
             print(f"| {SOURCE} | {r['engine']} | {r['profile']} ({r['scheduler']}) | {point} | {r['role']} | "
                   f"{cells} |")
         print()
@@ -74,6 +120,15 @@ def main() -> None:
             cells = " | ".join(f"{100 * sum(abs(error(r, m)) for r in mine) / len(mine):.1f}% | "
                                f"{100 * max(abs(error(r, m)) for r in mine):.0f}%" for m in METRICS)
             print(f"| {profile} | {role} | {len(mine)} | {cells} |")
+    priced = [r for r in rows if r.get("aic")]
+    if priced:
+        print("\n| aiconfigurator's agg estimate | rows | " + " | ".join(f"{m} mean abs error | worst" for m in METRICS)
+              + " |\n" + "|---" * (2 + 2 * len(METRICS)) + "|")
+        for engine in sorted({r["engine"] for r in priced}):
+            mine = [r for r in priced if r["engine"] == engine]
+            cells = " | ".join(f"{100 * sum(abs(error(r, m, 'aic')) for r in mine) / len(mine):.1f}% | "
+                               f"{100 * max(abs(error(r, m, 'aic')) for r in mine):.0f}%" for m in METRICS)
+            print(f"| {engine} | {len(mine)} | {cells} |")
 
 
 if __name__ == "__main__":

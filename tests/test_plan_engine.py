@@ -38,8 +38,9 @@ def test_json_keeps_every_field_and_adds_engine():
     assert default["engine"] == "topoplan@0.1" and vllm["engine"] == "vllm@0.32"
     assert set(vllm) == set(default) and set(default) - {"engine"} == {  # "limits": --max-ttft-ms/--max-tpot-ms
         "model", "topology", "workload", "objective", "limits", "calibration", "warnings", "layouts", "hidden",
-        "serving", "request"}  # "serving": the engine's scheduler and budget (topoplan.engines.scheduling);
-    # "request": what priced the plan, for `launch --plan FILE` (topoplan.plan.saved)
+        "serving", "request", "estimator"}  # "serving": the engine's scheduler and budget
+    # (topoplan.engines.scheduling); "request": what priced the plan, for `launch --plan FILE` (topoplan.plan.saved);
+    # "estimator": whose kernel times ("builtin", or what --estimator aiconfigurator used)
     assert set(vllm["layouts"][0]) == set(default["layouts"][0])
     assert plan_json("--engine", "topoplan") == default  # the default engine is the bundled runner's profile
 

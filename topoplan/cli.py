@@ -214,6 +214,9 @@ def plan_command(
                                 "(docs/planner.md)."),
     pd: str = typer.Option(None, "--pd", metavar="P:D", help="With --disagg: fix the prefill:decode worker counts, "
                            "e.g. 1:3 (default: searched for the limits)."),
+    estimator: str = typer.Option("builtin", "--estimator", help="Kernel times: builtin (topoplan's roofline) or "
+                                  "aiconfigurator (its measured data per GPU and engine version, with topoplan's "
+                                  "links; pip install 'topoplan[aiconfigurator]'; docs/planner.md)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -236,7 +239,7 @@ def plan_command(
                               workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype or "bf16",
                                                 kv_dtype), dtype_given=dtype is not None, gpus=gpus,
                               limits=Limits(max_ttft_ms, max_tpot_ms),
-                              search_batch=objective == "throughput" and batch is None)
+                              search_batch=objective == "throughput" and batch is None, estimator=estimator)
         if disagg or pd is not None:
             plan_disagg(request, pd, device, top, as_json, output)
             return
@@ -245,6 +248,8 @@ def plan_command(
 
             if output is not None:
                 raise TopoplanError("-o saves a GPU plan for `launch --plan`; a CPU launch takes --layout")
+            if estimator != "builtin":
+                raise TopoplanError("--estimator aiconfigurator prices GPU kernels; a CPU plan has none")
             result = plan_cpu(request)
         else:
             result = plan_for(request)

@@ -96,6 +96,9 @@ class LayoutCost:
     steps: ReplicaSteps | None = field(default=None, repr=False, compare=False)  # for the served model
     served: ServedCost | None = None  # served at `batch` requests in flight per replica (topoplan.plan.served)
     offline: ServedCost | None = None  # served at the most requests in flight it holds (max-load throughput)
+    # `plan --estimator aiconfigurator`: `served` by estimator name, topoplan's built-in one beside it at the same
+    # concurrency (topoplan.plan.rank); empty for the built-in estimator alone
+    estimates: dict[str, ServedCost] = field(default_factory=dict)
 
     @cached_property
     def reasons(self) -> list[str]:

@@ -14,6 +14,8 @@ from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
 from topoplan.models import ModelSpec, find_model
+from topoplan.plan import aic_estimator
+from topoplan.plan.aic_estimator import ESTIMATORS
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
@@ -48,6 +50,7 @@ class PlanRequest:
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
     gpus: str | None = None  # `--gpus 4,5,6,7`: plan on these GPUs of the machine (topology.subset); None: all
     dtype_given: bool = True  # workload.dtype was asked (`--dtype`), not a default a quantised checkpoint replaces
+    estimator: str = "builtin"  # kernel times: topoplan's roofline, or aiconfigurator's (topoplan.plan.aic_estimator)
 
     def __post_init__(self) -> None:
         if self.cpu is not None:
@@ -57,6 +60,8 @@ class PlanRequest:
         if self.nic_gbps is not None and not (math.isfinite(self.nic_gbps) and self.nic_gbps > 0):
             raise TopoplanError(f"--nic-gbps must be a positive finite number, got {self.nic_gbps}")
         object.__setattr__(self, "engine", resolve(self.engine))  # an unknown one fails here, before any file
+        if self.estimator not in ESTIMATORS:
+            raise TopoplanError(f"--estimator {self.estimator!r}: expected one of {', '.join(ESTIMATORS)}")
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:
@@ -93,9 +98,14 @@ def plan_for(request: PlanRequest) -> Plan:
     if r.gpus is not None:
         topology = gpu_subset(topology, r.gpus)
     device = device_for(topology, r.nic_gbps)
+    kernels = None
+    if r.estimator == "aiconfigurator":
+        kernels = aic_estimator.load(spec, device.name, engine, workload.dtype, workload.kv.short)
+    else:
+        notes = (*notes, *aic_estimator.note_for(device.name, engine))
     result = plan(topology, spec, device, workload, calibration=cal, nodes=r.nodes, objective=r.objective,
                   max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep, engine=engine, limits=r.limits,
-                  search_batch=r.search_batch)
+                  search_batch=r.search_batch, kernels=kernels)
     return replace(result, warnings=(*notes, *source_warnings(topology), *calibration_warnings(cal, device),
                                      *result.warnings))
 

@@ -10,6 +10,7 @@ from rich.text import Text
 from topoplan.layout import Layout, RankGrid
 from topoplan.plan.cost import LayoutCost
 from topoplan.plan.rank import Plan, RankedLayout
+from topoplan.plan.served import ServedCost
 from topoplan.terminal import inert
 
 
@@ -41,14 +42,27 @@ def phrases(reason: str) -> str:
     return "\n".join(part.strip() for part in reason.split("; "))
 
 
-def served_cells(cost: LayoutCost) -> tuple[str, str, str]:
-    """TTFT, TPOT and delivered output tokens/s per GPU of the machine, served (topoplan.plan.served); the
-    static batch's prefill, decode step and decode-phase rate where the layout was not served (CPU plans)."""
-    served = cost.served
+def served_cells(cost: LayoutCost, served: ServedCost | None = None) -> tuple[str, str, str]:
+    """TTFT, TPOT and delivered output tokens/s per GPU of the machine, served (topoplan.plan.served; `served`:
+    another estimator's figures); the static batch's prefill, decode step and decode-phase rate where the layout
+    was not served (CPU plans)."""
+    served = served or cost.served
     if served is None:
         return f"{cost.prefill_ms:.1f}", f"{cost.decode_ms_per_token:.2f}", f"{cost.tokens_per_s_per_gpu:.1f}"
     r = served.replica
     return f"{r.ttft_ms:.1f}", f"{r.tpot_ms:.2f}", f"{served.output_tokens_per_s_per_gpu:.1f}"
+
+
+def builtin_cells(cost: LayoutCost) -> tuple[str, ...]:
+    """The built-in estimator's TTFT, TPOT and tok/s/GPU beside aiconfigurator's (`--estimator aiconfigurator`)."""
+    served = cost.estimates.get("builtin")
+    return served_cells(cost, served) if served else ("", "", "")
+
+
+def builtin_line(cost: LayoutCost) -> str:
+    """The same as a line under the row, for the narrow table (no room for three more columns at 80)."""
+    ttft, tpot, rate = builtin_cells(cost)
+    return f"built-in: TTFT {ttft} ms, TPOT {tpot} ms, {rate} tok/s/GPU\n" if ttft else ""
 
 
 def plan_table(result: Plan, top: int | None, width: int | None = None) -> RenderableType:
@@ -69,15 +83,19 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
              f"{result.device.name}: {batch}, prompt {w.prompt_len}, generate {w.gen_len}; ranked by "
              f"{result.objective} for {result.engine}")
     hidden = len(result.hidden)
+    both = any(entry.cost.estimates for entry in result.layouts)
     legend = ("conc: requests in flight per replica; TTFT, TPOT and delivered output tok/s per GPU of the machine: "
               "served under the engine's scheduler"
-              + ("" if narrow else "; step ms: one decode step of the batch alone"))
+              + ("" if narrow else "; step ms: one decode step of the batch alone")
+              + ("; kernels from aiconfigurator, links from topoplan (built-in: topoplan's own kernel model at the "
+                 "same concurrency)" if both else ""))
     hidden_note = (f"{hidden} layout(s) hidden: a layout with the same tp and pp but more DP replicas is as fast "
                    "(--json lists them under \"hidden\")" if hidden else "")
     caption = "\n".join(part for part in (legend if result.serving else "", hidden_note) if part) or None
     table = Table(title=inert(title), title_justify="left", caption=None if narrow else caption, caption_justify="left",
                   box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for name in ("#", "layout", "fits", "conc", "GiB/GPU", "TTFT ms", "TPOT ms", "tok/s/GPU",
+                 *(("built-in TTFT", "built-in TPOT", "built-in tok/s/GPU") if both and not narrow else ()),
                  *(() if narrow else ("step ms",))):
         table.add_column(name, justify="left" if name == "layout" else "right", no_wrap=True)
     groups = "GPU groups" + (" (per node)" if result.nodes > 1 else "")
@@ -89,7 +107,7 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
         c = entry.cost
         table.add_row(str(i), layout_label(c.layout), "yes" if c.fits else "[red]no",
                       str(c.batch) + ("[red]*" if c.slo_miss else ""), f"{c.memory_per_gpu / 2**30:.1f}",
-                      *served_cells(c),
+                      *served_cells(c), *(builtin_cells(c) if both and not narrow else ()),
                       *(() if narrow else (f"{c.decode_ms_per_token:.2f}", gpu_groups(entry),
                                            phrases(headline(entry)))))
     if not narrow:
@@ -98,5 +116,5 @@ def _table(result: Plan, top: int | None, narrow: bool) -> RenderableType:
     notes.add_column(no_wrap=True)
     notes.add_column(overflow="fold")
     for i, entry in enumerate(shown, 1):
-        notes.add_row(f"#{i}", Text(f"{gpu_groups(entry)}\n{phrases(headline(entry))}"))
+        notes.add_row(f"#{i}", Text(f"{gpu_groups(entry)}\n{builtin_line(entry.cost)}{phrases(headline(entry))}"))
     return Group(table, Text(f"{groups}, then why:"), notes, *([Text(caption)] if caption else []))

@@ -19,6 +19,7 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
+from topoplan.plan.aic_estimator import AicKernels, KernelCostModel
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
@@ -126,6 +127,9 @@ class Plan:
     limits: Limits = field(default_factory=Limits)  # the latency limits every layout was checked against
     batch_searched: bool = False  # each layout priced at its best batch (the throughput objective), not workload.batch
     serving: ServedModel | None = None  # how the layouts were served (None: the CPU planner's static figures)
+    # which estimator priced the kernels: "builtin", or what `plan --estimator aiconfigurator` used (its
+    # AicKernels.describe(); the layouts then carry the built-in figures beside it, LayoutCost.estimates)
+    estimator: str | dict[str, str] = "builtin"
 
 
 def rank_key(objective: str, entry: RankedLayout) -> tuple:
@@ -191,14 +195,23 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
          calibration: Calibration | None = None, nodes: int = 1, objective: str = "latency",
          max_tp: int | None = None, tp: int | None = None, pp: int | None = None, dp: int | None = None,
          ep: int | None = None, engine: Engine | None = None, limits: Limits | None = None,
-         search_batch: bool | None = None) -> Plan:
+         search_batch: bool | None = None, kernels: AicKernels | None = None) -> Plan:
     """Every candidate layout placed on the topology and priced for `engine` (None: the default engine), ranked
     best first. `calibration` None: the engine's constants; given, it replaces them (its memory reserve and
     all), while the engine still sets the memory policy, the all-reduce path and the layout rules.
 
     `search_batch` (default: on for the throughput objective) prices each layout at its best batch
-    (best_batch) instead of `workload.batch`."""
+    (best_batch) instead of `workload.batch`. `kernels` (topoplan.plan.aic_estimator.load): price each stage's
+    compute from aiconfigurator's kernel times and serve each layout with topoplan's built-in model too, at the
+    same concurrency, for comparison (LayoutCost.estimates); an MoE model is then planned without expert
+    parallelism, which that estimator does not price."""
     check_search(nodes=nodes, objective=objective, max_tp=max_tp, tp=tp, pp=pp, dp=dp, ep=ep)
+    tp_experts = kernels is not None and model.is_moe and ep is None
+    if kernels is not None and model.is_moe:
+        if ep not in (None, 1):
+            raise TopoplanError(f"--estimator aiconfigurator prices MoE experts TP-sharded only: --ep {ep} needs "
+                                "the built-in estimator")
+        ep = 1
     context = workload.prompt_len + workload.gen_len
     check_context(model.max_context, context, f"--prompt-len {workload.prompt_len} + --gen-len {workload.gen_len} "
                   f"= {context} tokens", model.name)
@@ -207,7 +220,9 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     placer = NodePlacer(topology)
     pricer = LinkPricer(topology, calibration, device.nic_gbps, device.nvlink_domain_gpus, engine.allreduce)
     policy = memory_policy(engine, calibration)
-    costs = CostModel(model, device, workload, calibration, pricer, policy)
+    builtin = CostModel(model, device, workload, calibration, pricer, policy)
+    costs = builtin if kernels is None else KernelCostModel(model, device, workload, calibration, pricer, policy,
+                                                            kernels=kernels)
     limits = limits or Limits()
     search = objective == "throughput" if search_batch is None else search_batch
     k = len(topology.gpus)
@@ -236,6 +251,11 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
             cost = best_concurrency(costs, layout, replicas, limits, serving, groups)
         else:
             cost = _served(costs, layout, replicas, groups, workload.batch, serving, limits)
+        if kernels is not None:
+            twin = builtin.price(layout, replicas, groups, cost.batch)
+            cost.estimates = {"aiconfigurator": cost.served,
+                              "builtin": serving.serve(twin.steps, cost.batch, layout.dp)}
+            cost.notes.append(f"kernels: {kernels.label}")
         most = serving.max_concurrency(cost.max_batch)
         cost.offline = serving.serve(cost.steps, most, layout.dp) if cost.fits and most >= 1 else None
         if used < nodes:
@@ -248,7 +268,11 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     shown = [r for r in ranked if r.dominated_by is None]
     return Plan(model, device, topology, nodes, workload, objective, calibration, shown,
                 [r for r in ranked if r.dominated_by is not None], engine=engine, limits=limits,
-                batch_searched=search, warnings=unbounded_warning(shown, search, limits), serving=serving)
+                batch_searched=search, serving=serving,
+                warnings=(*(("--estimator aiconfigurator prices MoE experts TP-sharded: no expert-parallel layouts "
+                             "(the built-in estimator prices both)",) if tp_experts else ()),
+                          *unbounded_warning(shown, search, limits)),
+                estimator=kernels.describe() if kernels else "builtin")
 
 
 def explain_advice(ranked: list[RankedLayout], warnings: list[Warning], objective: str) -> None:
@@ -319,6 +343,7 @@ def layout_json(entry: RankedLayout, per_rank: bool = False) -> dict[str, Any]:
         "request_ms": round(c.request_ms, 2), "tokens_per_s": round(c.tokens_per_s, 2),
         **({"served": served_json(c.served)} if c.served else {}),
         **({"offline": served_json(c.offline)} if c.offline else {}),
+        **({"estimates": {name: served_json(s) for name, s in c.estimates.items()}} if c.estimates else {}),
         "tokens_per_s_per_gpu": round(c.tokens_per_s_per_gpu, 2), "all_to_all_ms": round(c.all_to_all_ms, 4),
         "stages": layer_split_json(c.stage_layers),
         "placement_scope": "every rank" if per_rank or entry.nodes == 1 else "node 0 (every node the same shape)",
@@ -369,6 +394,7 @@ def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> d
         "engine": str(result.engine),
         **({"serving": serving_json(result.serving)} if result.serving else {}),
         "calibration": result.calibration.source,
+        "estimator": result.estimator,
         "warnings": list(result.warnings),
         "layouts": [layout_json(entry, per_rank) for entry in layouts],
         "hidden": [layout_json(entry, per_rank) for entry in (result.hidden[:top] if top else result.hidden)],
