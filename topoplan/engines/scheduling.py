@@ -34,6 +34,7 @@ class Scheduler:
 
     mode: str  # "mixed" | "separate" | "static"
     budgets: tuple[Budget, ...] = ()
+    waves: bool = False  # "mixed": a closed loop's requests reach it in waves (topoplan.plan.served.wave_ttft)
 
     def budget(self, gpu: str, memory_bytes: float) -> Budget:
         """The defaults the engine picks on this GPU (catalog name, memory); unbounded where it sets none."""
