@@ -26,7 +26,8 @@ V1 = Engine(
                              "packed first come first served up to max_num_tokens, whole (tensorrt_llm/llmapi/"
                              "llm_args.py enable_chunked_prefill = False), so a closed loop's C requests that "
                              "arrive together (all C at t = 0: aiconfigurator's docs/design/queueing_model.md) "
-                             "get their first tokens as those steps end (docs/planner.md section 4)",
+                             "get their first tokens as those steps end (docs/planner.md section 4; the model "
+                             "chunks the prompt that does not fit)",
         "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
                            "(\"fraction of GPU memory ... allocated for the KV cache\", of what is free after "
                            "the model loads)",
