@@ -80,8 +80,15 @@ INTERFERENCE_LIMIT = 0.25  # largest prefill share of a checked row's TPOT
 
 def serving_tpot(profile: Engine, gpu_key: str, model: ModelSpec, layout: Layout, batch: int, prompt: int,
                  gen: int, dtype: str) -> tuple[float, float]:
-    """(mean TPOT of a closed-loop run at concurrency `batch`, the share of it that is prefills) (docstring)."""
-    step = price(profile, gpu_key, model, layout, Workload(batch, prompt, gen, dtype)).decode_ms_per_token
+    """(mean TPOT of a closed-loop run at concurrency `batch`, the share of it that is prefills) (docstring).
+    An engine whose prefill steps run alone, prefill first (scheduler "separate": SGLang) runs such a loop in
+    waves, which the formula above does not describe: its TPOT is the served model's (docs/planner.md
+    section 4), the wave's prefills after a request's first token spread over its gen - 1 steps."""
+    cost = price(profile, gpu_key, model, layout, Workload(batch, prompt, gen, dtype))
+    step = cost.decode_ms_per_token
+    if profile.scheduler.mode == "separate":
+        tpot = cost.served.replica.tpot_ms
+        return tpot, 1 - step / tpot
     prefill = (batch - 1) / gen * price(profile, gpu_key, model, layout, Workload(1, prompt, gen, dtype)).prefill_ms
     return step + prefill, prefill / (step + prefill)
 

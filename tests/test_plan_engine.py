@@ -164,7 +164,7 @@ def test_a_calibration_files_engine_entry_applies_to_that_engine_only(tmp_path):
     vllm = load_calibration(path, engine_calibration(resolve("vllm")), "vllm")
     assert (vllm.layer_overhead_us, vllm.decode_layer_overhead_us, vllm.step_overhead_us) == (40.0, 1.0, 500.0)
     sglang = load_calibration(path, engine_calibration(resolve("sglang")), "sglang")
-    assert (sglang.layer_overhead_us, sglang.decode_layer_overhead_us, sglang.step_overhead_us) == (40.0, 43.0, 0.0)
+    assert (sglang.layer_overhead_us, sglang.decode_layer_overhead_us, sglang.step_overhead_us) == (40.0, 53.0, 0.0)
     runner = load_calibration(path)
     assert (runner.layer_overhead_us, runner.decode_layer_overhead_us, runner.step_overhead_us) == (40.0, None, 0.0)
     path.write_text(json.dumps({"engines": {"vllm": {"step_overhead_us": -1}}}))

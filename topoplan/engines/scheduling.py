@@ -8,6 +8,8 @@ the source of its budgets under `sources["scheduler.budgets"]`):
 - "separate": continuous batching whose prefill steps run alone, the decodes waiting (vLLM 0.2's
   prefill-first scheduler, SGLang without --enable-mixed-chunk);
 - "static": one batch at a time, prefilled together then decoded to the end (the bundled runner).
+A "mixed" engine with `waves` (TensorRT-LLM) keeps a closed loop's requests in waves: the C that arrive
+together are packed into steps first come first served, and TTFT is the wave's mean (served.wave_ttft).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Scheduler:
 
     mode: str  # "mixed" | "separate" | "static"
     budgets: tuple[Budget, ...] = ()
+    waves: bool = False  # "mixed": a closed loop's requests reach it in waves (topoplan.plan.served.wave_ttft)
 
     def budget(self, gpu: str, memory_bytes: float) -> Budget:
         """The defaults the engine picks on this GPU (catalog name, memory); unbounded where it sets none."""

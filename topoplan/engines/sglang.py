@@ -15,8 +15,8 @@ V0_5 = Engine(
     allreduce=AllReducePath(custom=True, world_sizes=(2, 4, 6, 8), max_bytes=8 * 1024 * 1024,
                             one_shot_max_bytes=((2, 8 * 1024 * 1024), (4, 512 * 1024), (8, 256 * 1024)),
                             one_shot_us=5.0, two_shot_us=11.0),
-    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.70, layer_overhead_us=30.0,
-                        graph_layer_overhead_us=43.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
+    overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.53, layer_overhead_us=30.0,
+                        graph_layer_overhead_us=53.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
                         collective_base_us=20.0),
     sources={
         "scheduler.budgets": "python/sglang/srt/managers/scheduler.py: a prefill batch runs before the running decode "
@@ -42,9 +42,12 @@ V0_5 = Engine(
                                            "H100 Qwen3-32B bf16 TP2/4/8 at concurrency 16, prompt/gen 1024/512 and "
                                            "2048/256 (tests/data/engine_measurements.json, aiconfigurator 0.12 "
                                            "silicon_sample.csv)",
-            "flop_efficiency": "as vllm@0.32 (no SGLang prefill measurement isolates it)",
+            "flop_efficiency": "fitted: least mean |TTFT error| (grid step 0.01) on the same 6 fitting rows, whose "
+                               "TTFT under SGLang's prefill-first waves is batched prefills alone (docs/planner.md "
+                               "sections 4 and 6): 0.53 (0.70 put them 16% under)",
             "layer_overhead_us": "prefill (eager): as vllm@0.32",
-            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 43 us per layer per decode step",
+            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency (TPOT of the waves, "
+                                       "tests/engine_cases.py): 53 us per layer per decode step",
             "step_overhead_us": "0: one model's rows cannot separate it from the per-layer figure, which absorbs "
                                 "it (benchmarks/engine_fit.py)",
             "step_overhead_per_rank_us": "scheduler output broadcast once to the TP workers: no per-rank term",

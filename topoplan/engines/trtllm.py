@@ -22,7 +22,12 @@ V1 = Engine(
     sources={
         "scheduler.budgets": "TensorRT-LLM in-flight batching: context and generation requests in one iteration "
                              "(docs/source/advanced/gpt-attention.md); tensorrt_llm/builder.py BuildConfig "
-                             "max_num_tokens 8192, max_batch_size 2048",
+                             "max_num_tokens 8192, max_batch_size 2048; waves: the waiting context requests are "
+                             "packed first come first served up to max_num_tokens, whole (tensorrt_llm/llmapi/"
+                             "llm_args.py enable_chunked_prefill = False), so a closed loop's C requests that "
+                             "arrive together (all C at t = 0: aiconfigurator's docs/design/queueing_model.md) "
+                             "get their first tokens as those steps end (docs/planner.md section 4; the model "
+                             "chunks the prompt that does not fit)",
         "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
                            "(\"fraction of GPU memory ... allocated for the KV cache\", of what is free after "
                            "the model loads)",
@@ -57,7 +62,7 @@ V1 = Engine(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
-    scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),)),
+    scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),), waves=True),
     launcher="trtllm", launch_release="1.0",  # tests/data/engines/trtllm-serve-options.json (1.x main)
 )
 

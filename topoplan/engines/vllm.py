@@ -75,7 +75,9 @@ V1 = Engine(
                              "chunked into the rest of the token budget (chunked prefill always on in V1); "
                              "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, `vllm serve`: "
                              "max_num_batched_tokens 8192 and max_num_seqs 1024 on GPUs of >= 70 GiB other than A100 "
-                             "(PR #17885), else 2048 and 256",
+                             "(PR #17885), else 2048 and 256; not in waves: its measured closed-loop TTFT "
+                             "(tests/data/engine_measurements.json, fit rows too) is below the least mean a "
+                             "wave of C prompts arriving together allows, (C + 1) / 2 prefills",
         "allreduce.world_sizes": "vllm/distributed/device_communicators/custom_all_reduce.py "
                                  "_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]; needs full NVLink beyond 2 GPUs",
         "allreduce.max_bytes": "custom_all_reduce.py CustomAllreduce max_size = 8192 * 1024",
