@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from topoplan.bench.definitions import DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP, human_size, parse_sizes
 from topoplan.bench.machine_limits import gib, physical_memory_bytes
-from topoplan.dtypes import BENCH_DTYPES, dtype_of
+from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.limits import check_count
 from topoplan.models import ModelSpec, find_model
+from topoplan.plan.kv_transfer import kv_bytes_per_request
 from topoplan.run_options import check_common
 
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -27,12 +28,6 @@ MODES = ("whole", "per-layer")  # one message for the whole cache; one per layer
 # the range `topoplan calibrate` sweeps on CPU (its DEFAULT_SIZES), so the KV sizes above it are held out.
 FIT_SIZES = "1K:4M"
 MEMORY_SHARE = 0.5  # both ranks' caches together may take at most this share of the machine's RAM
-
-
-def kv_layer_bytes(spec: ModelSpec, prompt_tokens: int, dtype: str) -> int:
-    """One layer's KV cache for one request of `prompt_tokens` on one (TP 1) worker: K and V of every KV head
-    (MLA: the latent and the RoPE key) for every prompt token."""
-    return spec.kv_elements_per_token_layer(1) * prompt_tokens * dtype_of(dtype).bytes
 
 
 @dataclass(frozen=True)
@@ -60,8 +55,13 @@ class KvBenchRequest:
                                 "or a smaller --dtype")
 
     @classmethod
-    def from_options(cls, *, prompt_len: str = DEFAULT_PROMPTS, **rest: object) -> KvBenchRequest:
-        """From the command line's strings (`--prompt-len 1K:8K` doubles, `--prompt-len 1000,3000` lists)."""
+    def from_options(cls, *, prompt_len: str = DEFAULT_PROMPTS, refused: Sequence[str] = (),
+                     **rest: object) -> KvBenchRequest:
+        """From the command line's strings (`--prompt-len 1K:8K` doubles, `--prompt-len 1000,3000` lists);
+        `refused`: the collective sweep's options the user also gave, which this mode does not take."""
+        if refused:
+            raise TopoplanError(f"{', '.join(refused)}: the collective sweep's option(s); --kv-transfer takes "
+                                "--model, --prompt-len, --calibration, --dtype, --iters, --warmup and --timeout")
         try:
             prompts = tuple(parse_sizes(prompt_len))
         except TopoplanError as error:
@@ -72,12 +72,13 @@ class KvBenchRequest:
     def spec(self) -> ModelSpec:
         return find_model(self.model)
 
-    def layer_bytes(self, prompt_tokens: int) -> int:
-        return kv_layer_bytes(self.spec, prompt_tokens, self.dtype)
-
     def kv_bytes(self, prompt_tokens: int) -> int:
-        """The whole cache of one request: every layer's."""
-        return self.spec.layers * self.layer_bytes(prompt_tokens)
+        """The whole cache of one request, as the planner counts it (topoplan.plan.kv_transfer)."""
+        return kv_bytes_per_request(self.spec, prompt_tokens, self.dtype)
+
+    def layer_bytes(self, prompt_tokens: int) -> int:
+        """One layer's share: every layer holds the same K and V per token."""
+        return self.kv_bytes(prompt_tokens) // self.spec.layers
 
     def worker_argv(self) -> list[str]:
         """The argv of `python -m topoplan.bench.kv_worker` (what `from_worker_argv` reads)."""
