@@ -7,14 +7,14 @@ shared memory), the cache cut into slot-sized messages the receiver copies strai
 torch.distributed send/recv over loopback TCP, as between hosts without RDMA. Each mode is how a connector
 sends: `whole` the cache at once, `per-layer` one message per layer (as a layer-wise connector streams it).
 
-Timing (on the prefill rank, perf_counter): the send, then an empty acknowledgement back from the decode rank
-once every byte is in its cache; the acknowledgement's one-way latency (half a measured round trip of empty
-messages on the same path) is taken off. A point's figure is the mean over `iters` (the median beside it).
+Timing: from the prefill rank's first send to the decode rank's last byte, both on the host's CLOCK_MONOTONIC
+(`timed`); an empty acknowledgement from the decode rank paces the iterations. A point's figures are the mean,
+median and minimum over `iters`.
 After timing, the decode rank zeroes its cache, receives once more and counts the bytes that differ from the
 sender's pattern (`wrong`) and the bytes it received (`bytes_moved`): what the transfer really carried.
 
 Before the KV sizes, one-way transfers of FIT_SIZES (whole) on each path give the link constants the parent
-prices with (topoplan.bench.kv_transfer): fitted on those sizes, checked on the KV sizes.
+prices with (topoplan.bench.kv_bench): fitted on those sizes, checked on the KV sizes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from topoplan.runner.shm import ShmChannels, usable
 PREFILL, DECODE = 0, 1
 SLOT_BYTES = 4 << 20  # bytes per shared-memory message: a layer of 8B at 1K tokens (bf16) is one; larger ones cut
 SLOTS = 4  # messages in flight: the sender fills the next slots while the receiver copies out the first
-PING_ITERS = 20  # round trips of empty messages measured per path, to take the acknowledgement off
 
 
 class Path:
@@ -160,34 +159,35 @@ class Point:
     layer_bytes: int
     bytes_moved: int  # what the decode rank received in the checked transfer
     messages: int  # messages the prefill rank sent per transfer
-    time_us: float  # mean over iters, the acknowledgement's latency taken off
+    time_us: float  # mean over iters
     median_us: float
     min_us: float
     wrong: int  # bytes of the decode rank's cache that differ from the prefill rank's after the checked transfer
 
 
 def timed(path: Path, parts: list[torch.Tensor], rank: int, iters: int, warmup: int) -> tuple[list[float], int]:
-    """Seconds of each transfer (on the prefill rank; [] on the decode rank) and the messages one took."""
-    times, messages = [], 0
+    """Seconds of each transfer (on the prefill rank; [] on the decode rank) and the messages one took.
+
+    A transfer runs from the prefill rank's first send to the decode rank's last byte, both read on
+    CLOCK_MONOTONIC (time.monotonic), which every process of one host shares: one-way, with no round trip to
+    take off. The acknowledgement only paces the iterations (the next send starts once the cache is in), outside
+    the timed span."""
+    stamps, messages = [], 0
     for i in range(warmup + iters):
-        begin = time.perf_counter()
+        now = time.monotonic()  # the prefill rank's start
         if rank == PREFILL:
             messages = sum(path.send(p) for p in parts)
             path.wait_ack()
-            if i >= warmup:
-                times.append(time.perf_counter() - begin)
         else:
             for p in parts:
                 path.receive(p)
+            now = time.monotonic()  # the decode rank's end
             path.ack()
-    return times, messages
-
-
-def one_way_latency_s(path: Path, rank: int) -> float:
-    """Half the median round trip of an empty message and its acknowledgement (0 on the decode rank)."""
-    empty = torch.zeros(1, dtype=torch.uint8)
-    times, _ = timed(path, [empty], rank, PING_ITERS, 2)
-    return statistics.median(times) / 2 if times else 0.0
+        if i >= warmup:
+            stamps.append(now)
+    ends = torch.tensor(stamps, dtype=torch.float64)
+    dist.broadcast(ends, DECODE)  # the decode rank's ends, on both ranks
+    return ((ends - torch.tensor(stamps, dtype=torch.float64)).tolist() if rank == PREFILL else []), messages
 
 
 def checked(path: Path, cache: torch.Tensor, mode: str, rank: int) -> tuple[int, int]:
@@ -207,12 +207,12 @@ def checked(path: Path, cache: torch.Tensor, mode: str, rank: int) -> tuple[int,
     return int(figures[0]), int(figures[1])
 
 
-def measure(path: Path, cache: torch.Tensor, mode: str, prompt_tokens: int, rank: int, iters: int, warmup: int,
-            latency_s: float) -> Point:
+def measure(path: Path, cache: torch.Tensor, mode: str, prompt_tokens: int, rank: int, iters: int,
+            warmup: int) -> Point:
     dist.barrier()
     seconds, messages = timed(path, parts_of(cache, mode), rank, iters, warmup)
     got, wrong = checked(path, cache, mode, rank)
-    us = [max(0.0, s - latency_s) * 1e6 for s in seconds] or [0.0]
+    us = [s * 1e6 for s in seconds] or [0.0]  # the decode rank has no times: only rank 0 reports
     return Point(path.name, mode, prompt_tokens, cache.shape[0], cache.shape[1], got, messages,
                  statistics.fmean(us), statistics.median(us), min(us), wrong)
 
@@ -237,19 +237,17 @@ def run(r: KvBenchRequest, env: RankEnv) -> dict[str, Any] | None:
     rank = env.rank
     shapes = [(0, 1, size) for size in parse_sizes(FIT_SIZES)] + [(p, r.spec.layers, r.layer_bytes(p))
                                                                   for p in r.prompts]
-    points, latencies = [], {}
+    points = []
     for path in paths(r.timeout):
-        latency = latencies[path.name] = one_way_latency_s(path, rank)
         for prompt, layers, layer_bytes in shapes:
             cache = new_cache(rank, layers, layer_bytes)
             for mode in MODES if prompt else ("whole",):
-                points.append(measure(path, cache, mode, prompt, rank, r.iters, r.warmup, latency))
+                points.append(measure(path, cache, mode, prompt, rank, r.iters, r.warmup))
             del cache  # before the next one: one cache per rank at a time
     if rank != PREFILL:
         return None
     return {"model": r.spec.name, "dtype": r.dtype, "iters": r.iters, "warmup": r.warmup,
             "slot_bytes": SLOT_BYTES, "slots": SLOTS,
-            "ack_latency_us": {name: s * 1e6 for name, s in latencies.items()},
             "points": [asdict(p) for p in points]}
 
 
