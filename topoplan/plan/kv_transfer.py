@@ -37,14 +37,29 @@ def kv_bytes_per_request(model: ModelSpec, prompt_tokens: int, kv_dtype: str) ->
     return model.kv_bytes_per_token(kv_dtype) * prompt_tokens
 
 
+def kv_routes(topology: Topology) -> dict[str, KvRoute]:
+    """Where each GPU's KV traffic leaves it: its nearest NIC, with the PCIe path code between them; a route
+    without a NIC when the machine lists none. GPUs that tie for the same nearest NICs (a DGX A100 pair behind
+    one PCIe switch with two NICs) take them in turn, in GPU order, so that every such NIC carries traffic
+    instead of the first one carrying both; a GPU with a nearest NIC of its own gets that one."""
+    shared: dict[tuple[str, ...], int] = {}
+    routes = {}
+    for gpu in topology.gpus:
+        nics = topology.nearest_nics(gpu.id)
+        if not nics:
+            routes[gpu.id] = KvRoute(gpu.id, None, None, None)
+            continue
+        ties = tuple(n.id for n in nics)
+        turn = shared.get(ties, 0)
+        shared[ties] = turn + 1
+        nic = nics[turn % len(nics)]
+        routes[gpu.id] = KvRoute(gpu.id, nic.id, nic.name, topology.link(gpu.id, nic.id).code)
+    return routes
+
+
 def kv_route(topology: Topology, gpu_id: str) -> KvRoute:
-    """Where a GPU's KV traffic leaves it: its nearest NIC (the first of the ties, in NIC order), with the PCIe
-    path code between them; a route without a NIC when the machine lists none."""
-    nics = topology.nearest_nics(gpu_id)
-    if not nics:
-        return KvRoute(gpu_id, None, None, None)
-    nic = nics[0]
-    return KvRoute(gpu_id, nic.id, nic.name, topology.link(gpu_id, nic.id).code)
+    """One GPU's route (kv_routes)."""
+    return kv_routes(topology)[gpu_id]
 
 
 @dataclass(frozen=True)
