@@ -27,7 +27,7 @@ from topoplan.models import ModelSpec, find_model, spec_from_config
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.disagg_types import KvTransfer, Worker
-from topoplan.plan.kv_transfer import CONNECTORS, kv_route, price_transfer
+from topoplan.plan.kv_transfer import CONNECTORS, kv_routes, price_transfer
 
 SCHEMA_VERSION = 1
 REPOSITORY = Path(__file__).resolve().parents[2]  # a case's `topology` is a path in the repository, as docs cite it
@@ -135,8 +135,9 @@ def load_cases(path: str | Path = DEFAULT_FILE) -> tuple[list[Case], dict[str, M
 
 
 def _worker(role: str, node: int, layout: Layout, topology: Any) -> Worker:
-    gpus = tuple(g.id for g in topology.gpus[:layout.tp])
-    return Worker(role, 0, node, layout, gpus, (), (), tuple(kv_route(topology, g) for g in gpus))
+    """The first `layout.tp` GPUs of `node`, each with its KV route (its nearest NIC; topoplan.plan.kv_transfer)."""
+    gpus, routes = tuple(g.id for g in topology.gpus[:layout.tp]), kv_routes(topology)
+    return Worker(role, 0, node, layout, gpus, (), (), tuple(routes[g] for g in gpus))
 
 
 def price_case(pricing: Pricing, spec: ModelSpec) -> KvTransfer:
