@@ -120,3 +120,27 @@ def test_published_reader_rejects_a_file_that_is_not_json(tmp_path):
     bad.write_text("{not json")
     done = run("benchmarks/kv_transfer.py", "--published", "--file", str(bad), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and str(bad) in done.stderr
+
+
+def test_a_calibration_files_node_link_prices_too(tmp_path):
+    """--calibration: the file's `node` link (what `plan --device cpu` prices with) gives a second price."""
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"version": 1, "links": {"node": {"alpha_us": 40.0, "bandwidth_gbps": 2.5}}}))
+    done = run("-m", "topoplan", "bench", "--kv-transfer", "-m", "tiny", "--prompt-len", "64", "--dtype", "float32",
+               "--iters", "1", "--warmup", "0", "--calibration", str(calibration), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["links"]["calibration"]["alpha_us"] == 40.0
+    hand_ms = (40.0 + TINY_LAYERS * TINY_LAYER_BYTES_PER_TOKEN * 64 / 2.5e3) / 1e3  # 40 us + 131072 B at 2.5 GB/s
+    for row in result["rows"]:
+        assert row["calibration_ms"] == pytest.approx(hand_ms)
+        assert row["calibration_ratio"] == pytest.approx(row["measured_ms"] / hand_ms)
+
+
+def test_a_calibration_without_a_measured_node_bandwidth_is_refused(tmp_path):
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"version": 1, "links": {"node": {"alpha_us": 40.0}}}))
+    done = run("-m", "topoplan", "bench", "--kv-transfer", "-m", "tiny", "--calibration", str(calibration),
+               timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"{calibration}: links.node: no bandwidth_gbps" in done.stderr
