@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from topoplan.bench.definitions import DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP, human_size, parse_sizes
 from topoplan.bench.machine_limits import gib, physical_memory_bytes
@@ -64,11 +65,12 @@ class KvBenchRequest:
                                 "--model, --prompt-len, --calibration, --dtype, --iters, --warmup and --timeout")
         try:
             prompts = tuple(parse_sizes(prompt_len))
-        except TopoplanError as error:
-            raise TopoplanError(f"--prompt-len: {error}".replace("--sizes ", "")) from None
+        except TopoplanError:
+            raise TopoplanError(f"--prompt-len {prompt_len!r}: expected token counts, LO:HI doubling (1K:8K) or a "
+                                "list (1000,3000)") from None
         return cls(prompts=prompts, **rest)  # type: ignore[arg-type]
 
-    @property
+    @cached_property
     def spec(self) -> ModelSpec:
         return find_model(self.model)
 
