@@ -7,6 +7,9 @@ import json
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_table_width import check
 from typer.testing import CliRunner
 
 from topoplan.cli import app
@@ -16,7 +19,7 @@ from topoplan.machine import load_topology
 from topoplan.models import find_model
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer
-from topoplan.plan.disagg import DisaggRequest, disagg_for
+from topoplan.plan.disagg import DisaggRequest, best_split, disagg_for
 from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.kv_transfer import kv_bytes_per_request, kv_routes, price_transfer
@@ -188,6 +191,7 @@ def test_deepseek_v3_on_four_a100_nodes_spans_workers_over_whole_nodes():
     (("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "0:2"), "at least one prefill and one decode"),
     (("-m", "70b", "--topo", AZURE_NO_NIC, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "1:1", "--tp", "4"),
      "no NIC for a cross-node KV transfer"),
+    (("-m", "70b", "--device", "cpu"), "--disagg plans GPU workers"),
 ])
 def test_cannot_place_is_one_line_exit_2(args, missing):
     run = topoplan("plan", "--disagg", *args)
@@ -234,3 +238,43 @@ def test_library_call_matches_the_cli():
     assert result.candidates[0].ratio == (3, 1) and result.connector == DisaggRequest().connector == "whole"
     gpus = [g for w in result.chosen.workers for g in w.gpus]
     assert len(gpus) == len(set(gpus))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"\A\s*\d{1,8}\s*:\s*\d{1,8}\s*\Z")))
+def test_pd_text_is_counts_or_one_error(text):
+    try:
+        asked = DisaggRequest.parse(text)
+    except TopoplanError as error:
+        assert str(error).startswith("--pd ") and "\n" not in str(error)
+    else:
+        assert asked.pd is not None and min(asked.pd) >= 1 and max(asked.pd) < 10**6
+
+
+@pytest.mark.parametrize("width", (80, 200))
+@pytest.mark.parametrize("args", [
+    ("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang"),
+    ("-m", "70b", "--topo", OCI_A100, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "2:2", "--tp", "4"),
+])
+def test_disagg_table_fits_the_terminal(width, args):
+    result = CliRunner().invoke(app, ["plan", "--disagg", *args], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.stderr
+    check(result.stdout, width)
+    out = result.stdout
+    assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
+    assert "disaggregation" in out and "searched " in out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([8, 16, 24, 64, 128]), st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+       st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.floats(0.01, 100), st.floats(0.01, 100))
+def test_best_split_is_the_best_of_every_pd(g, gp, gd, rp, rd):
+    """The few P:D weighed around the meeting point serve as many requests as the best of every (P, D)."""
+    best, weighed = best_split(g, gp, gd, rp, rd)
+    every = [(p, d) for p in range(1, g // gp + 1) for d in range(1, (g - p * gp) // gd + 1)]
+    if not every:
+        assert best is None
+        return
+    most = max(min(p * rp, d * rd) for p, d in every)
+    assert best is not None and best[0] * gp + best[1] * gd <= g and weighed <= 12
+    assert min(best[0] * rp, best[1] * rd) == pytest.approx(most, rel=1e-12)

@@ -275,7 +275,8 @@ def plan_disagg(request: PlanRequest, pd: str | None, device: PlanDevice, top: i
     disaggregated tables (topoplan.plan.disagg)."""
     from rich.console import Console
 
-    from topoplan.plan.disagg import DisaggRequest, disagg_for, disagg_json
+    from topoplan.plan.disagg import DisaggRequest, disagg_for
+    from topoplan.plan.disagg_json import disagg_json
     from topoplan.plan.disagg_table import disagg_table
     from topoplan.plan.rank import plan_json
     from topoplan.plan.saved import RECORD_KEY, request_record
