@@ -589,6 +589,15 @@ def bench_command(
                                        "and sendrecv between CPU ranks of one host through shared memory, as `topoplan "
                                        "run`'s TP/EP groups and pipeline stages do (gloo else)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
+    kv_transfer: bool = typer.Option(False, "--kv-transfer", help="Instead: send one request's KV cache from a "
+                                     "prefill to a decode rank (shared memory and gloo, whole and per layer) and set "
+                                     "the planner's price beside it; takes --model, --prompt-len, --calibration, "
+                                     "--dtype, --iters, --warmup, --timeout."),
+    model: str = typer.Option(None, "--model", "-m", help="--kv-transfer: whose KV cache (default Llama-3.1-8B)."),
+    prompt_len: str = typer.Option(None, "--prompt-len", help="--kv-transfer: prompt tokens, LO:HI doubling or a "
+                                   "list (default 1K:8K)."),
+    calibration: str = typer.Option(None, "--calibration", help="--kv-transfer: also price with this `topoplan "
+                                    "calibrate` file's CPU link."),
 ) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
     from rich.console import Console
@@ -596,10 +605,29 @@ def bench_command(
     from topoplan.atomic import write_atomic
     from topoplan.bench.launch import spawn_json
     from topoplan.bench.plot import svg
-    from topoplan.bench.report import print_bench
+    from topoplan.bench.report import print_bench, print_kv_transfer
     from topoplan.bench.request import BenchRequest
 
     try:
+        kv_options = {"--model": model, "--prompt-len": prompt_len, "--calibration": calibration}
+        sweep_options = {"--ops": ops != bench_defaults.DEFAULT_OPS, "--sizes": sizes != bench_defaults.DEFAULT_SIZES,
+                         "--ranks": ranks, "--layout": layout, "--groups": groups, "--backend": backend, "--plot": plot,
+                         "--check": check, "--redop": redop != "sum", "--root": root, "--shared-memory": shared_memory}
+        if kv_transfer:
+            from topoplan.bench.kv_bench import kv_transfer_bench
+            from topoplan.bench.kv_request import KvBenchRequest
+
+            request = KvBenchRequest.from_options(**{k.lstrip("-").replace("-", "_"): v for k, v in kv_options.items()
+                                                     if v is not None}, dtype=dtype, iters=iters, warmup=warmup,
+                                                  timeout=timeout, refused=[k for k, v in sweep_options.items() if v])
+            result = kv_transfer_bench(request, echo=not as_json)
+            if as_json:
+                print(json.dumps(result, indent=2))
+            else:
+                print_kv_transfer(result, Console())
+            return
+        if any(v is not None for v in kv_options.values()):
+            raise TopoplanError(f"{next(k for k, v in kv_options.items() if v is not None)} needs --kv-transfer")
         request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
                                             backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
                                             plot=plot, redop=redop, root=root, check=check,

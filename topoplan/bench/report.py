@@ -163,3 +163,42 @@ def print_validate(result: dict[str, Any], console: Console) -> None:
                       f"Memory bandwidth {speed['gemv_gbps_before']:.1f} / {speed['gemv_gbps_after']:.1f} GB/s "
                       f"before / after, {speed['gemv_gbps_calibrated']:.1f} calibrated."))
     emit(console, table, *lines)
+
+
+def kv_transfer_table(result: dict[str, Any], compact: bool = False) -> Table:
+    """Measured vs priced per path, mode and prompt: ms (median), GB/s, the price by the path's own fit and, with
+    a calibration file, by its `node` link; ratio = measured / priced; `*` marks a size inside the fit's range.
+    `compact`: without the message count and GB/s columns (a narrow console)."""
+    table = Table(title=inert(f"KV transfer, prefill rank -> decode rank: {result['model']}, {result['dtype']}, "
+                              f"{result['iters']} iters"),
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    with_calibration = "calibration" in result["links"]
+    names = ("path", "mode", "prompt", "KV", *(() if compact else ("msgs",)), "meas\nms",
+             *(() if compact else ("meas\nGB/s",)), "priced\nms", "ratio",
+             *(("calib\nms", "ratio") if with_calibration else ()), "#wrong")
+    for name in names:
+        table.add_column(name, justify="left" if name in ("path", "mode") else "right", no_wrap=True)
+    for row in result["rows"]:
+        cells = [row["path"], row["mode"], str(row["prompt_tokens"]),
+                 human_size(row["kv_bytes"]) + ("" if row["held_out"] else "*"),
+                 *(() if compact else (str(row["messages"]),)), f"{row['measured_ms']:.3f}",
+                 *(() if compact else (f"{row['gbps']:.2f}" if row["gbps"] else "-",)),
+                 f"{row['priced_ms']:.3f}", f"{row['priced_ratio']:.2f}"]
+        if with_calibration:
+            cells += [f"{row['calibration_ms']:.3f}", f"{row['calibration_ratio']:.2f}"]
+        table.add_row(*cells, str(row["wrong"]))
+    return table
+
+
+def print_kv_transfer(result: dict[str, Any], console: Console) -> None:
+    """The table, then each link's constants and where they come from, and the load average."""
+    table = kv_transfer_table(result)
+    lines: list[Any] = [table if natural_width(table, console) <= console.width else kv_transfer_table(result, True)]
+    for name, link in result["links"].items():
+        fit = f", fit error {link['rel_rms']:.0%} rms" if link.get("rel_rms") is not None else ""
+        lines.append(Text(f"{name}: alpha {link['alpha_us']:.1f} us, {link['bandwidth_gbps']:.2f} GB/s{fit} "
+                          f"({link['source']})"))
+    load = result["load_average"]
+    lines.append(Text(f"load average {load['before'][0]:.2f} before, {load['after'][0]:.2f} after; times are "
+                      "medians; ratio = measured / priced; * = inside the fit's sizes (not held out)"))
+    emit(console, *lines)

@@ -249,16 +249,21 @@ class ShmChannels:
         self._counters[self._index(channel, reader=False)] = n + 1
         return inline or payload is None
 
-    def receive(self, channel: int) -> tuple[list[int], torch.Tensor | None]:
+    def receive(self, channel: int, out: torch.Tensor | None = None) -> tuple[list[int], torch.Tensor | None]:
         """The channel's next message: its meta words and its payload's bytes (a copy; None when it carried
-        none, the sender then sends the tensor another way)."""
+        none, the sender then sends the tensor another way). `out`: copy the payload into these bytes (a uint8
+        tensor at least that long; the result is its first bytes), so a receiver filling its own buffer (a KV
+        cache) copies once."""
         n = self._done[channel]
         wait_for(self._counters, self._index(channel, reader=False), n + 1,
                  f"member {self.pairs[channel][0]} of the pipeline", self.timeout_s, "shared-memory pipeline")
         slot = n % self.slots
         head = self._heads[channel, slot].tolist()
         meta, nbytes = head[:head[self.META_WORDS]], head[self.META_WORDS + 1]
-        payload = self._payloads[channel, slot, :nbytes].clone() if nbytes >= 0 else None
+        payload = None
+        if nbytes >= 0:
+            source = self._payloads[channel, slot, :nbytes]
+            payload = source.clone() if out is None else out[:nbytes].copy_(source)
         self._done[channel] = n + 1
         self._counters[self._index(channel, reader=True)] = n + 1
         return meta, payload
