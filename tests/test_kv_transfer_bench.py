@@ -83,7 +83,7 @@ def test_published_table_prices_mooncakes_32k_request_by_hand():
     the PIX, network and PIX latencies (5 + 8 + 5 us)."""
     row = next(r for r in published_rows() if r["id"] == "mooncake-vllm-qwen3-8b-32768")
     assert row["priced_bytes"] == 32768 * 147456
-    hand_ms = (32768 * 147456 / 8 / 20e9 * 1e6 + 18) / 1e3
+    hand_ms = (32768 * 147456 / 8 / 20e9 * 1e6 + 18 + 400) / 1e3  # bytes, 3 hops' alphas, connector setup
     assert row["priced_ms"] == pytest.approx(hand_ms)
     assert row["measured_ms"] == 31.65 and row["error"] == pytest.approx((hand_ms - 31.65) / 31.65)
     assert row["source"].startswith("https://github.com/kvcache-ai/Mooncake/")

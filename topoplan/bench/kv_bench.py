@@ -64,13 +64,14 @@ def _worker(role: str, gpu: str) -> Worker:
 
 
 def price(model: ModelSpec, prompt_tokens: int, dtype: str, mode: str, link: dict[str, Any]) -> KvTransfer:
-    """price_transfer between two CPU ranks of this host whose `node` link has `link`'s constants."""
+    """price_transfer between two CPU ranks of this host whose `node` link has `link`'s constants: a bare
+    transfer, no engine connector's fixed cost (setup_us 0), as the bench measures it."""
     calibration = Calibration()
     calibration = replace(calibration, links={**calibration.links,
                                               NODE: LinkCalibration(link["alpha_us"], link["bandwidth_gbps"])})
     pricer = LinkPricer(cpu_topology(2), calibration, nic_gbps=1.0)  # one host: no NIC on the path
     return price_transfer(pricer, model, prompt_tokens, dtype_of(dtype).short, _worker("prefill", "CPU0"),
-                          _worker("decode", "CPU1"), connector=mode)
+                          _worker("decode", "CPU1"), connector=mode, setup_us=0.0)
 
 
 def row(point: dict[str, Any], request: KvBenchRequest, links: dict[str, dict[str, Any]]) -> dict[str, Any]:

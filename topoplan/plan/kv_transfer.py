@@ -29,6 +29,11 @@ from topoplan.plan.disagg_types import KvRoute, KvTransfer, Worker
 from topoplan.topology.model import Topology
 
 CONNECTORS = ("whole", "per-layer")
+# What a KV connector adds to each request's transfer beyond moving its bytes (the handshake, the block-descriptor
+# exchange, the completion notice): 0.40 ms, fitted on one point, Mooncake's vLLM v1 connector at 128 tokens (0.54 ms
+# measured, 0.14 ms of it the bytes as priced here), and checked on that table's other eight points
+# (fixtures/validation/pd_transfer.json; docs/planner.md, "Disaggregated prefill/decode").
+CONNECTOR_SETUP_US = 400.0
 
 
 def kv_bytes_per_request(model: ModelSpec, prompt_tokens: int, kv_dtype: str) -> int:
@@ -122,20 +127,24 @@ def _slices(pricer: LinkPricer, src: Worker, dst: Worker, per_gpu: float) -> lis
 
 
 def price_transfer(pricer: LinkPricer, model: ModelSpec, prompt_tokens: int, kv_dtype: str, src: Worker,
-                   dst: Worker, connector: str = "whole", prefill_ms: float = 0.0) -> KvTransfer:
+                   dst: Worker, connector: str = "whole", prefill_ms: float = 0.0,
+                   setup_us: float = CONNECTOR_SETUP_US) -> KvTransfer:
     """The KV cache of one request moved from prefill worker `src` to decode worker `dst` (each GPU's traffic
     through `routes`, the GPUs' nearest NICs), under `connector`; `prefill_ms` is how long the prefill that the
     per-layer connector overlaps takes. Each decode GPU receives the cache its TP rank keeps for its stage's
-    layers (ModelSpec.kv_bytes_per_token at the decode TP: heads split, or the MLA latent whole on every rank)."""
+    layers (ModelSpec.kv_bytes_per_token at the decode TP: heads split, or the MLA latent whole on every rank).
+    `setup_us`: the connector's fixed cost per request, paid once after the last byte (0 for a bare transfer, as
+    `bench --kv-transfer` measures)."""
     if connector not in CONNECTORS:
         raise TopoplanError(f"KV connector {connector!r}: expected one of {', '.join(CONNECTORS)}")
     total = kv_bytes_per_request(model, prompt_tokens, kv_dtype)
     per_gpu = model.kv_bytes_per_token(kv_dtype, dst.layout.tp) * prompt_tokens / dst.layout.pp
     slices = _slices(pricer, src, dst, per_gpu)
     slowest = max(slices, key=lambda s: s.us)
-    ms = slowest.us / 1e3
+    ms = (slowest.us + setup_us) / 1e3
     moving_s = max(slowest.us - sum(hop.alpha_us for hop, _ in slowest.hops), 1e-3) / 1e6
     path = f"{slowest.describe()} at {slowest.gbps:.1f} GB/s, {len(slices)} slice(s) at once"
-    exposed = ms if connector == "whole" else max(0.0, ms - prefill_ms) + ms / model.layers
+    moved = slowest.us / 1e3
+    exposed = ms if connector == "whole" else max(0.0, moved - prefill_ms) + moved / model.layers + setup_us / 1e3
     # every decode GPU receives its slice at once (a worker spanning nodes: each node's slices on its own NICs)
     return KvTransfer(total, path, per_gpu * dst.layout.world / moving_s / 1e9, ms, exposed, connector)
