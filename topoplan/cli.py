@@ -10,17 +10,26 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import typer
 
 import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
+from topoplan.cli_options import Commands, fail
 from topoplan.errors import TopoplanError, printable
 from topoplan.model_aliases import ALIAS_HELP
+from topoplan.option_fields import option
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
+if TYPE_CHECKING:
+    from topoplan.run_options import RunOptions
+
+commands = Commands()  # each command is built when called or listed (topoplan.cli_options)
 app = typer.Typer(
+    cls=commands.group,
     name="topoplan",
     help="Read a multi-GPU machine's topology, plan TP x PP x DP layouts, launch, run and measure them.",
     no_args_is_help=True,
@@ -50,12 +59,6 @@ def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | No
 def warn(warnings: list[str]) -> None:
     for warning in warnings:
         print(f"topoplan: warning: {printable(warning)}", file=sys.stderr)
-
-
-def fail(error: TopoplanError) -> typer.Exit:
-    """Print a user error as one line on stderr; return the Exit to raise."""
-    print(f"topoplan: error: {error}", file=sys.stderr)
-    return typer.Exit(error.exit_code)
 
 
 def _print_version(value: bool) -> None:
@@ -451,63 +454,27 @@ def doctor_command(
         raise typer.Exit(code)
 
 
-@app.command()
-def run(
-    model: str = typer.Option("tiny", "--model", "-m", help="Built-in model (tiny, small) or an HF checkpoint folder."),
-    tp: int = typer.Option(1, help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, help="Pipeline stages."),
-    dp: int = typer.Option(1, help="Data-parallel replicas (each takes a share of the prompts)."),
-    ep: int = typer.Option(1, help="MoE checkpoints: split the experts over this many ranks of each TP group "
-                           "(must divide --tp; tokens travel by all-to-all)."),
-    prompt: list[str] = typer.Option([], help="Prompt text (repeat for a batch); needs tokenizer.json or a built-in "
-                                     "model."),
-    prompt_ids: list[str] = typer.Option([], help="Prompt as token ids, e.g. 1,2,3 (repeat for a batch)."),
-    max_new_tokens: int = typer.Option(32, help="Tokens to generate per prompt (fewer if EOS comes first)."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    backend: str = typer.Option(None, help="nccl or gloo (default: nccl when CUDA is available)."),
-    timeout: float = typer.Option(300.0, help="Seconds to wait for the rendezvous and for any collective."),
-    temperature: float = typer.Option(0.0, help="0 is greedy."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature)."),
-    seed: int = typer.Option(0, help="Sampling seed (the same on every rank)."),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Always generate --max-new-tokens (benchmarks)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (see docs/runner.md); no progress bar."),
-    micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline micro-batches in flight (0: one per stage, "
-                                      "the schedule `plan` prices; 1: none)."),
-    shared_memory: bool = typer.Option(True, "--shared-memory/--no-shared-memory", help="TP and EP collectives and "
-                                       "pipeline messages between CPU ranks of one host through shared memory (else "
-                                       "gloo's sockets)."),
-    compile_step: bool = typer.Option(False, "--compile", help="Compile each stage's forward with torch.compile "
-                                      "before generating (fewer, fused kernels per decode step; tens of seconds "
-                                      "of start-up, reported as compile_s; docs/runner.md)."),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="GPUs: record each micro-batch's decode step "
-                                     "once as a CUDA graph and replay it every step (fixed-shape step over the "
-                                     "whole KV cache; docs/runner.md)."),
-    fixed_threads: bool = typer.Option(False, "--fixed-threads", help="CPU: keep each rank's threads at its cores' "
-                                       "count (else a rank with no collective in its step, TP, PP and EP 1, runs "
-                                       "one thread fewer while another process slows it; docs/runner.md)."),
-    save: str = typer.Option(None, help="Write the built-in --model as an HF checkpoint folder here (a new folder in "
-                             "an existing one), then exit; takes no other option."),
-) -> None:
+@dataclass(frozen=True)
+class RunSave:
+    """`run --save DIR`: write the built-in model as a checkpoint instead of running it."""
+
+    save: str | None = field(default=None, metadata=option(help="Write the built-in --model as an HF checkpoint "
+                                                           "folder here (a new folder in an existing one), then exit; "
+                                                           "takes no other option."))
+
+
+@commands.command("run", "topoplan.run_options:RunOptions", RunSave)
+def run(opts: RunOptions, to: RunSave) -> None:
     """Run the sharded inference runner on this machine: one local process per rank (gloo on CPUs)."""
-    from topoplan.run_options import RunOptions
     from topoplan.runner.local import check_save, run_local
 
-    try:
-        opts = RunOptions(model=model, tp=tp, pp=pp, dp=dp, ep=ep, prompt=prompt, prompt_ids=prompt_ids,
-                          max_new_tokens=max_new_tokens, dtype=dtype, backend=backend, timeout=timeout,
-                          temperature=temperature, top_p=top_p, seed=seed, ignore_eos=ignore_eos, json=json_out,
-                          micro_batches=micro_batches, no_shared_memory=not shared_memory, compile=compile_step,
-                          cuda_graphs=cuda_graphs, fixed_threads=fixed_threads)
-        if save is not None:
-            from topoplan.runner.builtin import BUILTIN
-            from topoplan.runner.tiny import save_checkpoint
+    if to.save is not None:
+        from topoplan.runner.builtin import BUILTIN
+        from topoplan.runner.tiny import save_checkpoint
 
-            print(save_checkpoint(check_save(save, opts), BUILTIN[model]))
-            return
-        code = run_local(opts)
-    except TopoplanError as error:
-        raise fail(error) from None
-    if code:
+        print(save_checkpoint(check_save(to.save, opts), BUILTIN[opts.model]))
+        return
+    if code := run_local(opts):
         raise typer.Exit(code)
 
 
