@@ -10,23 +10,25 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from topoplan import __version__
-from topoplan.cli_options import Commands, fail
+from topoplan.cli_options import Commands, Unbuilt, fail
 from topoplan.errors import TopoplanError, printable
-from topoplan.model_aliases import ALIAS_HELP
 from topoplan.option_fields import option
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     from topoplan.bench.measure_requests import CalibrateRequest, ValidateRequest
     from topoplan.bench.request import BenchRequest
+    from topoplan.doctor.run import DoctorRequest
+    from topoplan.plan.frontend import PlanRequest
     from topoplan.run_options import RunOptions
+    from topoplan.topology.inspect_request import InspectRequest
 
 commands = Commands()  # each command is built when called or listed (topoplan.cli_options)
 app = typer.Typer(
@@ -60,6 +62,12 @@ def progress_steps(quiet: bool) -> Iterator[Callable[[str, int, int], None] | No
 def warn(warnings: list[str]) -> None:
     for warning in warnings:
         print(f"topoplan: warning: {printable(warning)}", file=sys.stderr)
+
+
+def json_flag(help: str) -> type:
+    """A dataclass of one option, `--json` with this help: a command's choice of JSON over its table."""
+    return make_dataclass("JsonFlag", [("json", bool, field(default=False, metadata=option("--json", help=help)))],
+                          frozen=True)
 
 
 def _print_version(value: bool) -> None:
@@ -102,161 +110,71 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="Every entry 
     _print_catalog(model_rows(), model_table, as_json)
 
 
-class InspectFormat(str, Enum):
-    table = "table"
-    json = "json"
-    dot = "dot"
-    mermaid = "mermaid"
-    svg = "svg"
-    png = "png"
-    nccl_xml = "nccl-xml"
-
-
-class InspectSource(str, Enum):
-    auto = "auto"
-    nvml = "nvml"
-    smi = "smi"
-    file = "file"
-
-
-@app.command()
-def inspect(
-    file: str | None = typer.Option(None, "--topo", "--file", "-f", metavar="PATH",
-                                    help="A saved `nvidia-smi topo -m` paste, NVML recording, NCCL topology XML, "
-                                         "`rocm-smi --showtopo` or `amd-smi topology` output ('-': stdin); --file is "
-                                         "the same option. Default: read this machine."),
-    source: InspectSource = typer.Option(InspectSource.auto, "--source",
-                                         help="auto: --file if given, else NVML, else `nvidia-smi topo -m`."),
-    save: str | None = typer.Option(None, "--save", metavar="FILE",
-                                    help="Also write NVML's raw answers to FILE (JSON), to replay with --file."),
-    gpu: str | None = typer.Option(None, "--gpu", metavar="NAME",
-                                   help="The GPU model (e.g. h100-sxm), for pastes, which do not name it."),
-    p2p: str | None = typer.Option(None, "--p2p", metavar="FILE",
-                                   help="A `nvidia-smi topo -p2p r|w|n|a|p` matrix to attach."),
-    fmt: InspectFormat | None = typer.Option(None, "--format", help="Output format (default table); svg/png need -o; "
-                                             "nccl-xml writes a file for NCCL_TOPO_FILE."),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
-    output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout."),
-    allow_invented_bus_ids: bool = typer.Option(False, "--allow-invented-bus-ids", help="--format nccl-xml: write "
-                                                "made-up PCI bus ids where the source gives none (NCCL matches "
-                                                "devices by bus id: for reading back, not for NCCL)."),
-) -> None:
+@commands.command("inspect", "topoplan.topology.inspect_request:InspectRequest")
+def inspect(request: InspectRequest) -> None:
     """Show GPUs, NICs, the link between every pair, CPU/NUMA affinity, NVLink islands and warnings."""
     from topoplan.machine import load_topology
     from topoplan.topology.render import emit
 
-    try:
-        if as_json and fmt not in (None, InspectFormat.json):
-            raise TopoplanError(f"--json and --format {fmt.value} ask for two formats: pass one")
-        chosen = "json" if as_json else (fmt or InspectFormat.table).value
-        emit(load_topology(file, p2p, source.value, save, gpu), chosen, output, allow_invented_bus_ids)
-    except TopoplanError as error:
-        raise fail(error) from None
+    r = request
+    emit(load_topology(r.file, r.p2p, r.source, r.save, r.gpu), r.chosen_format, r.output, r.allow_invented_bus_ids)
 
 
-class PlanDevice(str, Enum):
-    gpu = "gpu"
-    cpu = "cpu"
+@dataclass(frozen=True)
+class PlanView:
+    """What `plan` does with the ranked layouts: how many rows, JSON or a table, and where it plans (GPUs or this
+    machine's CPUs)."""
+
+    top: int = field(default=10, metadata=option("--top", help="Show the best N layouts (0: all)."))
+    json: bool = field(default=False, metadata=option("--json", help="Print the plan as JSON."))
+    per_rank: bool = field(default=False, metadata=option("--per-rank", help="With --json: every rank's placement, "
+                                                          "not one node's (every node runs the same shape)."))
+    device: str = field(default="gpu", metadata=option(
+        "--device", choices=("gpu", "cpu"), help="gpu: GPU layouts (this machine through NVML, or --topo); cpu: "
+        "CPU-process layouts of this machine, priced with the --calibration file's `cpu` entry."))
+    output: str | None = field(default=None, metadata=option(
+        "--output", "-o", metavar="FILE", help="Also write the plan as JSON with the request that priced it, for "
+        "`launch --plan FILE --rank N` (docs/launch-engines.md)."))
+
+    def __post_init__(self) -> None:
+        if self.top < 0:
+            raise TopoplanError(f"--top must be >= 0 (0: all), got {self.top}")
 
 
-@app.command("plan")
-def plan_command(
-    model: str = typer.Option(..., "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint "
-                              "folder or its config.json."),
-    topo: str = typer.Option(None, "--topo", "--file", help="`nvidia-smi topo -m` text file or NVML recording "
-                             "(--file is the same option); default: read this machine through NVML."),
-    gpu: str = typer.Option(None, "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, "
-                            "which names no GPU."),
-    cpu: str = typer.Option(None, "--cpu", help="CPU family, for SYS (socket-crossing) hops: intel-broadwell, "
-                            "intel-skylake (default), intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, "
-                            "arm."),
-    nodes: int = typer.Option(1, "--nodes", help="Identical nodes of this topology."),
-    gpus: str = typer.Option(None, "--gpus", help="Plan on these GPUs of the machine only, e.g. 4,5,6,7 or 4-7 "
-                             "(a shared node, a broken GPU); default: all."),
-    batch: int = typer.Option(None, "--batch", help="Sequences per DP replica (default 1; with --objective "
-                              "throughput the default is the largest batch each layout fits, within the limits)."),
-    prompt_len: int = typer.Option(512, "--prompt-len", help="Prompt tokens per sequence."),
-    gen_len: int = typer.Option(128, "--gen-len", help="Generated tokens per sequence."),
-    dtype: str = typer.Option(None, "--dtype", help="Weights (default bf16, or what a config's quantization_config "
-                              "stores): bf16, fp16, fp32, fp8 (weight-only on Ampere), mxfp4 or "
-                              "int4 (AWQ/GPTQ, bf16 activations); refused where the GPU lacks it."),
-    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the "
-                                 "activation dtype, bf16 for fp8/int4 weights)."),
-    max_ttft_ms: float = typer.Option(None, "--max-ttft-ms", help="Latency limit on time to first token (the "
-                                      "batch's prefill) that the priced batch must meet."),
-    max_tpot_ms: float = typer.Option(None, "--max-tpot-ms", help="Latency limit on time per output token."),
-    objective: str = typer.Option("latency", "--objective", help="latency (request time) or throughput "
-                                  "(tokens/s per GPU)."),
-    top: int = typer.Option(10, "--top", help="Show the best N layouts (0: all)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    per_rank: bool = typer.Option(False, "--per-rank", help="With --json: every rank's placement, not one "
-                                  "node's (every node runs the same shape)."),
-    max_tp: int = typer.Option(None, "--max-tp", help="Largest TP degree to consider."),
-    tp: int = typer.Option(None, "--tp", help="Fix the TP degree."),
-    pp: int = typer.Option(None, "--pp", help="Fix the PP degree."),
-    dp: int = typer.Option(None, "--dp", help="Fix the DP degree (all three: price one layout)."),
-    ep: int = typer.Option(None, "--ep", help="MoE models: fix the expert-parallel degree (1: experts TP-sharded; "
-                           "else tp x dp, vLLM's --enable-expert-parallel). Default: price both."),
-    nic_gbps: float = typer.Option(None, "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); "
-                                   "default by GPU generation (A100: 25, H100: 50)."),
-    calibration: str = typer.Option(None, "--calibration", help="Calibration JSON (docs/planner.md) overriding "
-                                    "the cost model's constants."),
-    device: PlanDevice = typer.Option(PlanDevice.gpu, "--device", help="gpu: GPU layouts (this machine through "
-                                      "NVML, or --topo); cpu: CPU-process layouts of this machine, priced with "
-                                      "the --calibration file's `cpu` entry."),
-    engine: str = typer.Option("topoplan", "--engine", help="Serving engine to price for: topoplan (the bundled "
-                               "runner), vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 "
-                               "(docs/engines.md)."),
-    output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Also write the plan as JSON with the "
-                               "request that priced it, for `launch --plan FILE --rank N` (docs/launch-engines.md)."),
-) -> None:
+@commands.command("plan", "topoplan.plan.frontend:PlanRequest", PlanView)
+def plan_command(request: PlanRequest, view: PlanView) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
-    import json
-
     from rich.console import Console
 
-    from topoplan.engines import resolve
-    from topoplan.plan.cost import Workload
-    from topoplan.plan.frontend import PlanRequest, plan_for
+    from topoplan.plan.frontend import plan_for
     from topoplan.plan.plan_table import plan_table
-    from topoplan.plan.rank import Limits, nothing_fits, plan_json
+    from topoplan.plan.rank import nothing_fits, plan_json
     from topoplan.terminal import emit
 
-    try:
-        if top < 0:
-            raise TopoplanError(f"--top must be >= 0 (0: all), got {top}")
-        request = PlanRequest(model=model, topo=topo, gpu=gpu, cpu=cpu, nodes=nodes, objective=objective, max_tp=max_tp,
-                              tp=tp, pp=pp, dp=dp, ep=ep, nic_gbps=nic_gbps, calibration=calibration,
-                              engine=resolve(engine),
-                              workload=Workload(1 if batch is None else batch, prompt_len, gen_len, dtype or "bf16",
-                                                kv_dtype), dtype_given=dtype is not None, gpus=gpus,
-                              limits=Limits(max_ttft_ms, max_tpot_ms),
-                              search_batch=objective == "throughput" and batch is None)
-        if device is PlanDevice.cpu:
-            from topoplan.plan.cpu_layouts import plan_cpu
+    top = view.top or None
+    if view.device == "cpu":
+        from topoplan.plan.cpu_layouts import plan_cpu
 
-            if output is not None:
-                raise TopoplanError("-o saves a GPU plan for `launch --plan`; a CPU launch takes --layout")
-            result = plan_cpu(request)
-        else:
-            result = plan_for(request)
-        document = plan_json(result, top or None, per_rank)
-        if device is PlanDevice.gpu:
-            from topoplan.plan.saved import RECORD_KEY, request_record
+        if view.output is not None:
+            raise TopoplanError("-o saves a GPU plan for `launch --plan`; a CPU launch takes --layout")
+        result = plan_cpu(request)
+    else:
+        result = plan_for(request)
+    document = plan_json(result, top, view.per_rank)
+    if view.device == "gpu":
+        from topoplan.plan.saved import RECORD_KEY, request_record
 
-            document[RECORD_KEY] = request_record(request)
-        if output is not None:
-            from topoplan.atomic import write_atomic
+        document[RECORD_KEY] = request_record(request)
+    if view.output is not None:
+        from topoplan.atomic import write_atomic
 
-            write_atomic(output, json.dumps(document, indent=1) + "\n")
-    except TopoplanError as error:
-        raise fail(error) from None
+        write_atomic(view.output, json.dumps(document, indent=1) + "\n")
     warn(result.warnings)
-    if as_json:
+    if view.json:
         print(json.dumps(document, indent=1))
     else:
         console = Console()
-        emit(console, plan_table(result, top or None, console.width))
+        emit(console, plan_table(result, top, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
 
@@ -271,171 +189,71 @@ class LaunchFormat(str, Enum):  # the keys of topoplan.launch.formats.RENDERERS 
     lws = "lws"  # serving engines only: a Kubernetes LeaderWorkerSet (topoplan.launch.engines.render_lws)
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
-def launch(
-    command: list[str] = typer.Argument(None, help="COMMAND... to start on every rank (after --). Default: the "
-                                        "bundled runner with the layout's degrees, --checkpoint or a built-in "
-                                        "--model, and the prompt."),
-    topo: str = typer.Option(None, "--topo", "--file", metavar="FILE", help="`nvidia-smi topo -m` output of one "
-                             "node ('-': stdin; --file is the same option). Default: this machine, through NVML."),
-    p2p: str = typer.Option(None, "--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` output of the same node."),
-    layout: str = typer.Option(None, "--layout", help="tp=N,pp=N,dp=N, placed by the planner's placement."),
-    plan_file: str = typer.Option(None, "--plan", metavar="FILE", help="A plan saved by `topoplan plan -o FILE`: "
-                                  "launch its row --rank N exactly, with every option that priced it (model, "
-                                  "topology, engine, dtypes, batch, lengths, limits); refused when stale."),
-    rank: int = typer.Option(None, "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same "
-                             "--model, --topo, --gpu, --nodes and --objective."),
-    model: str = typer.Option(None, "--model", "-m", help=f"Planner model: catalog name, alias ({ALIAS_HELP}) or a "
-                              "path to a HF config.json. Also the runner's model when it is a built-in (tiny, small)."),
-    checkpoint: str = typer.Option(None, "--checkpoint", metavar="DIR", help="HF checkpoint folder (on the launch "
-                                   "hosts) for the default runner command; needed unless --model is a built-in."),
-    prompt: list[str] = typer.Option([], "--prompt", metavar="TEXT", help="Prompt text for the default runner "
-                                     "command (repeat for a batch)."),
-    prompt_ids: list[str] = typer.Option([], "--prompt-ids", metavar="IDS", help="Prompt token ids for the default "
-                                         "runner command, e.g. 1,2,3 (repeat for a batch). Default without --prompt: "
-                                         "1,2,3."),
-    gpu: str = typer.Option(None, "--gpu", help="GPU model for the plan (--rank with --topo text, which names no "
-                            "GPU)."),
-    objective: str = typer.Option("latency", "--objective", help="Plan objective for --rank: latency or throughput."),
-    nodes: int = typer.Option(1, "--nodes", help="Identical nodes to spread the layout over."),
-    hosts: str = typer.Option(None, "--hosts", help="Host names, one per node, node 0 first: a,b."),
-    port: int = typer.Option(None, "--port", help=f"--engine topoplan: the rendezvous TCP port on node 0 (default "
-                             f"{DEFAULT_MASTER_PORT}). A serving engine: its HTTP port (default 8000)."),
-    master_port: int = typer.Option(None, "--master-port", help="A serving engine's rendezvous TCP port on node 0 "
-                                    f"(default {DEFAULT_MASTER_PORT})."),
-    engine: str = typer.Option(None, "--engine", help="topoplan (default: the bundled runner, per-rank lines), or a "
-                               "serving engine: vllm, sglang, trtllm (its own command per node; see "
-                               "docs/launch-engines.md)."),
-    device: str = typer.Option("gpu", "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA "
-                               "nodes; the bundled runner over gloo, or --engine vllm's CPU build), no GPU requests; "
-                               "needs --layout."),
-    ifname: str = typer.Option(None, "--ifname", metavar="IF", help="Several nodes: the network interface that "
-                               "reaches the other nodes, for NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (default with "
-                               "--this-machine: the one routing to the first --hosts; else the script asks for "
-                               "TOPOPLAN_IFNAME)."),
-    host: str = typer.Option(None, "--host", help="A serving engine's HTTP address (default 127.0.0.1; srun/sbatch: "
-                             "node 0's address, read from the allocation; lws: 0.0.0.0, the pod's interfaces)."),
-    engine_python: str = typer.Option("python3", "--engine-python", metavar="PYTHON", help="The Python that has "
-                                      "the engine installed (default: python3 on PATH)."),
-    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
-                                     "(VLLM_CPU_KVCACHE_SPACE)."),
-    fmt: LaunchFormat = typer.Option(LaunchFormat.shell, "--format", help="Launcher to write the lines for."),
-    explain: bool = typer.Option(False, "--explain", help="Also print every variable's reason (on stderr)."),
-    this_machine: bool = typer.Option(False, "--this-machine", help="The --topo file is of this machine: read SMT "
-                                      "siblings, NUMA nodes and online CPUs from /sys instead of assuming Linux "
-                                      "numbering."),
-    output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE (atomically) instead of "
-                               "stdout."),
-    mem_policy: str = typer.Option("preferred", "--mem-policy", help="numactl memory policy on the rank's NUMA "
-                                   "node: preferred (spills when full), bind (strict) or none."),
-    partition: str = typer.Option(None, "--partition", help="Slurm partition (srun, sbatch)."),
-    account: str = typer.Option(None, "--account", help="Slurm account (srun, sbatch)."),
-    time_limit: str = typer.Option(None, "--time", help="Slurm time limit, e.g. 30, 1:00:00, 1-12:00:00."),
-    job_name: str = typer.Option(None, "--job-name", help="Slurm job name (sbatch default: topoplan)."),
-    allow_run_as_root: bool = typer.Option(False, "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_"
-                                           "ROOT(_CONFIRM)=1, which Open MPI needs to start as root."),
-    image: str = typer.Option(None, "--image", help="--format lws: the engine's container image."),
-    pod_memory: str = typer.Option(None, "--pod-memory", help="--format lws: each pod's memory (request = limit, "
-                                   "e.g. 900Gi), making it Guaranteed so the kubelet can pin its CPUs."),
-    preflight: bool = typer.Option(False, "--preflight", help="The script first runs `topoplan doctor --for` on its "
-                                   "host and stops with its one line when the layout is blocked there "
-                                   "(docs/doctor.md)."),
-) -> None:
+@dataclass(frozen=True)
+class LaunchView:
+    """What `launch` writes and where, and the options that choose the request's values rather than being one of
+    them (--plan, --master-port: topoplan.launch.command.LaunchRequest.from_options)."""
+
+    plan_file: str | None = field(default=None, metadata=option(
+        "--plan", metavar="FILE", help="A plan saved by `topoplan plan -o FILE`: launch its row --rank N exactly, with "
+        "every option that priced it (model, topology, engine, dtypes, batch, lengths, limits); refused when "
+        "stale."))
+    master_port: int | None = field(default=None, metadata=option(
+        "--master-port", help=f"A serving engine's rendezvous TCP port on node 0 (default {DEFAULT_MASTER_PORT})."))
+    format: LaunchFormat = field(default=LaunchFormat.shell, metadata=option(
+        "--format", type=LaunchFormat, help="Launcher to write the lines for."))
+    explain: bool = field(default=False, metadata=option("--explain", help="Also print every variable's reason (on "
+                                                         "stderr)."))
+    output: str | None = field(default=None, metadata=option("--output", "-o", metavar="FILE", help="Write to FILE "
+                                                             "(atomically) instead of stdout."))
+    preflight: bool = field(default=False, metadata=option(
+        "--preflight", help="The script first runs `topoplan doctor --for` on its host and stops with its one line "
+        "when the layout is blocked there (docs/doctor.md)."))
+
+
+@commands.command("launch", Unbuilt("topoplan.launch.command:LaunchRequest"), LaunchView,
+                  context_settings={"allow_interspersed_args": False})
+def launch(given: dict[str, Any], view: LaunchView) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
-    from topoplan.engines import resolve
-    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec, load_saved_plan, parse_hosts
-    from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT
+    from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec
     from topoplan.launch.engines.scripts import render_engine
     from topoplan.launch.explain import explain as explain_spec
     from topoplan.launch.explain import explain_engine
     from topoplan.launch.formats import render
-    from topoplan.launch.launcher_options import LauncherOptions
-    from topoplan.launch.runtime_addr import default_serve_host
-    from topoplan.layout import Layout
 
-    try:
-        saved = None
-        if plan_file is not None:
-            saved = load_saved_plan(plan_file, rank, given={
-                "--model": model, "--topo": topo, "--gpu": gpu, "--layout": layout, "--engine": engine,
-                "--objective": objective != "latency", "--nodes": nodes != 1})
-            asked = saved.request
-            model, topo, gpu, objective = asked.model, asked.topo, asked.gpu, asked.objective
-            engine, nodes = str(asked.engine), saved.row.nodes
-        chosen_engine = resolve(engine or "topoplan")
-        serving = chosen_engine.serves
-        if not serving and master_port is not None:
-            raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
-        request = LaunchRequest(layout=Layout.parse(layout) if layout is not None else None, rank=rank, model=model,
-                                topo=topo, p2p=p2p, gpu=gpu, objective=objective, nodes=nodes,
-                                hosts=parse_hosts(hosts),
-                                port=(master_port if serving else port) or DEFAULT_MASTER_PORT,
-                                command=tuple(command or ()), this_machine=this_machine, checkpoint=checkpoint,
-                                prompts=tuple(prompt), prompt_ids=tuple(prompt_ids), engine=chosen_engine,
-                                device=device,
-                                host=host if host is not None else default_serve_host(fmt.value, DEFAULT_HOST),
-                                serve_port=port if serving and port is not None else DEFAULT_SERVE_PORT,
-                                engine_python=engine_python, kv_cache_gib=kv_cache_gib, mem_policy=mem_policy,
-                                launcher=LauncherOptions(partition, account, time_limit, job_name, allow_run_as_root,
-                                                         image=image, pod_memory=pod_memory), saved=saved,
-                                ifname=ifname)
-        served = engine_launch_for(request, fmt.value) if serving else None
-        spec = served.spec if served is not None else launch_spec(request)
-        text = render_engine(served, fmt.value) if served is not None else render(spec, fmt.value)
-        if preflight:
-            from topoplan.launch.preflight import preflight_line, with_preflight
+    fmt = view.format.value
+    request = LaunchRequest.from_options(given, fmt=fmt, plan_file=view.plan_file, master_port=view.master_port)
+    served = engine_launch_for(request, fmt) if request.serving else None
+    spec = served.spec if served is not None else launch_spec(request)
+    text = render_engine(served, fmt) if served is not None else render(spec, fmt)
+    if view.preflight:
+        from topoplan.launch.preflight import preflight_line, with_preflight
 
-            text = with_preflight(text, preflight_line(str(spec.layout), nodes, topo, chosen_engine.name, device))
-    except TopoplanError as error:
-        raise fail(error) from None
-    if explain and served is not None:
+        text = with_preflight(text, preflight_line(str(spec.layout), request.nodes, request.topo,
+                                                   request.engine.name, request.device))
+    if view.explain and served is not None:
         explain_engine(served, Console(stderr=True))
-    elif explain:
+    elif view.explain:
         explain_spec(spec, Console(stderr=True))
-    if output is not None:
-        write_atomic(output, text, executable=fmt not in (LaunchFormat.json, LaunchFormat.lws))
+    if view.output is not None:
+        write_atomic(view.output, text, executable=view.format not in (LaunchFormat.json, LaunchFormat.lws))
     else:
         sys.stdout.write(text)
 
 
-@app.command("doctor")
-def doctor_command(
-    as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON (docs/doctor.md)."),
-    save: str = typer.Option(None, "--save", metavar="FILE", help="Also write what was read as one JSON recording "
-                             "(atomically), for bug reports and --file."),
-    file: str = typer.Option(None, "--file", metavar="FILE", help="Judge a saved recording instead of this machine."),
-    for_layout: str = typer.Option(None, "--for", "--layout", metavar="LAYOUT", help="tp=N,pp=N,dp=N: check what "
-                                   "this layout needs (its NICs up, P2P in its TP groups, /dev/shm, the CPUs it "
-                                   "binds), placed as `launch` places it."),
-    topo: str = typer.Option(None, "--topo", metavar="FILE", help="With --for: the topology the layout is placed on "
-                             "(a `topo -m` paste or NVML recording). Default: this machine, through NVML."),
-    gpu: str = typer.Option(None, "--gpu", help="With --for and a `topo -m` paste: the GPU model."),
-    nodes: int = typer.Option(1, "--nodes", help="With --for: identical nodes the layout spans (NICs matter from 2)."),
-    engine: str = typer.Option("topoplan", "--engine", help="With --for: the engine whose /dev/shm need is checked: "
-                               "topoplan, vllm, sglang, trtllm."),
-    preflight: bool = typer.Option(False, "--preflight", help="With --for, for launch scripts: print nothing when "
-                                   "the layout can run, a warning per slowing finding, and one line and exit 4 when "
-                                   "something blocks it."),
-) -> None:
+@commands.command("doctor", json_flag("Print the findings as JSON (docs/doctor.md)."),
+                  "topoplan.doctor.run:DoctorRequest")
+def doctor_command(view: Any, request: DoctorRequest) -> None:
     """What on this machine will slow or hang a multi-GPU launch: PCIe links, ACS, IOMMU, NVLink, RDMA ports,
     /dev/shm, memlock, NUMA balancing, governors, cpuset. Exit 0 (ok, notes), 3 (slows), 4 (blocks)."""
     from topoplan.doctor.finding import exit_code
-    from topoplan.doctor.run import diagnose, get_recording
 
-    try:
-        if preflight and for_layout is None:
-            raise TopoplanError("--preflight checks a layout: pass --for tp=N,pp=N,dp=N")
-        if for_layout is None and (topo, gpu, nodes, engine) != (None, None, 1, "topoplan"):
-            raise TopoplanError("--topo, --gpu, --nodes and --engine describe a layout: pass --for tp=N,pp=N,dp=N too")
-        recording, source = get_recording(file, save)
-        findings = diagnose(recording, for_layout, topo, nodes, engine, gpu)
-    except TopoplanError as error:
-        raise fail(error) from None
-    if preflight:
+    findings, source = request.findings()
+    if request.preflight:
         from topoplan.doctor.for_layout import blocking_line
 
         warn([f"doctor: {f.subject}: {f.message} ({f.evidence})" for f in findings if f.severity == "slows"])
@@ -443,7 +261,7 @@ def doctor_command(
             print(f"topoplan: preflight: {printable(line)}", file=sys.stderr)
             raise typer.Exit(exit_code(findings))
         return
-    if as_json:
+    if view.json:
         from topoplan.doctor.findings_table import findings_json
 
         print(json.dumps(findings_json(findings, source), indent=1))
@@ -479,15 +297,9 @@ def run(opts: RunOptions, to: RunSave) -> None:
         raise typer.Exit(code)
 
 
-@dataclass(frozen=True)
-class AsJson:
-    """`--json`: print the command's result as JSON (docs/bench.md) instead of a table."""
-
-    json: bool = field(default=False, metadata=option("--json", help="Print the result as JSON (docs/bench.md)."))
-
-
-@commands.command("bench", "topoplan.bench.request:BenchRequest", AsJson)
-def bench_command(request: BenchRequest, view: AsJson) -> None:
+@commands.command("bench", "topoplan.bench.request:BenchRequest",
+                  json_flag("Print the result as JSON (docs/bench.md)."))
+def bench_command(request: BenchRequest, view: Any) -> None:
     """nccl-tests-style sweep: time, algbw and busbw per collective and size, over local ranks."""
     from rich.console import Console
 
@@ -508,13 +320,9 @@ def bench_command(request: BenchRequest, view: AsJson) -> None:
         print_bench(result, Console())
 
 
-@dataclass(frozen=True)
-class CalibrateJson:
-    json: bool = field(default=False, metadata=option("--json", help="Also print the file's contents."))
-
-
-@commands.command("calibrate", "topoplan.bench.measure_requests:CalibrateRequest", CalibrateJson)
-def calibrate_command(r: CalibrateRequest, view: CalibrateJson) -> None:
+@commands.command("calibrate", "topoplan.bench.measure_requests:CalibrateRequest",
+                  json_flag("Also print the file's contents."))
+def calibrate_command(r: CalibrateRequest, view: Any) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.bench.calibrate import calibrate, write_calibration
     from topoplan.bench.measure_requests import driver
@@ -544,8 +352,9 @@ def calibrate_command(r: CalibrateRequest, view: CalibrateJson) -> None:
               f"layer overhead {document['layer_overhead_us']:.1f} us")
 
 
-@commands.command("validate", "topoplan.bench.measure_requests:ValidateRequest", AsJson)
-def validate_command(r: ValidateRequest, view: AsJson) -> None:
+@commands.command("validate", "topoplan.bench.measure_requests:ValidateRequest",
+                  json_flag("Print the result as JSON (docs/bench.md)."))
+def validate_command(r: ValidateRequest, view: Any) -> None:
     """Predicted vs measured prefill and decode time for every layout that fits this machine."""
     from rich.console import Console
 

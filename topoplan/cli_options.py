@@ -69,19 +69,33 @@ def _resolve(source: Source) -> type:
 
 
 @dataclass(frozen=True)
+class Unbuilt:
+    """A dataclass whose options a command takes but builds itself, being handed their parsed values (a dict by
+    field name): for a request some of whose values depend on other options (LaunchRequest.from_options)."""
+
+    source: Source
+
+
+def _handed(source: type | Unbuilt, values: dict[str, Any]) -> Any:
+    if isinstance(source, Unbuilt):
+        return {f.name: values[f.name] for f, _ in options_of(source.source)}  # type: ignore[arg-type]
+    return build(source, values)
+
+
+@dataclass(frozen=True)
 class _Lazy:
     """A command not built yet: the function that renders, the dataclasses it takes, typer's command settings."""
 
     name: str
     body: Callable[..., None]
-    sources: tuple[Source, ...]
+    sources: tuple[Source | Unbuilt, ...]
     settings: dict[str, Any]
 
     def command(self) -> Any:
         """The click command: one typer option per field option of the dataclasses; each call builds them (their
         checks run; a TopoplanError is one line and exit 2) and hands them to `body`."""
-        classes = [_resolve(s) for s in self.sources]
-        params = [p for cls in classes for p in parameters(cls)]
+        classes = [Unbuilt(_resolve(s.source)) if isinstance(s, Unbuilt) else _resolve(s) for s in self.sources]
+        params = [p for cls in classes for p in parameters(cls.source if isinstance(cls, Unbuilt) else cls)]
         names = [p.name for p in params]
         if len(set(names)) != len(names):
             raise TypeError(f"{self.name}: two options share a field name: {sorted(names)}")
@@ -89,7 +103,7 @@ class _Lazy:
 
         def callback(**values: Any) -> None:
             try:
-                body(*(build(cls, values) for cls in classes))
+                body(*(_handed(cls, values) for cls in classes))
             except TopoplanError as error:
                 raise fail(error) from None
 
@@ -137,7 +151,7 @@ class Commands:
 
         self.group = Group
 
-    def command(self, name: str, *sources: Source, **settings: Any) -> Callable[[Callable[..., None]],
+    def command(self, name: str, *sources: Source | Unbuilt, **settings: Any) -> Callable[[Callable[..., None]],
                                                                                Callable[..., None]]:
         def register(body: Callable[..., None]) -> Callable[..., None]:
             self.lazy[name] = _Lazy(name, body, sources, settings)

@@ -73,10 +73,11 @@ def default_of(f: dataclasses.Field, opt: Opt) -> Any:
     return f.default
 
 
-def build(cls: type, values: dict[str, Any]) -> Any:
+def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
     """`cls` from parsed option values (by field name; a missing one takes the option's default), through each
-    option's `parse`, nested dataclasses first; the dataclasses' `__post_init__` checks them. A class with
-    `from_cli(kwargs)` builds itself from the keyword arguments (a nested dataclass's as a dict)."""
+    option's `parse`, nested dataclasses first, and `extra` arguments for fields that are no options; the
+    dataclasses' `__post_init__` checks them. A class with `from_cli(kwargs)` builds itself from the keyword
+    arguments (a nested dataclass's as a dict)."""
     from_cli = getattr(cls, "from_cli", None)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -86,12 +87,15 @@ def build(cls: type, values: dict[str, Any]) -> Any:
             kwargs[f.name] = build(inner, values) if from_cli is None else _arguments(inner, values)
         elif declared is not None:
             kwargs[f.name] = _value(f, declared, values)
+    kwargs.update(extra)
     return from_cli(kwargs) if from_cli is not None else cls(**kwargs)
 
 
 def _value(f: dataclasses.Field, opt: Opt, values: dict[str, Any]) -> Any:
     """The field's value from its option's parsed one (its default when missing)."""
     value = values.get(f.name, default_of(f, opt))
+    if value is None and opt.argument:  # typer's value for no positional arguments: the field's own default
+        return f.default_factory() if f.default_factory is not MISSING else f.default
     if isinstance(value, Enum) and opt.choices:
         value = value.value
     return opt.parse(value) if opt.parse is not None and value is not None else value
