@@ -1,7 +1,10 @@
-"""The `topoplan` command line: options -> library call -> render. No logic of its own.
+"""The `topoplan` command line: request -> library call -> render. No logic of its own.
 
-Heavy modules (torch, pynvml) are imported inside the commands that need them, so `topoplan inspect`
-starts as fast as typer and rich allow.
+Each command names the request dataclasses it builds; their fields declare the options (topoplan.option_fields,
+docs/library.md "Adding an option") and topoplan.cli_options turns them into the typer command, built only when
+that command runs or is listed. What is declared here is only how a command shows its result (PlanView,
+LaunchView, json_flag). Heavy modules (torch, pynvml, the planner) are imported inside the commands that need
+them, so `topoplan inspect` starts as fast as typer and rich allow.
 """
 
 from __future__ import annotations

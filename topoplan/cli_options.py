@@ -137,8 +137,8 @@ class _Commands(dict):
 
 class Commands:
     """The commands of one typer app, built when used: `app = typer.Typer(cls=commands.group)`, then
-    `@commands.command("plan", PlanView, "topoplan.plan.frontend:PlanRequest")` on a function taking one instance
-    of each dataclass, in that order."""
+    `@commands.command("plan", "topoplan.plan.frontend:PlanRequest", PlanView)` on a function taking one instance
+    of each dataclass, in that order (their options are listed in that order too)."""
 
     def __init__(self) -> None:
         self.lazy: dict[str, _Lazy] = {}

@@ -29,7 +29,7 @@ from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import GROUP_KINDS, Layout
 from topoplan.limits import RANKS_PER_CPU, check_count, max_local_ranks
-from topoplan.option_fields import build, option
+from topoplan.option_fields import build, option, options_of
 from topoplan.run_options import check_common
 
 
@@ -119,6 +119,9 @@ class BenchRequest:
     def from_options(cls, **given: Any) -> BenchRequest:
         """From the command line's values (`--ops a,b`, `--sizes 4K:64M`, `--layout tp=2,dp=2` as strings); the
         options not given take their defaults."""
+        unknown = set(given) - {f.name for f, _ in options_of(cls)}
+        if unknown:
+            raise TypeError(f"BenchRequest.from_options: no option {', '.join(sorted(unknown))}")
         return build(cls, given)
 
     @property
