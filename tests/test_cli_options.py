@@ -140,3 +140,28 @@ def test_inspect_loads_no_other_command_s_request():
     assert done.returncode == 0, done.stderr
     assert done.stderr == "[]\n"
     assert done.stdout.startswith("{")
+
+
+def test_plan_request_settles_batch_and_dtype_from_the_command_line():
+    from topoplan.plan.frontend import PlanRequest
+
+    searched = build(PlanRequest, {"model": "70b", "objective": "throughput"})
+    assert (searched.workload.batch, searched.search_batch, searched.workload.dtype, searched.dtype_given) == \
+        (1, True, "bf16", False)
+    fixed = build(PlanRequest, {"model": "70b", "objective": "throughput", "batch": 4, "dtype": "fp8",
+                                "ttft_ms": 500.0, "engine": "vllm"})
+    assert (fixed.workload.batch, fixed.search_batch, fixed.workload.dtype, fixed.dtype_given) == \
+        (4, False, "fp8", True)
+    assert (fixed.limits.ttft_ms, fixed.limits.tpot_ms, fixed.engine.name) == (500.0, None, "vllm")
+
+
+def test_launch_request_ports_and_host_follow_the_engine_and_format():
+    from topoplan.launch.command import LaunchRequest
+
+    runner_lines = LaunchRequest.from_options({"layout": "tp=2", "port": 30000}, fmt="shell")
+    assert (runner_lines.port, runner_lines.serve_port, runner_lines.host) == (30000, 8000, "127.0.0.1")
+    served = LaunchRequest.from_options({"layout": "tp=2", "engine": "vllm", "checkpoint": "/m", "port": 9000},
+                                        fmt="lws", master_port=31000)
+    assert (served.port, served.serve_port, served.host, served.engine.name) == (31000, 9000, "0.0.0.0", "vllm")
+    with pytest.raises(TopoplanError, match="^--master-port is for serving engines"):
+        LaunchRequest.from_options({"layout": "tp=2"}, fmt="shell", master_port=31000)
