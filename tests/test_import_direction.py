@@ -31,7 +31,7 @@ ALLOWED = {
     "doctor": {"base", "topology", "hardware", "machine", "plan"},
 }
 BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
-        "vendors", "run_options", "model_aliases"}
+        "vendors", "run_options", "model_aliases", "option_fields"}
 
 
 def module_name(path: Path) -> str:
@@ -69,7 +69,7 @@ def layer(module: str) -> str:
     parts = module.split(".")[1:]
     if not parts:
         return "base"  # the package's __init__: its version string, nothing else
-    if parts[0] in ("cli", "__main__"):
+    if parts[0] in ("cli", "__main__", "cli_options"):
         return "cli"
     if parts[0] in BASE:
         return "base"

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import operator
 from dataclasses import dataclass, field, fields
 
 from topoplan.dtypes import RUN_DTYPES, checked_dtype
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.limits import check_count
+from topoplan.option_fields import option
 
 
 def parse_ids(text: str) -> list[int]:
@@ -40,32 +42,53 @@ def check_common(*, backend: str | None, dtype: str, dtypes: tuple[str, ...], ti
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The run request: built by `topoplan run` (and validate, benchmarks), checked by `validate` (and, with
-    the model in hand, topoplan.runner.local.check_run) before any rank starts, and handed to every rank as
-    argv (`to_argv` / `parse_argv`, so both sides always agree)."""
+    """The run request: built by `topoplan run` (its options are these fields', topoplan.option_fields) and by
+    validate and benchmarks, checked by `validate` (and, with the model in hand, topoplan.runner.local.check_run)
+    before any rank starts, and handed to every rank as argv (`to_argv` / `parse_argv`, so both sides always
+    agree)."""
 
-    model: str = "tiny"  # a built-in model name or an HF checkpoint folder
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1  # MoE: experts split over ep ranks of each TP group (topoplan.layout.Layout.ep)
-    prompt: list[str] = field(default_factory=list)  # text prompts (need tokenizer.json or a byte model)
-    prompt_ids: list[str] = field(default_factory=list)  # "1,2,3" per prompt
-    max_new_tokens: int = 32
-    dtype: str = "float32"
-    backend: str | None = None  # nccl | gloo; default: nccl when CUDA is available
-    timeout: float = 300.0  # seconds, for rendezvous and every collective
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    ignore_eos: bool = False
-    json: bool = False
+    model: str = field(default="tiny", metadata=option("--model", "-m", help="Built-in model (tiny, small) or an HF "
+                                                       "checkpoint folder."))
+    tp: int = field(default=1, metadata=option(help="Tensor-parallel degree."))
+    pp: int = field(default=1, metadata=option(help="Pipeline stages."))
+    dp: int = field(default=1, metadata=option(help="Data-parallel replicas (each takes a share of the prompts)."))
+    ep: int = field(default=1, metadata=option(help="MoE checkpoints: split the experts over this many ranks of each "
+                                               "TP group (must divide --tp; tokens travel by all-to-all)."))
+    prompt: list[str] = field(default_factory=list, metadata=option(help="Prompt text (repeat for a batch); needs "
+                                                                    "tokenizer.json or a built-in model."))
+    prompt_ids: list[str] = field(default_factory=list, metadata=option(help="Prompt as token ids, e.g. 1,2,3 (repeat "
+                                                                        "for a batch)."))  # "1,2,3" per prompt
+    max_new_tokens: int = field(default=32, metadata=option(help="Tokens to generate per prompt (fewer if EOS comes "
+                                                            "first)."))
+    dtype: str = field(default="float32", metadata=option(help="float32, bfloat16 or float16."))
+    backend: str | None = field(default=None, metadata=option(help="nccl or gloo (default: nccl when CUDA is "
+                                                              "available)."))
+    timeout: float = field(default=300.0, metadata=option(help="Seconds to wait for the rendezvous and for any "
+                                                          "collective."))
+    temperature: float = field(default=0.0, metadata=option(help="0 is greedy."))
+    top_p: float = field(default=1.0, metadata=option(help="Nucleus sampling threshold (with --temperature)."))
+    seed: int = field(default=0, metadata=option(help="Sampling seed (the same on every rank)."))
+    ignore_eos: bool = field(default=False, metadata=option("--ignore-eos", help="Always generate --max-new-tokens "
+                                                            "(benchmarks)."))
+    json: bool = field(default=False, metadata=option("--json", help="Print one JSON object (see docs/runner.md); no "
+                                                      "progress bar."))
     dump_logits: str | None = None  # rank 0 writes each step's logits here (torch.save), for checking
-    micro_batches: int = 0  # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
-    no_shared_memory: bool = False  # TP/EP collectives, PP messages by gloo even on one host (runner.shm)
-    compile: bool = False  # the stage's forward under torch.compile (topoplan.runner.compiled)
-    cuda_graphs: bool = False  # decode steps recorded once as CUDA graphs and replayed (topoplan.runner.graphs)
-    fixed_threads: bool = False  # no CPU rank changes its thread count (default: topoplan.runner.threads)
+    # pipeline micro-batches in flight: 0 = min(pp, batch), the planner's schedule; 1 = none
+    micro_batches: int = field(default=0, metadata=option("--micro-batches", help="Pipeline micro-batches in flight "
+                                                          "(0: one per stage, the schedule `plan` prices; 1: none)."))
+    # TP/EP collectives, PP messages by gloo even on one host (runner.shm); the command line says it the other way
+    no_shared_memory: bool = field(default=False, metadata=option(
+        "--shared-memory/--no-shared-memory", default=True, parse=operator.not_, help="TP and EP collectives and "
+        "pipeline messages between CPU ranks of one host through shared memory (else gloo's sockets)."))
+    compile: bool = field(default=False, metadata=option(  # the stage's forward under torch.compile (runner.compiled)
+        "--compile", help="Compile each stage's forward with torch.compile before generating (fewer, fused kernels "
+        "per decode step; tens of seconds of start-up, reported as compile_s; docs/runner.md)."))
+    cuda_graphs: bool = field(default=False, metadata=option(  # decode steps replayed (topoplan.runner.graphs)
+        "--cuda-graphs", help="GPUs: record each micro-batch's decode step once as a CUDA graph and replay it every "
+        "step (fixed-shape step over the whole KV cache; docs/runner.md)."))
+    fixed_threads: bool = field(default=False, metadata=option(  # default: topoplan.runner.threads
+        "--fixed-threads", help="CPU: keep each rank's threads at its cores' count (else a rank with no collective in "
+        "its step, TP, PP and EP 1, runs one thread fewer while another process slows it; docs/runner.md)."))
 
     def to_argv(self) -> list[str]:
         """The argv that `parse_argv` turns back into these options."""

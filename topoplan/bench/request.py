@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from topoplan.atomic import check_folder
@@ -29,6 +29,7 @@ from topoplan.dtypes import BENCH_DTYPES
 from topoplan.errors import TopoplanError
 from topoplan.layout import GROUP_KINDS, Layout
 from topoplan.limits import RANKS_PER_CPU, check_count, max_local_ranks
+from topoplan.option_fields import build, option, options_of
 from topoplan.run_options import check_common
 
 
@@ -51,24 +52,44 @@ def default_ranks() -> int:
 @dataclass(frozen=True)
 class BenchRequest:
     """A collective sweep: checked and parsed once, in the parent (`topoplan bench`, calibrate), and handed to
-    each rank as argv (`worker_argv`), which the ranks read back with `from_worker_argv`. The defaults live
-    here only: the CLI shows them, the worker inherits them."""
+    each rank as argv (`worker_argv`), which the ranks read back with `from_worker_argv`. The options live here
+    only (topoplan.option_fields): the CLI shows them, the worker inherits them."""
 
-    ops: tuple[str, ...] = OPS
-    sizes: tuple[int, ...] = tuple(parse_sizes(DEFAULT_SIZES))
-    ranks: int | None = None  # None: one per GPU, else 2 (or the layout's world)
-    layout: Layout | None = None  # run inside this layout's groups
-    groups: str | None = None  # which of the layout's groups: tp (default), pp or dp
-    backend: str | None = None  # nccl | gloo; None: nccl when CUDA is available
-    dtype: str = DEFAULT_DTYPE
-    iters: int = DEFAULT_ITERS
-    warmup: int = DEFAULT_WARMUP
-    timeout: float = DEFAULT_TIMEOUT_S
-    plot: str | None = None  # an .svg file for busbw vs size
-    redop: str = "sum"  # the reducing ops' reduction (nccl-tests' -o)
-    root: int = 0  # the rooted ops' root, a place in the group (nccl-tests' -r)
-    check: bool = False  # verify every result (nccl-tests' -c)
-    shared_memory: bool = False  # all_reduce (sum), all_to_all, sendrecv as the runner runs them on one host
+    ops: tuple[str, ...] = field(default=OPS, metadata=option(
+        "--ops", type=str, default=DEFAULT_OPS, parse=lambda text: tuple(parse_ops(text)),
+        help="Comma-separated collectives; ops the backend lacks are listed as skipped."))
+    sizes: tuple[int, ...] = field(default=tuple(parse_sizes(DEFAULT_SIZES)), metadata=option(
+        "--sizes", type=str, default=DEFAULT_SIZES, parse=lambda text: tuple(parse_sizes(text)),
+        help="LO:HI doubling (4K:256M, powers of 1024) or a list 4K,1M."))
+    ranks: int | None = field(default=None, metadata=option(  # None: one per GPU, else 2 (or the layout's world)
+        "--ranks", help="Ranks to start on this machine (default: GPUs, else 2; at most 8 per CPU)."))
+    layout: Layout | None = field(default=None, metadata=option(  # run inside this layout's groups
+        "--layout", type=str, parse=Layout.parse, help="tp=..,pp=..,dp=..: run inside this layout's groups (see "
+        "--groups); starts layout.world ranks."))
+    groups: str | None = field(default=None, metadata=option(  # which of the layout's groups: tp (default), pp or dp
+        "--groups", help="With --layout: which groups run the collectives (tp, pp, dp; default tp), all at once, as "
+        "the runner would."))
+    backend: str | None = field(default=None, metadata=option(  # None: nccl when CUDA is available
+        "--backend", help="nccl or gloo (default: nccl when CUDA is available)."))
+    dtype: str = field(default=DEFAULT_DTYPE, metadata=option("--dtype", help="float32, bfloat16, float16 or "
+                                                              "float8_e4m3fn."))
+    iters: int = field(default=DEFAULT_ITERS, metadata=option("--iters", min=1, help="Timed operations per point."))
+    warmup: int = field(default=DEFAULT_WARMUP, metadata=option("--warmup", min=0, help="Untimed operations before "
+                                                                "each point."))
+    timeout: float = field(default=DEFAULT_TIMEOUT_S, metadata=option("--timeout", help="Seconds for rendezvous and "
+                                                                      "each collective."))
+    plot: str | None = field(default=None, metadata=option("--plot", help="Write busbw vs size as an SVG chart to "
+                                                           "this .svg file."))
+    check: bool = field(default=False, metadata=option("--check", "-c", help="Verify every result (nccl-tests' -c): "
+                                                       "the #wrong column counts the wrong elements over all ranks."))
+    redop: str = field(default="sum", metadata=option(  # the reducing ops' reduction (nccl-tests' -o)
+        "--redop", "-o", help="Reduction of all_reduce, reduce and reduce_scatter: sum, prod, min, max or avg (avg: "
+        "NCCL only)."))
+    root: int = field(default=0, metadata=option(  # the rooted ops' root, a place in the group (nccl-tests' -r)
+        "--root", "-r", help="Root of broadcast, reduce, gather and scatter (a rank of the group)."))
+    shared_memory: bool = field(default=False, metadata=option(  # as the runner runs them on one host
+        "--shared-memory", help="all_reduce (sum), all_to_all and sendrecv between CPU ranks of one host through "
+        "shared memory, as `topoplan run`'s TP/EP groups and pipeline stages do (gloo else)."))
 
     def __post_init__(self) -> None:
         parse_redop(self.redop)
@@ -95,11 +116,13 @@ class BenchRequest:
             raise TopoplanError(f"--ranks {self.ranks}: expected at least 1")
 
     @classmethod
-    def from_options(cls, *, ops: str = DEFAULT_OPS, sizes: str = DEFAULT_SIZES, layout: str | None = None,
-                     **rest: Any) -> BenchRequest:
-        """From the command line's strings (`--ops a,b`, `--sizes 4K:64M`, `--layout tp=2,dp=2`)."""
-        return cls(ops=tuple(parse_ops(ops)), sizes=tuple(parse_sizes(sizes)),
-                   layout=Layout.parse(layout) if layout is not None else None, **rest)
+    def from_options(cls, **given: Any) -> BenchRequest:
+        """From the command line's values (`--ops a,b`, `--sizes 4K:64M`, `--layout tp=2,dp=2` as strings); the
+        options not given take their defaults."""
+        unknown = set(given) - {f.name for f, _ in options_of(cls)}
+        if unknown:
+            raise TypeError(f"BenchRequest.from_options: no option {', '.join(sorted(unknown))}")
+        return build(cls, given)
 
     @property
     def group(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topoplan.cpuset import CpuFacts
 from topoplan.engines import Engine, default_engine, resolve
@@ -22,9 +22,12 @@ from topoplan.launch.engines.common import (
 )
 from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.netif import check_ifname, interface_to
+from topoplan.launch.runtime_addr import default_serve_host
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
 from topoplan.layout import Layout, RankPlacement, check_nodes
+from topoplan.model_aliases import ALIAS_HELP
 from topoplan.models import BUILTIN_MODELS
+from topoplan.option_fields import argument, build, nested, option
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.run_options import parse_ids
 from topoplan.topology.model import Topology
@@ -124,31 +127,92 @@ class LaunchRequest:
     instead, and `command` holds extra options for it; `device` cpu plans ranks on this machine's CPUs (vLLM's
     CPU build). `port` is the rendezvous port (the bundled runner's MASTER_PORT, the engines' master port)."""
 
-    layout: Layout | None = None
-    rank: int | None = None
-    model: str | None = None  # planner model (catalog name, alias, config.json); also the runner's if built-in
-    topo: str | None = None  # one node's `topo -m` paste or recording; None: this machine
-    p2p: str | None = None
-    gpu: str | None = None
-    objective: str = "latency"
-    nodes: int = 1
-    hosts: tuple[str, ...] | None = None  # one per node, node 0 first
-    port: int = DEFAULT_MASTER_PORT
-    command: tuple[str, ...] = ()
-    this_machine: bool = False  # read /sys for SMT siblings, NUMA nodes, online CPUs
-    checkpoint: str | None = None
-    prompts: tuple[str, ...] = ()
-    prompt_ids: tuple[str, ...] = ()
-    device: str = "gpu"  # "cpu": ranks on CPUs alone (this machine's NUMA nodes), no GPU requests
-    mem_policy: str = DEFAULT_MEM_POLICY  # numactl memory policy: preferred, bind or none
-    launcher: LauncherOptions = LauncherOptions()  # Slurm and Open MPI options
-    engine: Engine = field(default_factory=default_engine)  # resolved at the edge (topoplan.engines.resolve)
-    host: str = DEFAULT_HOST
-    serve_port: int = DEFAULT_SERVE_PORT
-    engine_python: str = "python3"
-    kv_cache_gib: int = 1
+    layout: Layout | None = field(default=None, metadata=option(
+        "--layout", type=str, parse=Layout.parse, help="tp=N,pp=N,dp=N, placed by the planner's placement."))
+    rank: int | None = field(default=None, metadata=option(
+        "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same --model, --topo, --gpu, --nodes and "
+        "--objective."))
+    model: str | None = field(default=None, metadata=option(  # planner model; also the runner's if built-in
+        "--model", "-m", help=f"Planner model: catalog name, alias ({ALIAS_HELP}) or a path to a HF config.json. Also "
+        "the runner's model when it is a built-in (tiny, small)."))
+    topo: str | None = field(default=None, metadata=option(  # one node's paste or recording; None: this machine
+        "--topo", "--file", metavar="FILE", help="`nvidia-smi topo -m` output of one node ('-': stdin; --file is the "
+        "same option). Default: this machine, through NVML."))
+    p2p: str | None = field(default=None, metadata=option("--p2p", metavar="FILE", help="`nvidia-smi topo -p2p` "
+                                                          "output of the same node."))
+    gpu: str | None = field(default=None, metadata=option("--gpu", help="GPU model for the plan (--rank with --topo "
+                                                          "text, which names no GPU)."))
+    objective: str = field(default="latency", metadata=option("--objective", help="Plan objective for --rank: "
+                                                              "latency or throughput."))
+    nodes: int = field(default=1, metadata=option("--nodes", help="Identical nodes to spread the layout over."))
+    hosts: tuple[str, ...] | None = field(default=None, metadata=option(  # one per node, node 0 first
+        "--hosts", type=str, parse=parse_hosts, help="Host names, one per node, node 0 first: a,b."))
+    port: int = field(default=DEFAULT_MASTER_PORT, metadata=option(  # from_cli: the runner's, or --master-port
+        "--port", default=None, help=f"--engine topoplan: the rendezvous TCP port on node 0 (default "
+        f"{DEFAULT_MASTER_PORT}). A serving engine: its HTTP port (default 8000)."))
+    command: tuple[str, ...] = field(default=(), metadata=argument(
+        parse=tuple, help="COMMAND... to start on every rank (after --). Default: the bundled runner with the "
+        "layout's degrees, --checkpoint or a built-in --model, and the prompt."))
+    this_machine: bool = field(default=False, metadata=option(  # read /sys for SMT siblings, NUMA nodes, online CPUs
+        "--this-machine", help="The --topo file is of this machine: read SMT siblings, NUMA nodes and online CPUs "
+        "from /sys instead of assuming Linux numbering."))
+    checkpoint: str | None = field(default=None, metadata=option(
+        "--checkpoint", metavar="DIR", help="HF checkpoint folder (on the launch hosts) for the default runner "
+        "command; needed unless --model is a built-in."))
+    prompts: tuple[str, ...] = field(default=(), metadata=option(
+        "--prompt", metavar="TEXT", parse=tuple, help="Prompt text for the default runner command (repeat for a "
+        "batch)."))
+    prompt_ids: tuple[str, ...] = field(default=(), metadata=option(
+        "--prompt-ids", metavar="IDS", parse=tuple, help="Prompt token ids for the default runner command, e.g. 1,2,3 "
+        "(repeat for a batch). Default without --prompt: 1,2,3."))
+    device: str = field(default="gpu", metadata=option(  # "cpu": ranks on CPUs alone (NUMA nodes), no GPU requests
+        "--device", help="gpu, or cpu: ranks on CPUs alone (this machine's NUMA nodes; the bundled runner over gloo, "
+        "or --engine vllm's CPU build), no GPU requests; needs --layout."))
+    mem_policy: str = field(default=DEFAULT_MEM_POLICY, metadata=option(  # numactl memory policy
+        "--mem-policy", help="numactl memory policy on the rank's NUMA node: preferred (spills when full), bind "
+        "(strict) or none."))
+    launcher: LauncherOptions = field(default=LauncherOptions(), metadata=nested())  # Slurm and Open MPI options
+    engine: Engine = field(default_factory=default_engine, metadata=option(  # resolved at the edge (engines.resolve)
+        "--engine", type=str, default=None, help="topoplan (default: the bundled runner, per-rank lines), or a "
+        "serving engine: vllm, sglang, trtllm (its own command per node; see docs/launch-engines.md)."))
+    host: str = field(default=DEFAULT_HOST, metadata=option(  # from_cli: by --format when not given
+        "--host", default=None, help="A serving engine's HTTP address (default 127.0.0.1; srun/sbatch: node 0's "
+        "address, read from the allocation; lws: 0.0.0.0, the pod's interfaces)."))
+    serve_port: int = DEFAULT_SERVE_PORT  # from_cli: --port, for a serving engine
+    engine_python: str = field(default="python3", metadata=option(
+        "--engine-python", metavar="PYTHON", help="The Python that has the engine installed (default: python3 on "
+        "PATH)."))
+    kv_cache_gib: int = field(default=1, metadata=option("--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
+                                                         "(VLLM_CPU_KVCACHE_SPACE)."))
     saved: SavedRow | None = None  # `--plan FILE --rank N` (topoplan.plan.saved): the row and what priced it
-    ifname: str | None = None  # the interface that reaches the other nodes (--ifname)
+    ifname: str | None = field(default=None, metadata=option(  # the interface that reaches the other nodes
+        "--ifname", metavar="IF", help="Several nodes: the network interface that reaches the other nodes, for "
+        "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (default with --this-machine: the one routing to the first --hosts; "
+        "else the script asks for TOPOPLAN_IFNAME)."))
+
+    @classmethod
+    def from_options(cls, given: dict[str, Any], *, fmt: str, plan_file: str | None = None,
+                 master_port: int | None = None) -> LaunchRequest:
+        """From the command line's values (by field name, as topoplan.option_fields parses them): `--plan FILE`
+        supplies the options that priced it; --port is the runner's rendezvous port or a serving engine's HTTP
+        port, whose rendezvous port is --master-port; --host defaults by the launcher `fmt`."""
+        saved = None
+        if plan_file is not None:
+            saved = load_saved_plan(plan_file, given.get("rank"), given={
+                "--model": given.get("model"), "--topo": given.get("topo"), "--gpu": given.get("gpu"),
+                "--layout": given.get("layout"), "--engine": given.get("engine"),
+                "--objective": given.get("objective", "latency") != "latency", "--nodes": given.get("nodes", 1) != 1})
+            asked = saved.request
+            given = {**given, "model": asked.model, "topo": asked.topo, "gpu": asked.gpu,
+                     "objective": asked.objective, "engine": str(asked.engine), "nodes": saved.row.nodes}
+        engine = resolve(given.get("engine") or "topoplan")
+        if not engine.serves and master_port is not None:
+            raise TopoplanError("--master-port is for serving engines; the bundled runner's rendezvous port is --port")
+        port, host = given.get("port"), given.get("host")
+        return build(cls, {**given, "port": (master_port if engine.serves else port) or DEFAULT_MASTER_PORT,
+                           "host": host if host is not None else default_serve_host(fmt, DEFAULT_HOST)},
+                     engine=engine, saved=saved,
+                     serve_port=port if engine.serves and port is not None else DEFAULT_SERVE_PORT)
 
     @property
     def serving(self) -> bool:

@@ -5,9 +5,10 @@ written by the renderers."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topoplan.errors import TopoplanError
+from topoplan.option_fields import option
 
 # sbatch(1) --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "UNLIMITED"/"INFINITE").
 _SLURM_TIME = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)")
@@ -20,13 +21,21 @@ _MEMORY = re.compile(r"[1-9][0-9]*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?")
 
 @dataclass(frozen=True)
 class LauncherOptions:
-    partition: str | None = None  # Slurm --partition
-    account: str | None = None  # Slurm --account
-    time: str | None = None  # Slurm --time, e.g. 30, 1:00:00, 1-12:00:00
-    job_name: str | None = None  # Slurm --job-name (sbatch: topoplan when not given)
-    allow_run_as_root: bool = False  # mpirun: export OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1
-    image: str | None = None  # --format lws: the engine's container image
-    pod_memory: str | None = None  # --format lws: memory request = limit of each pod (Guaranteed QoS), e.g. 900Gi
+    partition: str | None = field(default=None, metadata=option("--partition", help="Slurm partition (srun, "
+                                                                "sbatch)."))
+    account: str | None = field(default=None, metadata=option("--account", help="Slurm account (srun, sbatch)."))
+    time: str | None = field(default=None, metadata=option("--time", help="Slurm time limit, e.g. 30, 1:00:00, "
+                                                           "1-12:00:00."))
+    job_name: str | None = field(default=None, metadata=option(  # sbatch: topoplan when not given
+        "--job-name", help="Slurm job name (sbatch default: topoplan)."))
+    allow_run_as_root: bool = field(default=False, metadata=option(
+        "--allow-run-as-root", help="mpirun: export OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1, which Open MPI needs to start "
+        "as root."))
+    image: str | None = field(default=None, metadata=option("--image", help="--format lws: the engine's container "
+                                                            "image."))
+    pod_memory: str | None = field(default=None, metadata=option(  # request = limit: Guaranteed QoS
+        "--pod-memory", help="--format lws: each pod's memory (request = limit, e.g. 900Gi), making it Guaranteed so "
+        "the kubelet can pin its CPUs."))
 
     def __post_init__(self) -> None:
         if self.partition is not None and not _SLURM_NAMES.fullmatch(self.partition):

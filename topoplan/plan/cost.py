@@ -35,6 +35,7 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import STREAMED_WEIGHT_BYTES, Layout, RankCoords, RankGrid, micro_batches, split_layers
 from topoplan.limits import check_count
 from topoplan.models import ModelSpec
+from topoplan.option_fields import option
 from topoplan.plan import moe
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
@@ -49,16 +50,24 @@ TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 class Workload:
     """What is asked of the deployment: per-replica batch, sequence lengths, weight and KV-cache dtypes."""
 
-    batch: int = 1
-    prompt_len: int = 512
-    gen_len: int = 128
-    dtype: str = "bf16"  # the weights (fp8, int4: quantised linear layers, topoplan.dtypes)
-    kv_dtype: str | None = None  # the KV cache; None: the activation dtype (vLLM's --kv-cache-dtype auto)
+    # --batch and --dtype default to None on the command line: PlanRequest.from_cli settles them
+    batch: int = field(default=1, metadata=option("--batch", default=None, help="Sequences per DP replica (default 1; "
+                                                  "with --objective throughput the default is the largest batch each "
+                                                  "layout fits, within the limits)."))
+    prompt_len: int = field(default=512, metadata=option("--prompt-len", help="Prompt tokens per sequence."))
+    gen_len: int = field(default=128, metadata=option("--gen-len", help="Generated tokens per sequence."))
+    dtype: str = field(default="bf16", metadata=option(  # the weights (fp8, int4: quantised linear layers)
+        "--dtype", default=None, help="Weights (default bf16, or what a config's quantization_config stores): bf16, "
+        "fp16, fp32, fp8 (weight-only on Ampere), mxfp4 or int4 (AWQ/GPTQ, bf16 activations); refused where the GPU "
+        "lacks it."))
+    kv_dtype: str | None = field(default=None, metadata=option(  # None: the activation dtype (vLLM's auto)
+        "--kv-dtype", help="KV cache: bf16, fp16, fp32 or fp8 (default: the activation dtype, bf16 for fp8/int4 "
+        "weights)."))
 
     def __post_init__(self) -> None:
         """The workload's checks, in one place: counts within topoplan.limits' bounds, dtypes the planner prices."""
-        for option, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
-            check_count(option, value)
+        for flag, value in (("--batch", self.batch), ("--prompt-len", self.prompt_len), ("--gen-len", self.gen_len)):
+            check_count(flag, value)
         checked_dtype(self.dtype, PLAN_DTYPES)
         if self.kv_dtype is not None:
             checked_dtype(self.kv_dtype, KV_DTYPES, "--kv-dtype")

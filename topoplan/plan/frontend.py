@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from topoplan.engines import Engine, default_engine, resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
+from topoplan.model_aliases import ALIAS_HELP
 from topoplan.models import ModelSpec, find_model
 from topoplan.plan import aic_estimator
 from topoplan.plan.aic_estimator import ESTIMATORS
+from topoplan.option_fields import nested, option
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
@@ -29,28 +32,48 @@ from topoplan.topology.subset import gpu_subset
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What `topoplan plan` is asked; checked when built, before any file is read."""
+    """What `topoplan plan` is asked; checked when built, before any file is read. Its fields (and its workload's
+    and limits') declare the command's options (topoplan.option_fields)."""
 
-    model: str  # catalog name or alias, a HF checkpoint folder or its config.json
-    topo: str | None = None  # a `topo -m` paste or NVML recording; None: this machine
-    gpu: str | None = None  # the GPU, for pastes, which do not name it
-    cpu: str | None = None  # CPU family of the SYS-hop figures; None: a recording's CPU model, else Intel Skylake
-    nodes: int = 1
-    workload: Workload = field(default_factory=Workload)  # checks itself
-    objective: str = "latency"
-    max_tp: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    ep: int | None = None  # expert-parallel degree (MoE); None: price ep 1 and ep = tp x dp
-    nic_gbps: float | None = None  # None: by GPU generation
-    calibration: str | None = None  # a calibration file over the engine's constants; None: the engine's
-    engine: Engine = field(default_factory=default_engine)  # NAME or NAME@VERSION is resolved when built
-    limits: Limits = field(default_factory=Limits)  # --max-ttft-ms / --max-tpot-ms (checks itself)
+    model: str = field(metadata=option(  # catalog name or alias, a HF checkpoint folder or its config.json
+        "--model", "-m", help=f"Catalog name, alias ({ALIAS_HELP}), a HF checkpoint folder or its config.json."))
+    topo: str | None = field(default=None, metadata=option(  # None: this machine
+        "--topo", "--file", help="`nvidia-smi topo -m` text file or NVML recording (--file is the same option); "
+        "default: read this machine through NVML."))
+    gpu: str | None = field(default=None, metadata=option(  # the GPU, for pastes, which do not name it
+        "--gpu", help="GPU model (a100-80gb, h100, ...); needed with --topo text, which names no GPU."))
+    cpu: str | None = field(default=None, metadata=option(  # None: a recording's CPU model, else Intel Skylake
+        "--cpu", help="CPU family, for SYS (socket-crossing) hops: intel-broadwell, intel-skylake (default), "
+        "intel-sapphire-rapids, intel-emerald-rapids, amd-zen, power9, arm."))
+    nodes: int = field(default=1, metadata=option("--nodes", help="Identical nodes of this topology."))
+    workload: Workload = field(default_factory=Workload, metadata=nested())  # checks itself
+    objective: str = field(default="latency", metadata=option("--objective", help="latency (request time) or "
+                                                              "throughput (tokens/s per GPU)."))
+    max_tp: int | None = field(default=None, metadata=option("--max-tp", help="Largest TP degree to consider."))
+    tp: int | None = field(default=None, metadata=option("--tp", help="Fix the TP degree."))
+    pp: int | None = field(default=None, metadata=option("--pp", help="Fix the PP degree."))
+    dp: int | None = field(default=None, metadata=option("--dp", help="Fix the DP degree (all three: price one "
+                                                         "layout)."))
+    ep: int | None = field(default=None, metadata=option(  # None: price ep 1 and ep = tp x dp
+        "--ep", help="MoE models: fix the expert-parallel degree (1: experts TP-sharded; else tp x dp, vLLM's "
+        "--enable-expert-parallel). Default: price both."))
+    nic_gbps: float | None = field(default=None, metadata=option(  # None: by GPU generation
+        "--nic-gbps", help="Per-NIC bandwidth between nodes, GB/s (bytes); default by GPU generation (A100: 25, H100: "
+        "50)."))
+    calibration: str | None = field(default=None, metadata=option(  # over the engine's constants; None: the engine's
+        "--calibration", help="Calibration JSON (docs/planner.md) overriding the cost model's constants."))
+    engine: Engine = field(default_factory=default_engine, metadata=option(  # NAME or NAME@VERSION, resolved when built
+        "--engine", type=str, default="topoplan", help="Serving engine to price for: topoplan (the bundled runner), "
+        "vllm, sglang, trtllm; NAME@VERSION for an older profile, e.g. vllm@0.2 (docs/engines.md)."))
+    limits: Limits = field(default_factory=Limits, metadata=nested())  # --max-ttft-ms / --max-tpot-ms (checks itself)
     search_batch: bool | None = None  # price each layout at its best batch; None: for the throughput objective
-    gpus: str | None = None  # `--gpus 4,5,6,7`: plan on these GPUs of the machine (topology.subset); None: all
+    gpus: str | None = field(default=None, metadata=option(  # topology.subset; None: all
+        "--gpus", help="Plan on these GPUs of the machine only, e.g. 4,5,6,7 or 4-7 (a shared node, a broken GPU); "
+        "default: all."))
     dtype_given: bool = True  # workload.dtype was asked (`--dtype`), not a default a quantised checkpoint replaces
-    estimator: str = "builtin"  # kernel times: topoplan's roofline, or aiconfigurator's (topoplan.plan.aic_estimator)
+    estimator: str = field(default="builtin", metadata=option(  # topoplan.plan.aic_estimator
+        "--estimator", help="Kernel times: builtin (topoplan's roofline) or aiconfigurator (its measured data per "
+        "GPU and engine version, with topoplan's links; pip install 'topoplan[aiconfigurator]'; docs/planner.md)."))
 
     def __post_init__(self) -> None:
         if self.cpu is not None:
@@ -62,6 +85,20 @@ class PlanRequest:
         object.__setattr__(self, "engine", resolve(self.engine))  # an unknown one fails here, before any file
         if self.estimator not in ESTIMATORS:
             raise TopoplanError(f"--estimator {self.estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+
+
+    @classmethod
+    def from_cli(cls, kwargs: dict[str, Any]) -> PlanRequest:
+        """From the command line (topoplan.option_fields.build), where --batch and --dtype default to "not given":
+        batch 1, or each layout's best batch for the throughput objective; bf16, or what a quantised checkpoint
+        stores. The engine is resolved first, as the request's first check."""
+        work, limits = kwargs["workload"], kwargs["limits"]
+        engine = resolve(kwargs["engine"])
+        workload = Workload(**{**work, "batch": 1 if work["batch"] is None else work["batch"],
+                               "dtype": work["dtype"] or "bf16"})
+        return cls(**{**kwargs, "engine": engine, "workload": workload, "limits": Limits(**limits),
+                      "dtype_given": work["dtype"] is not None,
+                      "search_batch": kwargs["objective"] == "throughput" and work["batch"] is None})
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:

@@ -20,6 +20,7 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
 from topoplan.plan.aic_estimator import AicKernels, KernelCostModel
+from topoplan.option_fields import option
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
@@ -39,13 +40,16 @@ OBJECTIVES = ("latency", "throughput")
 class Limits:
     """Latency limits a priced batch must meet (`--max-ttft-ms`, `--max-tpot-ms`); None: no limit."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
+    ttft_ms: float | None = field(default=None, metadata=option(
+        "--max-ttft-ms", help="Latency limit on time to first token (the batch's prefill) that the priced batch must "
+        "meet."))
+    tpot_ms: float | None = field(default=None, metadata=option("--max-tpot-ms", help="Latency limit on time per "
+                                                                "output token."))
 
     def __post_init__(self) -> None:
-        for option, value in (("--max-ttft-ms", self.ttft_ms), ("--max-tpot-ms", self.tpot_ms)):
+        for flag, value in (("--max-ttft-ms", self.ttft_ms), ("--max-tpot-ms", self.tpot_ms)):
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise TopoplanError(f"{option} must be a positive number of milliseconds, got {value}")
+                raise TopoplanError(f"{flag} must be a positive number of milliseconds, got {value}")
 
     @property
     def bounded(self) -> bool:
