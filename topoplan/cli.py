@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,6 +20,9 @@ from topoplan import __version__
 from topoplan.errors import TopoplanError, printable
 from topoplan.model_aliases import ALIAS_HELP
 from topoplan.rank_env import DEFAULT_MASTER_PORT
+
+if TYPE_CHECKING:
+    from topoplan.plan.frontend import PlanRequest
 
 app = typer.Typer(
     name="topoplan",
@@ -205,6 +209,11 @@ def plan_command(
                                "(docs/engines.md)."),
     output: str = typer.Option(None, "--output", "-o", metavar="FILE", help="Also write the plan as JSON with the "
                                "request that priced it, for `launch --plan FILE --rank N` (docs/launch-engines.md)."),
+    disagg: bool = typer.Option(False, "--disagg", help="Disaggregated prefill/decode: prefill and decode workers "
+                                "on separate GPUs, their KV transfer's NICs, P:D, against the best aggregated layout "
+                                "(docs/planner.md)."),
+    pd: str = typer.Option(None, "--pd", metavar="P:D", help="With --disagg: fix the prefill:decode worker counts, "
+                           "e.g. 1:3 (default: searched for the limits)."),
 ) -> None:
     """Rank TP x PP x DP layouts and GPU placements for a model on this machine (or a topo -m file)."""
     import json
@@ -228,6 +237,9 @@ def plan_command(
                                                 kv_dtype), dtype_given=dtype is not None, gpus=gpus,
                               limits=Limits(max_ttft_ms, max_tpot_ms),
                               search_batch=objective == "throughput" and batch is None)
+        if disagg or pd is not None:
+            plan_disagg(request, pd, device, top, as_json, output)
+            return
         if device is PlanDevice.cpu:
             from topoplan.plan.cpu_layouts import plan_cpu
 
@@ -255,6 +267,35 @@ def plan_command(
         emit(console, plan_table(result, top or None, console.width))
     if (error := nothing_fits(result)) is not None:  # the rows above show how far off; the exit says it failed
         raise fail(error)
+
+
+def plan_disagg(request: PlanRequest, pd: str | None, device: PlanDevice, top: int, as_json: bool,
+                output: str | None) -> None:
+    """`plan --disagg`: the plan's JSON with a `disagg` object (and the request with its `disagg` record), or the
+    disaggregated tables (topoplan.plan.disagg)."""
+    from rich.console import Console
+
+    from topoplan.plan.disagg import DisaggRequest, disagg_for, disagg_json
+    from topoplan.plan.disagg_table import disagg_table
+    from topoplan.plan.rank import plan_json
+    from topoplan.plan.saved import RECORD_KEY, request_record
+    from topoplan.terminal import emit
+
+    if device is not PlanDevice.gpu:
+        raise TopoplanError("--disagg plans GPU workers; --device cpu has no prefill/decode split")
+    asked = DisaggRequest.parse(pd)
+    result = disagg_for(request, asked.pd, asked.connector)
+    document = {**plan_json(result.plan, top or None), "disagg": disagg_json(result),
+                RECORD_KEY: {**request_record(request), "disagg": asked.record()}}
+    if output is not None:
+        from topoplan.atomic import write_atomic
+
+        write_atomic(output, json.dumps(document, indent=1) + "\n")
+    warn(result.chosen.warnings)
+    if as_json:
+        print(json.dumps(document, indent=1))
+    else:
+        emit(Console(), disagg_table(result))
 
 
 class LaunchFormat(str, Enum):  # the keys of topoplan.launch.formats.RENDERERS (not imported here: start-up time)

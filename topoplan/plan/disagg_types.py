@@ -14,8 +14,9 @@ ROLES = ("prefill", "decode")
 
 @dataclass(frozen=True)
 class KvRoute:
-    """Where one GPU's KV traffic leaves the GPU: its nearest NIC (Topology.nearest_nics, first of the ties) and
-    the PCIe path code between them; nic None when the machine lists no NIC (the transfer stays on the node)."""
+    """Where one GPU's KV traffic leaves the GPU: its nearest NIC (Topology.nearest_nics; GPUs tying for the same
+    NICs take them in turn, topoplan.plan.kv_transfer.kv_routes) and the PCIe path code between them; nic None when
+    the machine lists no NIC (the transfer stays on the node)."""
 
     gpu: str  # "GPU3", nvidia-smi numbering
     nic: str | None  # "NIC2"
@@ -36,6 +37,7 @@ class Worker:
     cpus: tuple[int, ...]  # the CPUs it is bound to (its GPUs' NUMA nodes); () when the source gives no affinity
     numa_nodes: tuple[int, ...]  # its GPUs' NUMA nodes
     routes: tuple[KvRoute, ...]  # one per GPU, in `gpus` order
+    nodes: int = 1  # nodes it spans from `node` (a layout larger than a node: the same `gpus` on each)
 
     @property
     def name(self) -> str:

@@ -110,8 +110,9 @@ def separate(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int)
     full, rest = divmod(c, per)
     batches = [per] * full + ([rest] if rest else [])
     done, firsts = 0.0, 0.0
+    ms = {m: steps.prefill_ms(m) for m in set(batches)}  # at most two sizes: full steps and the rest
     for m in batches:
-        done += steps.prefill_ms(m)
+        done += ms[m]
         firsts += m * done
     ttft, request = firsts / c, done + (gen - 1) * steps.step_ms(c)
     return _finish(c, gen, ttft, (request - ttft) / (gen - 1) if gen > 1 else 0.0)

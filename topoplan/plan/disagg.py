@@ -1,0 +1,462 @@
+"""`plan --disagg`: prefill and decode on separate workers, how many of each, where, and whether it pays.
+
+Each role's worker layouts (tp x pp, ep for MoE; dp 1: more workers are more DP) are priced once with the served
+model's step times (topoplan.plan.cost): a prefill worker runs prefill-only steps (served.separate with one
+generated token: TTFT with the queueing of its concurrency), a decode worker decode-only steps (TPOT). A pair of
+layouts gets its KV transfer priced (topoplan.plan.kv_transfer), each role its concurrency (the most in flight
+within --max-ttft-ms, TTFT = prefill + exposed transfer, and --max-tpot-ms), and the P:D that serves the most
+requests on the GPUs (or `--pd P:D`). The best few are placed for real (topoplan.plan.disagg_placement), their
+transfer re-priced between the actual workers (the slowest pair: a router sends any prefill to any decode),
+and the best placed one is chosen. It is compared with the normal plan's best aggregated layout on the same GPUs.
+docs/planner.md, "Disaggregated prefill/decode", has every formula and the search bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.cost import CostModel, ReplicaSteps, replica_rings
+from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
+from topoplan.plan.disagg_types import DisaggPlan, DisaggServed, KvTransfer, Worker
+from topoplan.plan.engine_costs import memory_policy
+from topoplan.plan.frontend import PlanRequest, plan_for
+from topoplan.plan.kv_transfer import CONNECTORS, price_transfer
+from topoplan.plan.layouts import enumerate_layouts
+from topoplan.plan.moe import ep_rings
+from topoplan.plan.placement import NodePlacer
+from topoplan.plan.rank import Plan
+from topoplan.plan.served import ServedModel, separate
+
+# Every engine's default KV connector sends the whole cache once the prefill ends: SGLang's Mooncake and NIXL
+# backends write a request's KV pages to the decode worker after its prefill (chunk) completes
+# (python/sglang/srt/disaggregation/prefill.py), vLLM's NixlConnector has the decode worker read the blocks after
+# the prefill finished (request_finished -> kv_transfer_params), TensorRT-LLM's cache transceiver sends after the
+# context phase. Layer-by-layer sending (vLLM's P2pNcclConnector save_kv_layer, Mooncake's layer-wise mode,
+# LMCache's use_layerwise) is the "per-layer" connector.
+DEFAULT_CONNECTOR = "whole"
+PLACED = 8  # candidates placed for real after the first ranking: the rest cannot overtake them by placement alone
+
+
+@dataclass(frozen=True)
+class RoleOption:
+    """One worker layout of one role, priced: its step times and how many requests it holds in flight."""
+
+    layout: Layout
+    nodes: int  # nodes one worker spans (1 unless its layout needs more GPUs than a node)
+    steps: ReplicaSteps
+    max_concurrency: int  # its KV cache's sequences, capped by the engine's max_seqs
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.world
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A deployment the search priced: P prefill and D decode workers of these layouts."""
+
+    prefill: RoleOption
+    decode: RoleOption
+    ratio: tuple[int, int]
+    transfer: KvTransfer
+    served: DisaggServed
+    slo_miss: str  # which latency limit even one request in flight misses; "": none
+
+    def key(self) -> tuple:
+        """Best first: meets the limits, then delivered tokens/s per GPU, then TTFT, then fewer GPUs."""
+        p, d = self.ratio
+        return (bool(self.slo_miss), -round(self.served.output_tokens_per_s_per_gpu, 6),
+                round(self.served.ttft_ms, 6), p * self.prefill.gpus + d * self.decode.gpus)
+
+
+@dataclass(frozen=True)
+class Aggregated:
+    """The normal plan's best layout on the same GPUs, as served (the throughput objective, same limits)."""
+
+    layout: Layout
+    nodes: int
+    ttft_ms: float
+    tpot_ms: float
+    concurrency: int
+    output_tokens_per_s_per_gpu: float
+    slo_miss: str
+
+
+@dataclass(frozen=True)
+class DisaggResult:
+    """What `plan --disagg` found: the chosen deployment, the candidates it beat, and the aggregated one."""
+
+    chosen: DisaggPlan
+    candidates: tuple[Candidate, ...]  # the placed candidates, best first (the chosen one first)
+    searched: int  # (prefill layout, decode layout, P:D) combinations priced
+    aggregated: Aggregated | None  # None: no aggregated layout fits
+    verdict: str  # one line: whether disaggregation pays against `aggregated`
+    pays: bool
+    plan: Plan  # the normal plan (model, device, topology, workload, engine, limits it was made for)
+    connector: str
+    slo_miss: str = ""  # the chosen deployment misses a latency limit even at one request in flight
+
+
+@dataclass
+class _Search:
+    """What pricing a candidate needs: the plan's inputs, and caches shared by the candidates."""
+
+    plan: Plan
+    serving: ServedModel
+    pricer: LinkPricer
+    connector: str
+    gpus: int  # every GPU of the deployment: machine GPUs x nodes (idle ones count)
+
+    steps: dict[Layout, ReplicaSteps] = field(default_factory=dict)  # each worker layout's, once priced
+
+    def __post_init__(self) -> None:
+        self.transfers: dict[tuple, KvTransfer] = {}
+        self.figures: dict[tuple, tuple[float, float]] = {}  # (role, layout, in flight) -> (latency ms, requests/s)
+        self.placer = WorkerPlacer(self.plan.topology, self.plan.nodes)
+
+    @property
+    def gen(self) -> int:
+        return self.plan.workload.gen_len
+
+    def prefill_served(self, option: RoleOption, c: int) -> tuple[float, float]:
+        """(TTFT ms, requests/s) of one prefill worker at `c` prompts in flight: prefill-only steps, the engine's
+        token budget per step, a request leaving once its first token is out."""
+        key = ("prefill", option.layout, c)
+        if key not in self.figures:
+            served = separate(option.steps, self.serving.budget, self.plan.workload.prompt_len, 1, c)
+            self.figures[key] = (served.ttft_ms, served.requests_per_s)
+        return self.figures[key]
+
+    def decode_served(self, option: RoleOption, c: int) -> tuple[float, float]:
+        """(TPOT ms, requests/s) of one decode worker at `c` sequences in flight: decode-only steps, each request
+        staying gen - 1 steps (its first token came from the prefill)."""
+        key = ("decode", option.layout, c)
+        if key not in self.figures:
+            tpot = option.steps.step_ms(c)
+            self.figures[key] = (tpot, c / (max(self.gen - 1, 1) * tpot) * 1e3)
+        return self.figures[key]
+
+    def transfer(self, src: Worker, dst: Worker) -> KvTransfer:
+        key = (src.layout, dst.layout, src.node == dst.node, src.gpus, dst.gpus)
+        if key not in self.transfers:
+            w = self.plan.workload
+            alone = self.steps[src.layout].prefill_ms(1)  # the prompt's own prefill: what per-layer overlaps
+            self.transfers[key] = price_transfer(self.pricer, self.plan.model, w.prompt_len, w.kv.short, src, dst,
+                                                 self.connector, alone)
+        return self.transfers[key]
+
+
+def _largest(ok: Callable[[int], bool], top: int) -> int:
+    """The largest c in [1, top] with ok(c) (ok only turns false as c grows); 0 when ok(1) is false."""
+    if top < 1 or not ok(1):
+        return 0
+    low, high = 1, top
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[RoleOption]:
+    """Every worker layout that fits in memory, priced once: those within a node, or, when none fits there,
+    those on the fewest whole nodes that hold one (a worker never spans nodes unless it must)."""
+    plan, engine = search.plan, search.plan.engine
+    k, placer = len(plan.topology.gpus), NodePlacer(plan.topology)
+    for span in range(1, plan.nodes + 1):
+        try:
+            layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
+                                        dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
+        except TopoplanError:
+            continue
+        found = []
+        for layout in layouts:
+            if span > 1 and layout.world != span * k:
+                continue
+            order = placer.local_order(layout, span)
+            groups = ep_rings(layout, order) if layout.ep > 1 else None
+            cost = costs.price(layout, replica_rings(layout, order), groups, 1)
+            top = search.serving.max_concurrency(cost.max_batch)
+            if cost.fits and top >= 1:
+                found.append(RoleOption(layout, span, cost.steps, top))  # type: ignore[arg-type]
+        if found:
+            return found
+    raise TopoplanError(f"no worker layout of {plan.model.name} fits in GPU memory on up to {plan.nodes} node(s) x "
+                        f"{k} {plan.device.name} GPUs (pass more --nodes, a smaller --dtype or --kv-dtype)")
+
+
+def _representative(search: _Search, p: RoleOption, d: RoleOption, cross: bool) -> KvTransfer:
+    """The transfer between one prefill and one decode worker of these layouts, as the first ranking prices it:
+    across nodes (each on its node's best GPUs) when the deployment spans nodes (a router pairs any prefill
+    with any decode worker, so some pairs cross), else the two placed together on one node."""
+    if cross or p.nodes > 1 or d.nodes > 1:
+        workers = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 0))
+        src = workers[0]
+        dst = replace(search.placer.place(RolePlan("prefill", d.layout, 0), RolePlan("decode", d.layout, 1))[0],
+                      node=src.node + src.nodes)
+        return search.transfer(src, dst)
+    src, dst = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 1))
+    return search.transfer(src, dst)
+
+
+def _concurrencies(search: _Search, p: RoleOption, d: RoleOption, exposed: float) -> tuple[int, int, str]:
+    """Each role's requests in flight per worker: prefill the most within --max-ttft-ms (TTFT = its prefill with
+    queueing + the exposed transfer) up to one full token budget per step (beyond it a prefill worker only
+    queues: its rate stays), decode the most within --max-tpot-ms; and which limit one request already misses."""
+    limits, prompt = search.plan.limits, search.plan.workload.prompt_len
+    tokens = search.serving.budget.max_batched_tokens
+    full = min(p.max_concurrency, max(1, tokens // prompt)) if tokens else p.max_concurrency
+    cp = _largest(lambda c: limits.ttft_ms is None or search.prefill_served(p, c)[0] + exposed <= limits.ttft_ms,
+                  full)
+    cd = _largest(lambda c: limits.tpot_ms is None or search.decode_served(d, c)[0] <= limits.tpot_ms,
+                  d.max_concurrency)
+    missed = [what for what, c in (("--max-ttft-ms", cp), ("--max-tpot-ms", cd)) if not c]
+    return max(cp, 1), max(cd, 1), " and ".join(missed)
+
+
+def _served(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], cp: int, cd: int,
+            exposed: float, steady: bool) -> DisaggServed:
+    """The deployment serving R = min(P x prefill rate, D x decode rate) requests/s. `steady`: the side with room
+    runs at the fewest in flight that still carries R, so its latency is what R costs it (worked out for the
+    placed candidates only; the first ranking, by R, does not need it)."""
+    np_, nd = ratio
+    rate = min(np_ * search.prefill_served(p, cp)[1], nd * search.decode_served(d, cd)[1])
+    if steady:
+        cp = _fewest(lambda c: np_ * search.prefill_served(p, c)[1] >= rate * (1 - 1e-9), cp)
+        cd = _fewest(lambda c: nd * search.decode_served(d, c)[1] >= rate * (1 - 1e-9), cd)
+    tokens = rate * search.gen
+    return DisaggServed(search.prefill_served(p, cp)[0] + exposed, search.decode_served(d, cd)[0], tokens,
+                        tokens / search.gpus, cp, cd)
+
+
+def _fewest(ok: Callable[[int], bool], top: int) -> int:
+    """The smallest c in [1, top] with ok(c) (ok only turns true as c grows); top when none smaller does."""
+    low, high = 1, top
+    while low < high:
+        mid = (low + high) // 2
+        if ok(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def _ratios(search: _Search, p: RoleOption, d: RoleOption, pd: tuple[int, int] | None, cp: int,
+            cd: int) -> list[tuple[int, int]]:
+    """The P:D worth pricing for a pair of layouts: `pd` if it fits the GPUs; else for each P the most decode
+    workers the rest of the GPUs hold, of which the one serving the most requests (fewest GPUs on a tie)."""
+    g = search.gpus
+    if pd is not None:
+        return [pd] if pd[0] * p.gpus + pd[1] * d.gpus <= g else []
+    rp, rd = search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1]
+    best: tuple[float, int, tuple[int, int]] | None = None
+    for np_ in range(1, (g - d.gpus) // p.gpus + 1):
+        nd = (g - np_ * p.gpus) // d.gpus
+        while nd > 1 and min(np_ * rp, (nd - 1) * rd) >= min(np_ * rp, nd * rd):  # decode beyond prefill's rate
+            nd -= 1
+        score = (min(np_ * rp, nd * rd), -(np_ * p.gpus + nd * d.gpus), (np_, nd))
+        if best is None or score[:2] > best[:2]:
+            best = score
+    return [best[2]] if best else []
+
+
+def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], transfer: KvTransfer,
+           steady: bool = False) -> Candidate:
+    cp, cd, miss = _concurrencies(search, p, d, transfer.exposed_ms)
+    return Candidate(p, d, ratio, transfer, _served(search, p, d, ratio, cp, cd, transfer.exposed_ms, steady), miss)
+
+
+def _placed(search: _Search, candidate: Candidate) -> tuple[Candidate, tuple[Worker, ...]]:
+    """The candidate on its real GPUs, its transfer re-priced between the slowest prefill-decode pair."""
+    p, d = candidate.prefill, candidate.decode
+    workers = search.placer.place(RolePlan("prefill", p.layout, candidate.ratio[0]),
+                                  RolePlan("decode", d.layout, candidate.ratio[1]))
+    pairs = {(s.node == t.node, s.gpus, t.gpus): (s, t) for s in workers if s.role == "prefill"
+             for t in workers if t.role == "decode"}
+    transfer = max((search.transfer(s, t) for s, t in pairs.values()), key=lambda t: t.ms)
+    return _price(search, p, d, candidate.ratio, transfer, steady=True), workers
+
+
+def _aggregated(plan: Plan) -> Aggregated | None:
+    best = next((r for r in plan.layouts if r.cost.fits and r.cost.served), None)
+    if best is None:
+        return None
+    served = best.cost.served
+    return Aggregated(best.cost.layout, best.nodes, served.replica.ttft_ms, served.replica.tpot_ms,  # type: ignore
+                      served.replica.concurrency, served.output_tokens_per_s_per_gpu, best.cost.slo_miss)  # type: ignore
+
+
+def _verdict(chosen: Candidate, agg: Aggregated | None) -> tuple[str, bool]:
+    ours = chosen.served.output_tokens_per_s_per_gpu
+    p, d = chosen.ratio
+    if agg is None:
+        return f"no aggregated layout fits: {p}P:{d}D is the only way found to serve this model here", True
+    theirs = agg.output_tokens_per_s_per_gpu
+    if (bool(chosen.slo_miss), -ours) >= (bool(agg.slo_miss), -theirs):
+        return (f"disaggregation does not pay here: aggregated {agg.layout} delivers {theirs:.1f} output tokens/s "
+                f"per GPU (TTFT {agg.ttft_ms:.0f} ms, TPOT {agg.tpot_ms:.1f} ms) against {ours:.1f} for "
+                f"{p}P:{d}D" + ("; the disaggregated one misses the latency limits" if chosen.slo_miss else "")), False
+    gain = f"{(ours / theirs - 1) * 100:+.0f}%" if theirs > 0 else "where aggregated serves nothing"
+    return (f"disaggregation pays: {ours:.1f} output tokens/s per GPU against {theirs:.1f} for aggregated "
+            f"{agg.layout} ({gain})" + ("; the aggregated one misses the latency limits" if agg.slo_miss else "")), True
+
+
+def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[str, ...]:
+    p, d = c.ratio
+    rp = search.prefill_served(c.prefill, c.served.prefill_concurrency)[1]
+    rd = search.decode_served(c.decode, c.served.decode_concurrency)[1]
+    notes = [f"{p}P:{d}D: a prefill worker ({c.prefill.layout}) serves {rp:.2f} requests/s at "
+             f"{c.served.prefill_concurrency} in flight, a decode worker ({c.decode.layout}) {rd:.2f} at "
+             f"{c.served.decode_concurrency}; the deployment {c.served.output_tokens_per_s / search.gen:.2f} "
+             f"requests/s on {search.gpus} GPUs"]
+    for w in workers:
+        nics = sorted({r.nic_name or r.nic for r in w.routes if r.nic})
+        notes.append(f"{w.name} on node {w.node}{f'-{w.node + w.nodes - 1}' if w.nodes > 1 else ''}: "
+                     f"{','.join(w.gpus)}, NUMA {','.join(map(str, w.numa_nodes)) or '?'}, KV via "
+                     f"{','.join(nics) or 'no NIC'}")
+    notes.append(f"KV connector {c.transfer.connector}: " + (
+        "the whole cache leaves after the prefill (SGLang's and vLLM NixlConnector's default), all in the TTFT"
+        if c.transfer.connector == "whole" else "each layer leaves as the prefill finishes it; only what outlasts "
+        "the prefill, plus the last layer's share, is in the TTFT"))
+    return tuple(notes)
+
+
+def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
+               connector: str = DEFAULT_CONNECTOR) -> DisaggResult:
+    """Plan a disaggregated deployment for `request` (its model, topology, nodes, workload, engine and limits):
+    `pd` fixes the P:D (else searched), `connector` how the KV cache is sent ("whole" or "per-layer")."""
+    DisaggRequest(pd, connector)  # checks them
+    plan = plan_for(replace(request, objective="throughput", search_batch=True))
+    if plan.serving is None:
+        raise TopoplanError("plan --disagg needs the served model (a GPU plan), not the CPU planner")
+    engine, cal = plan.engine, plan.calibration
+    pricer = LinkPricer(plan.topology, cal, plan.device.nic_gbps, plan.device.nvlink_domain_gpus, engine.allreduce)
+    costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
+    gpus = len(plan.topology.gpus) * plan.nodes
+    search = _Search(plan, plan.serving, pricer, connector, gpus)
+    options = _options(search, costs, request)
+    search.steps.update((o.layout, o.steps) for o in options)
+    first: list[Candidate] = []
+    searched = 0
+    k = len(plan.topology.gpus)
+    for p in options:
+        for d in options:
+            if p.gpus + d.gpus > gpus:
+                continue
+            transfer = _representative(search, p, d, plan.nodes > 1)
+            cp, cd, _ = _concurrencies(search, p, d, transfer.exposed_ms)
+            for ratio in _ratios(search, p, d, pd, cp, cd):
+                searched += 1
+                first.append(_price(search, p, d, ratio, transfer))
+    if not first:
+        smallest = min(o.gpus for o in options)
+        want = f"--pd {pd[0]}:{pd[1]} needs at least {pd[0] * smallest + pd[1] * smallest}" if pd else \
+            f"one prefill and one decode worker need at least {2 * smallest}"
+        raise TopoplanError(f"too few GPUs for a disaggregated deployment of {plan.model.name}: {want} GPUs "
+                            f"({smallest} per worker at the least); {plan.nodes} node(s) x {k} GPUs have {gpus}")
+    first.sort(key=Candidate.key)
+    placed: list[tuple[Candidate, tuple[Worker, ...]]] = []
+    errors = []
+    for candidate in first:
+        if len(placed) == PLACED:
+            break
+        try:
+            placed.append(_placed(search, candidate))
+        except TopoplanError as error:
+            errors.append(str(error))
+    if not placed:
+        raise TopoplanError(errors[0])
+    placed.sort(key=lambda cw: cw[0].key())
+    best, workers = placed[0]
+    agg = _aggregated(plan)
+    verdict, pays = _verdict(best, agg)
+    limits_note = () if plan.limits.bounded else (
+        "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
+        "set a limit to bound TPOT",)
+    chosen = DisaggPlan(best.prefill.layout, best.decode.layout, workers, best.transfer, best.served,
+                        _notes(search, best, workers), (*plan.warnings, *limits_note, *route_warnings(workers)))
+    return DisaggResult(chosen, tuple(c for c, _ in placed), searched, agg, verdict, pays, plan, connector,
+                        best.slo_miss)
+
+
+@dataclass(frozen=True)
+class DisaggRequest:
+    """What `plan --disagg` asks beyond a PlanRequest: the P:D (None: searched) and how the KV cache is sent;
+    checked when built."""
+
+    pd: tuple[int, int] | None = None
+    connector: str = DEFAULT_CONNECTOR
+
+    def __post_init__(self) -> None:
+        if self.connector not in CONNECTORS:
+            raise TopoplanError(f"KV connector {self.connector!r}: expected one of {', '.join(CONNECTORS)}")
+        if self.pd is not None and min(self.pd) < 1:
+            raise TopoplanError(f"--pd {self.pd[0]}:{self.pd[1]}: needs at least one prefill and one decode worker")
+
+    @classmethod
+    def parse(cls, pd: str | None, connector: str = DEFAULT_CONNECTOR) -> DisaggRequest:
+        """From `--pd P:D` (None: searched)."""
+        if pd is None:
+            return cls(None, connector)
+        first, colon, second = pd.partition(":")
+        if len(pd) > 16 or not colon or not first.strip().isdigit() or not second.strip().isdigit():
+            raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
+        return cls((int(first), int(second)), connector)
+
+    def record(self) -> dict[str, Any]:
+        """As a saved plan's request records it."""
+        return {"pd": list(self.pd) if self.pd else None, "connector": self.connector}
+
+
+def worker_json(w: Worker) -> dict[str, Any]:
+    return {"role": w.role, "index": w.index, "name": w.name, "node": w.node, "nodes": w.nodes,
+            "layout": {"tp": w.layout.tp, "pp": w.layout.pp, "dp": w.layout.dp, "ep": w.layout.ep},
+            "gpus": list(w.gpus), "cpus": list(w.cpus), "numa_nodes": list(w.numa_nodes),
+            "routes": [{"gpu": r.gpu, "nic": r.nic, "nic_name": r.nic_name, "link": r.link} for r in w.routes]}
+
+
+def disagg_plan_json(plan: DisaggPlan) -> dict[str, Any]:
+    """One disaggregated deployment: ratio, workers, transfer, served figures, notes and warnings."""
+    t, s = plan.transfer, plan.served
+    return {
+        "ratio": {"prefill": plan.ratio[0], "decode": plan.ratio[1]},
+        "prefill_layout": str(plan.prefill), "decode_layout": str(plan.decode),
+        "workers": [worker_json(w) for w in plan.workers],
+        "transfer": {"bytes_per_request": t.bytes_per_request, "path": t.path, "gbps": round(t.gbps, 3),
+                     "ms": round(t.ms, 4), "exposed_ms": round(t.exposed_ms, 4), "connector": t.connector},
+        "served": {"ttft_ms": round(s.ttft_ms, 3), "tpot_ms": round(s.tpot_ms, 4),
+                   "output_tokens_per_s": round(s.output_tokens_per_s, 2),
+                   "output_tokens_per_s_per_gpu": round(s.output_tokens_per_s_per_gpu, 3),
+                   "prefill_concurrency": s.prefill_concurrency, "decode_concurrency": s.decode_concurrency},
+        "notes": list(plan.notes), "warnings": list(plan.warnings),
+    }
+
+
+def disagg_json(result: DisaggResult) -> dict[str, Any]:
+    """The `--json` `disagg` object: the chosen deployment, the aggregated comparison and the verdict, the
+    search's size and the other placed candidates."""
+    agg = result.aggregated
+    return {
+        **disagg_plan_json(result.chosen),
+        **({"slo_miss": result.slo_miss} if result.slo_miss else {}),
+        "aggregated": None if agg is None else {
+            "layout": str(agg.layout), "nodes": agg.nodes, "ttft_ms": round(agg.ttft_ms, 3),
+            "tpot_ms": round(agg.tpot_ms, 4), "concurrency_per_replica": agg.concurrency,
+            "output_tokens_per_s_per_gpu": round(agg.output_tokens_per_s_per_gpu, 3),
+            **({"slo_miss": agg.slo_miss} if agg.slo_miss else {})},
+        "verdict": result.verdict, "pays": result.pays, "searched": result.searched,
+        "candidates": [{"prefill_layout": str(c.prefill.layout), "decode_layout": str(c.decode.layout),
+                        "ratio": list(c.ratio), "ttft_ms": round(c.served.ttft_ms, 3),
+                        "tpot_ms": round(c.served.tpot_ms, 4),
+                        "output_tokens_per_s_per_gpu": round(c.served.output_tokens_per_s_per_gpu, 3),
+                        **({"slo_miss": c.slo_miss} if c.slo_miss else {})} for c in result.candidates],
+    }
+
+

@@ -1,0 +1,53 @@
+"""`plan --disagg` as rich tables: the workers (role, layout, node, GPUs, CPUs, NICs), the priced KV transfer, the
+served figures beside the best aggregated layout, and the verdict."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from topoplan.cpuset import compact_cpus
+from topoplan.plan.disagg import DisaggResult
+from topoplan.plan.plan_table import layout_label
+from topoplan.terminal import inert
+
+
+def disagg_table(result: DisaggResult) -> RenderableType:
+    plan, base = result.chosen, result.plan
+    w, (p, d) = base.workload, plan.ratio
+    title = (f"{base.model.name} ({w.dtype}) disaggregated on {base.nodes} x {len(base.topology.gpus)} "
+             f"{base.device.name}: {p} prefill ({layout_label(plan.prefill)}) : {d} decode "
+             f"({layout_label(plan.decode)}), prompt {w.prompt_len}, generate {w.gen_len}, {base.engine}")
+    workers = Table(title=inert(title), title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("worker", "layout", "node", "GPUs", "CPUs", "NUMA", "KV NICs"):
+        workers.add_column(name, overflow="fold")
+    for worker in plan.workers:
+        nodes = f"{worker.node}" + (f"-{worker.node + worker.nodes - 1}" if worker.nodes > 1 else "")
+        nics = ", ".join(f"{r.gpu.removeprefix('GPU')}>{r.nic_name or r.nic} {r.link}" if r.nic else
+                         f"{r.gpu.removeprefix('GPU')}>none" for r in worker.routes)
+        workers.add_row(worker.name, layout_label(worker.layout), nodes,
+                        ",".join(g.removeprefix("GPU") for g in worker.gpus),
+                        compact_cpus(worker.cpus),
+                        ",".join(map(str, worker.numa_nodes)) or "?", inert(nics))
+    t = plan.transfer
+    transfer = Text(f"KV transfer: {t.bytes_per_request / 2**20:.1f} MiB a request over {t.path}: {t.ms:.2f} ms, "
+                    f"{t.exposed_ms:.2f} ms in the TTFT ({t.connector} connector)")
+    served = Table(box=box.SIMPLE_HEAD)
+    for name in ("deployment", "TTFT ms", "TPOT ms", "tok/s/GPU", "in flight"):
+        served.add_column(name, justify="left" if name == "deployment" else "right")
+    s = plan.served
+    served.add_row(f"{p}P:{d}D" + (" [red]*" if result.slo_miss else ""), f"{s.ttft_ms:.1f}", f"{s.tpot_ms:.2f}",
+                   f"{s.output_tokens_per_s_per_gpu:.1f}", f"P {s.prefill_concurrency} / D {s.decode_concurrency}")
+    agg = result.aggregated
+    if agg is not None:
+        served.add_row(f"aggregated {layout_label(agg.layout)}" + (" [red]*" if agg.slo_miss else ""),
+                       f"{agg.ttft_ms:.1f}", f"{agg.tpot_ms:.2f}", f"{agg.output_tokens_per_s_per_gpu:.1f}",
+                       f"{agg.concurrency} per replica")
+    lines = [Text(inert(result.verdict), style="bold")]
+    if result.slo_miss:
+        lines.append(Text(f"* misses {result.slo_miss} even at one request in flight"))
+    lines.append(Text(f"searched {result.searched} (prefill layout, decode layout, P:D) combinations; "
+                      f"tok/s/GPU over all {base.nodes * len(base.topology.gpus)} GPUs"))
+    return Group(workers, transfer, served, *lines, *(Text(inert(f"- {note}")) for note in plan.notes))
