@@ -219,7 +219,7 @@ def test_refused_engines_and_formats() -> None:
     with pytest.raises(TopoplanError, match="sglang and vllm only"):
         disagg_launch(hand_plan(H200, H200_1P1D), load_topology(str(H200)), resolve("trtllm"),
                       ServeOptions(checkpoint="/m"))
-    with pytest.raises(TopoplanError, match="expected one of shell, sbatch, json, lws"):
+    with pytest.raises(TopoplanError, match="expected one of shell, sbatch, json"):
         render_disagg(launch("sglang", H200, H200_1P1D), "torchrun")
 
 
@@ -282,3 +282,38 @@ def test_cli_refuses_disagg_for_other_engines_in_one_line(tmp_path: Path) -> Non
                               text=True, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "--disagg" in done.stderr and "not" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_cli_launch_disagg_end_to_end_through_the_planner(tmp_path: Path) -> None:
+    """`launch --engine sglang --disagg` plans as `plan --disagg` and writes its chosen workers: on the H200 box every
+    GPU i's KV leaves by mlx5_i (PIX), prefill and decode GPUs are disjoint and cover what the plan placed, and
+    every line parses."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    base = [sys.executable, "-m", "topoplan", "launch", "--engine", "sglang", "--disagg", "--topo", str(H200),
+            "--gpu", "h200", "--model", "llama-3.1-70b", "--checkpoint", "/models/llama"]
+    done = subprocess.run([*base, "--format", "json"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    workers = [p for p in data["processes"] if p["role"] != "router"]
+    assert {p["role"] for p in workers} == {"prefill", "decode"}
+    parser = sglang_parser()
+    seen: set[str] = set()
+    for p in workers:
+        args = parser.parse_args(after(tuple(p["argv"]), "sglang.launch_server"))
+        devices = json.loads(args.disaggregation_ib_device) if args.disaggregation_ib_device.startswith("{") else \
+            {"0": args.disaggregation_ib_device}
+        assert devices == {str(i): f"mlx5_{g.removeprefix('GPU')}" for i, g in enumerate(p["gpus"])}
+        visible = p["env"]["CUDA_VISIBLE_DEVICES"].split(",")
+        assert visible == [g.removeprefix("GPU") for g in p["gpus"]] and not seen & set(visible)
+        seen |= set(visible)
+        assert args.disaggregation_mode == p["role"] and args.max_running_requests >= 1
+    router = next(p for p in data["processes"] if p["role"] == "router")
+    routed = recorded_parser("sglang-router").parse_args(after(tuple(router["argv"]), "sglang_router.launch_router"))
+    assert len(routed.prefill) == data["disagg"]["prefill"] and len(routed.decode) == data["disagg"]["decode"]
+    shell = subprocess.run([*base, "--pd", "1:1", "-o", str(tmp_path / "serve.sh")], capture_output=True, text=True,
+                           env=env)
+    assert shell.returncode == 0, shell.stderr
+    assert subprocess.run(["bash", "-n", str(tmp_path / "serve.sh")]).returncode == 0
+    assert (tmp_path / "serve.sh").read_text().count("--disaggregation-mode") == 2
+    clash = subprocess.run([*base, "--layout", "tp=2"], capture_output=True, text=True, env=env)
+    assert clash.returncode == 2 and "drop --layout" in clash.stderr and "Traceback" not in clash.stderr

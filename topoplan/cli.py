@@ -377,9 +377,20 @@ def launch(
     preflight: bool = typer.Option(False, "--preflight", help="The script first runs `topoplan doctor --for` on its "
                                    "host and stops with its one line when the layout is blocked there "
                                    "(docs/doctor.md)."),
+    disagg: bool = typer.Option(False, "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` and write each "
+                                "prefill and decode worker's server and the router (docs/launch-engines.md)."),
+    pd: str = typer.Option(None, "--pd", metavar="P:D", help="With --disagg: the prefill:decode worker counts, e.g. "
+                           "1:3 (default: searched)."),
 ) -> None:
     """Per-rank environment, CPU/NUMA binding and the lines that start a layout with your launcher, or a serving
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
+    if disagg or pd is not None:
+        launch_disagg(model=model, topo=topo, gpu=gpu, nodes=nodes, hosts=hosts, engine=engine or "topoplan",
+                      pd=pd, checkpoint=checkpoint, host=host, port=port, engine_python=engine_python,
+                      ifname=ifname, fmt=fmt.value, output=output, extra=tuple(command or ()),
+                      given={"--layout": layout, "--rank": rank, "--plan": plan_file, "--device cpu": device != "gpu"},
+                      launcher_args=(partition, account, time_limit, job_name))
+        return
     from rich.console import Console
 
     from topoplan.atomic import write_atomic
@@ -435,6 +446,46 @@ def launch(
         explain_spec(spec, Console(stderr=True))
     if output is not None:
         write_atomic(output, text, executable=fmt not in (LaunchFormat.json, LaunchFormat.lws))
+    else:
+        sys.stdout.write(text)
+
+
+def launch_disagg(*, model: str | None, topo: str | None, gpu: str | None, nodes: int, hosts: str | None, engine: str,
+                  pd: str | None, checkpoint: str | None, host: str | None, port: int | None, engine_python: str,
+                  ifname: str | None, fmt: str, output: str | None, extra: tuple[str, ...], given: dict,
+                  launcher_args: tuple) -> None:
+    """`launch --engine sglang|vllm --disagg`: the disaggregated plan's workers and router
+    (topoplan.launch.engines.disagg), written as --format shell, sbatch or json."""
+    from topoplan.atomic import write_atomic
+    from topoplan.engines import resolve
+    from topoplan.launch.command import parse_hosts
+    from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, ServeOptions
+    from topoplan.launch.engines.disagg import check_disagg_engine, disagg_launch_for
+    from topoplan.launch.engines.disagg_scripts import render_disagg
+    from topoplan.launch.launcher_options import LauncherOptions
+    from topoplan.launch.runtime_addr import default_serve_host
+    from topoplan.plan.frontend import PlanRequest
+
+    try:
+        chosen = resolve(engine)
+        check_disagg_engine(chosen)
+        clash = [name for name, value in given.items() if value]
+        if clash:
+            raise TopoplanError(f"--disagg plans its own workers: drop {', '.join(clash)}")
+        if model is None or checkpoint is None:
+            raise TopoplanError("--disagg needs --model (what the plan prices) and --checkpoint DIR (what the workers "
+                                "serve)")
+        options = ServeOptions(checkpoint=checkpoint, host=host if host is not None else default_serve_host(
+            fmt, DEFAULT_HOST), port=port or DEFAULT_SERVE_PORT, python=engine_python, extra_args=extra,
+            ifname=ifname)
+        served = disagg_launch_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, engine=chosen), pd,
+                                   options, parse_hosts(hosts), LauncherOptions(*launcher_args))
+        text = render_disagg(served, fmt)
+    except TopoplanError as error:
+        raise fail(error) from None
+    warn(served.plan.warnings)
+    if output is not None:
+        write_atomic(output, text, executable=fmt != "json")
     else:
         sys.stdout.write(text)
 

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from topoplan.cpuset import format_cpu_list, split_cpus
 from topoplan.engines.engine import Engine
@@ -32,6 +33,10 @@ from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import ALL_INTERFACES, HOST_IP
 from topoplan.plan.disagg_types import DisaggPlan, Worker
 from topoplan.topology.model import Topology
+
+if TYPE_CHECKING:  # the planner loads only when a plan is made (start-up time)
+    from topoplan.plan.disagg import DisaggResult
+    from topoplan.plan.frontend import PlanRequest
 
 DISAGG_ENGINES = ("sglang", "vllm")
 NODE_ADDR = "@TOPOPLAN_NODE{node}_ADDR@"  # node n's address, filled per format (see the module docstring)
@@ -117,24 +122,39 @@ class DisaggLaunch:
         return f"http://{self.options.host}:{self.options.port}"
 
 
-def _binding(worker: Worker, topology: Topology) -> tuple[WorkerBinding | None, str | None]:
-    """The worker's per-GPU binding in its local order: each GPU's NUMA node, and its share of the worker's CPUs
-    (the plan's worker.cpus split over its GPUs, each from the CPUs near it, topoplan.cpuset.split_cpus)."""
+def _cpu_shares(plan: DisaggPlan, topology: Topology) -> dict[tuple[int, int], str]:
+    """Every worker GPU's CPUs, (worker k, local GPU i) -> a CPU list: each worker's CPUs (the plan's worker.cpus)
+    split over its GPUs, each GPU from the CPUs near it, without overlap between the workers of one node
+    (topoplan.cpuset.split_cpus over all of a node's worker GPUs at once: workers of one socket share its cores)."""
+    out: dict[tuple[int, int], str] = {}
+    for node in sorted({w.node for w in plan.workers}):
+        keys, requests = [], {}
+        for k, w in enumerate(plan.workers):
+            if w.node != node or not w.cpus:
+                continue
+            for i, gpu in enumerate(w.gpus):
+                near = set(topology.gpu(gpu).cpus or ())
+                requests[len(keys)] = [c for c in w.cpus if c in near] or list(w.cpus)
+                keys.append((k, i))
+        shares = split_cpus(requests, None, where=f"node {node}'s workers")
+        out.update((key, format_cpu_list(shares[n].cpus)) for n, key in enumerate(keys))
+    return out
+
+
+def _binding(worker: Worker, k: int, topology: Topology, shares: Mapping[tuple[int, int], str],
+             ) -> tuple[WorkerBinding | None, str | None]:
+    """The worker's per-GPU binding in its local order: each GPU's NUMA node and its CPU share (None: the plan
+    gives the worker no CPUs, as where the source lists no affinity)."""
     gpus = [topology.gpu(g) for g in worker.gpus]
     if any(g.numa_node is None for g in gpus):
         return None, (f"{worker.name}: the topology names no NUMA node for "
                       f"{', '.join(g.id for g in gpus if g.numa_node is None)}, so the worker is not bound")
-    cpus = None
-    if worker.cpus:
-        requests = {i: [c for c in worker.cpus if c in set(g.cpus or ())] or list(worker.cpus)
-                    for i, g in enumerate(gpus)}
-        shares = split_cpus(requests, None, where=worker.name)
-        cpus = tuple(format_cpu_list(shares[i].cpus) for i in range(len(gpus)))
+    cpus = tuple(shares[(k, i)] for i in range(len(gpus))) if worker.cpus else None
     return WorkerBinding(cpus, tuple(g.numa_node for g in gpus)), None  # type: ignore[misc]
 
 
 def _slot(worker: Worker, k: int, topology: Topology, options: ServeOptions, multi_node: bool,
-          address: str, announce_var: str) -> tuple[WorkerSlot, list[str]]:
+          address: str, announce_var: str, shares: Mapping[tuple[int, int], str]) -> tuple[WorkerSlot, list[str]]:
     visible = ",".join(str(topology.gpu(g).index) for g in worker.gpus)
     routes = ", ".join(f"{r.gpu} -> {r.nic_name or r.nic or 'no NIC'}" for r in worker.routes)
     env = device_env(topology.vendor, visible, f"{worker.name}'s GPUs in its rank order ({', '.join(worker.gpus)}): "
@@ -143,7 +163,7 @@ def _slot(worker: Worker, k: int, topology: Topology, options: ServeOptions, mul
         env.append(EnvVar(announce_var, HOST_IP, f"node {worker.node}'s IPv4 address on TOPOPLAN_IFNAME, read when "
                           "the line runs: the address the engine announces for the KV transfer handshake (left to "
                           "itself it may pick loopback or a container bridge)"))
-    binding, why_not = _binding(worker, topology)
+    binding, why_not = _binding(worker, k, topology, shares)
     port = options.port + 1 + k
     return WorkerSlot(worker, k, port, ALL_INTERFACES if multi_node else DEFAULT_HOST, address, tuple(env),
                       binding, multi_node), [why_not] if why_not else []
@@ -164,7 +184,12 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     check_disagg_engine(engine)
     if options.device != "gpu":
         raise TopoplanError("--disagg places prefill and decode workers on GPUs: --device gpu")
+    spanning = [w.name for w in plan.workers if w.nodes > 1]
+    if spanning:
+        raise TopoplanError(f"--disagg: {', '.join(spanning)} span(s) several nodes; launch writes workers of one "
+                            "node each (plan with --pd or limits that give smaller workers)")
     nodes = 1 + max(w.node for w in plan.workers)
+    shares = _cpu_shares(plan, topology)
     if hosts is not None and len(hosts) != nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s), but the disaggregated plan uses {nodes} node(s)")
     known: tuple[str | None, ...] = hosts or (None,) * nodes
@@ -179,7 +204,7 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     processes, notes = [], []
     for k, worker in enumerate(plan.workers):
         slot, slot_notes = _slot(worker, k, topology, options, multi_node, address(worker.node),
-                                 module.DISAGG_HOST_VAR)
+                                 module.DISAGG_HOST_VAR, shares)
         notes += slot_notes
         role_options = replace(options, settings=(settings or {}).get(worker.role))
         argv, env, chosen = module.disagg_worker(engine, slot, role_options)
@@ -194,3 +219,36 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
                      address(0) if multi_node else options.host)
     return DisaggLaunch(engine, plan, options, (*processes, router), nodes, known, label, len(topology.gpus),
                         topology.vendor, launcher, tuple([*plan.notes, *plan.warnings, *notes]))
+
+
+def role_settings(result: DisaggResult) -> dict[str, EngineSettings]:
+    """What the disaggregated plan priced for each role's workers, as the engine's settings: the requests each
+    worker holds in flight, the workload's lengths and dtypes, the engine's memory share at the role's TP degree."""
+    from topoplan.plan.engine_costs import memory_policy
+
+    plan, served = result.plan, result.chosen.served
+    work = plan.workload
+    policy = memory_policy(plan.engine, plan.calibration)
+    out = {}
+    for role, layout, seqs in (("prefill", result.chosen.prefill, served.prefill_concurrency),
+                               ("decode", result.chosen.decode, served.decode_concurrency)):
+        out[role] = EngineSettings(max_seqs=max(1, seqs), max_model_len=work.prompt_len + work.gen_len,
+                                   dtype=plan.device.activation_dtype(work.weights), kv_dtype=work.kv.short,
+                                   weights=work.dtype, memory_fraction=round(policy.fraction_for(layout.tp), 4),
+                                   why=f"plan --disagg {role} worker {layout}: {seqs} in flight, prompt "
+                                       f"{work.prompt_len} + {work.gen_len} tokens")
+    return out
+
+
+def disagg_launch_for(request: PlanRequest, pd: str | None, options: ServeOptions,
+                      hosts: tuple[str, ...] | None = None, launcher: LauncherOptions = LauncherOptions(),
+                      ) -> DisaggLaunch:
+    """`launch --engine sglang|vllm --disagg`: plan as `plan --disagg` does (topoplan.plan.disagg), then write its
+    chosen deployment's workers and router with the settings it priced."""
+    from topoplan.plan.disagg import DisaggRequest, disagg_for
+
+    check_disagg_engine(request.engine)
+    asked = DisaggRequest.parse(pd)
+    result = disagg_for(request, asked.pd, asked.connector)
+    return disagg_launch(result.chosen, result.plan.topology, request.engine, options, hosts, launcher,
+                         role_settings(result))

@@ -1,6 +1,5 @@
 """Write a disaggregated launch (topoplan.launch.engines.disagg) as a shell script, a Slurm batch script or JSON
-(formatting only: the engine modules decide the lines; topoplan.launch.engines.disagg_lws writes the
-LeaderWorkerSet).
+(formatting only: the engine modules decide the lines).
 
 `--format shell`: one bash script per deployment, run on every node of it (TOPOPLAN_NODE names the node when the
 plan spans several). It starts this node's workers, each an engine server in its own process group (`set -m`); node 0
@@ -27,7 +26,7 @@ from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines
 from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.runtime_addr import ALL_INTERFACES, shell_join, shell_word
 
-DISAGG_FORMATS = ("shell", "sbatch", "json", "lws")
+DISAGG_FORMATS = ("shell", "sbatch", "json")
 NODE_VAR = "TOPOPLAN_NODE"
 
 
@@ -200,8 +199,4 @@ def render_disagg(launch: DisaggLaunch, fmt: str) -> str:
         return json.dumps(disagg_dict(launch), indent=2) + "\n"
     if fmt == "sbatch":
         return render_disagg_sbatch(launch)
-    if fmt == "lws":
-        from topoplan.launch.engines.disagg_lws import render_disagg_lws
-
-        return render_disagg_lws(launch)
     return render_disagg_shell(launch)
