@@ -219,7 +219,7 @@ def test_refused_engines_and_formats() -> None:
     with pytest.raises(TopoplanError, match="sglang and vllm only"):
         disagg_launch(hand_plan(H200, H200_1P1D), load_topology(str(H200)), resolve("trtllm"),
                       ServeOptions(checkpoint="/m"))
-    with pytest.raises(TopoplanError, match="expected one of shell, sbatch, json"):
+    with pytest.raises(TopoplanError, match="expected one of shell, sbatch, json, lws"):
         render_disagg(launch("sglang", H200, H200_1P1D), "torchrun")
 
 
@@ -317,3 +317,28 @@ def test_cli_launch_disagg_end_to_end_through_the_planner(tmp_path: Path) -> Non
     assert (tmp_path / "serve.sh").read_text().count("--disaggregation-mode") == 2
     clash = subprocess.run([*base, "--layout", "tp=2"], capture_output=True, text=True, env=env)
     assert clash.returncode == 2 and "drop --layout" in clash.stderr and "Traceback" not in clash.stderr
+
+
+def test_lws_is_one_pod_per_node_each_running_its_nodes_servers() -> None:
+    import yaml
+
+    from topoplan.launch.launcher_options import LauncherOptions
+
+    served = disagg_launch(hand_plan(OCI, TWO_NODES), load_topology(str(OCI)), resolve("vllm"),
+                           ServeOptions(checkpoint="/models/llama", host="0.0.0.0"),
+                           launcher=LauncherOptions(image="vllm/vllm-openai:v0.32.0"))
+    document = yaml.safe_load(render_disagg(served, "lws"))
+    template = document["spec"]["leaderWorkerTemplate"]
+    assert document["kind"] == "LeaderWorkerSet" and template["size"] == 2
+    leader, worker = (template[t]["spec"]["containers"][0] for t in ("leaderTemplate", "workerTemplate"))
+    assert leader["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000} and "readinessProbe" not in worker
+    assert leader["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/rdma_shared_device_a": 1}
+    script = leader["command"][2].replace("$$", "$")  # Kubernetes reads $$ as $
+    assert leader["command"][2] == worker["command"][2]
+    assert 'TOPOPLAN_NODE="${LWS_WORKER_INDEX:-0}"' in script
+    assert "export TOPOPLAN_NODE1_ADDR=topoplan-vllm-disagg-0-1.topoplan-vllm-disagg" in script
+    assert "--numa-bind-cpus" not in script and "--numa-bind-nodes 3 3 1 1" in script  # host CPU numbers left out
+    assert "UCX_NET_DEVICES=mlx5_14:1,mlx5_9:1" in script  # decode0: GPU4-5 -> mlx5_14, GPU6-7 -> mlx5_9
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    with pytest.raises(TopoplanError, match="--image"):
+        render_disagg(launch("vllm", OCI, OCI_2P1D), "lws")

@@ -1,5 +1,6 @@
 """Write a disaggregated launch (topoplan.launch.engines.disagg) as a shell script, a Slurm batch script or JSON
-(formatting only: the engine modules decide the lines).
+(formatting only: the engine modules decide the lines; topoplan.launch.engines.disagg_lws writes the
+LeaderWorkerSet, each pod running this script for its node).
 
 `--format shell`: one bash script per deployment, run on every node of it (TOPOPLAN_NODE names the node when the
 plan spans several). It starts this node's workers, each an engine server in its own process group (`set -m`); node 0
@@ -26,7 +27,7 @@ from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines
 from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.runtime_addr import ALL_INTERFACES, shell_join, shell_word
 
-DISAGG_FORMATS = ("shell", "sbatch", "json")
+DISAGG_FORMATS = ("shell", "sbatch", "json", "lws")
 NODE_VAR = "TOPOPLAN_NODE"
 
 
@@ -133,7 +134,7 @@ def _node_lines(launch: DisaggLaunch, node: int) -> list[str]:
     return out
 
 
-def _body(launch: DisaggLaunch) -> list[str]:
+def body_lines(launch: DisaggLaunch) -> list[str]:
     """Everything after the header: checks, the stop and wait functions, this node's servers, the final wait."""
     programs = [w for p in launch.processes for w in argv_programs(p.argv)]
     out = ["set -m  # every server gets its own process group, so one signal reaches all it started",
@@ -152,7 +153,7 @@ def _body(launch: DisaggLaunch) -> list[str]:
 
 
 def render_disagg_shell(launch: DisaggLaunch) -> str:
-    return "\n".join([SHEBANG, *_header(launch), *_body(launch)]) + "\n"
+    return "\n".join([SHEBANG, *_header(launch), *body_lines(launch)]) + "\n"
 
 
 def render_disagg_sbatch(launch: DisaggLaunch) -> str:
@@ -162,7 +163,7 @@ def render_disagg_sbatch(launch: DisaggLaunch) -> str:
               "--ntasks-per-node=1", f"--gpus-per-node={launch.gpus_per_node}", *WHOLE_NODES]
     if all(launch.hosts):
         header.append(f"--nodelist={','.join(launch.hosts)}")  # type: ignore[arg-type]
-    script = "\n".join([f'{NODE_VAR}="$SLURM_NODEID"', *_body(launch)])
+    script = "\n".join([f'{NODE_VAR}="$SLURM_NODEID"', *body_lines(launch)])
     addresses = [f'export {NODE_ADDR_VAR.format(node=n)}=$(scontrol show node -o "${{topoplan_hosts[{n}]}}" | '
                  "sed -n 's/.*[[:space:]]NodeAddr=\\([^[:space:]]*\\).*/\\1/p')" for n in range(nodes)] if nodes > 1 \
         else []
@@ -199,4 +200,8 @@ def render_disagg(launch: DisaggLaunch, fmt: str) -> str:
         return json.dumps(disagg_dict(launch), indent=2) + "\n"
     if fmt == "sbatch":
         return render_disagg_sbatch(launch)
+    if fmt == "lws":
+        from topoplan.launch.engines.disagg_lws import render_disagg_lws
+
+        return render_disagg_lws(launch)
     return render_disagg_shell(launch)
