@@ -316,7 +316,12 @@ def test_cli_launch_disagg_end_to_end_through_the_planner(tmp_path: Path) -> Non
     assert subprocess.run(["bash", "-n", str(tmp_path / "serve.sh")]).returncode == 0
     assert (tmp_path / "serve.sh").read_text().count("--disaggregation-mode") == 2
     clash = subprocess.run([*base, "--layout", "tp=2"], capture_output=True, text=True, env=env)
-    assert clash.returncode == 2 and "drop --layout" in clash.stderr and "Traceback" not in clash.stderr
+    assert clash.returncode == 2 and "does not take --layout" in clash.stderr and "Traceback" not in clash.stderr
+    explained = subprocess.run([*base, "--pd", "1:1", "--explain", "--format", "json"], capture_output=True,
+                               text=True, env={**env, "COLUMNS": "200"})
+    assert explained.returncode == 0, explained.stderr
+    assert "prefill0: node 0, GPUs GPU0,GPU1,GPU2,GPU3, HTTP 8001" in explained.stderr
+    assert "--disaggregation-ib-device" in explained.stderr and "nearest NIC" in explained.stderr
 
 
 def test_lws_is_one_pod_per_node_each_running_its_nodes_servers() -> None:
@@ -342,3 +347,10 @@ def test_lws_is_one_pod_per_node_each_running_its_nodes_servers() -> None:
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     with pytest.raises(TopoplanError, match="--image"):
         render_disagg(launch("vllm", OCI, OCI_2P1D), "lws")
+
+
+def test_ports_that_collide_are_refused() -> None:
+    """SGLang's bootstrap ports start at 8998: a router on 8997 puts prefill0's HTTP port on its bootstrap port."""
+    with pytest.raises(TopoplanError, match="port 8998: prefill0 and prefill0"):
+        launch("sglang", H200, H200_1P1D, port=8997)
+    assert launch("vllm", H200, H200_1P1D, port=8997).router.port == 8997  # vLLM's side channels start at 5600

@@ -387,9 +387,12 @@ def launch(
     if disagg or pd is not None:
         launch_disagg(model=model, topo=topo, gpu=gpu, nodes=nodes, hosts=hosts, engine=engine or "topoplan",
                       pd=pd, checkpoint=checkpoint, host=host, port=port, engine_python=engine_python,
-                      ifname=ifname, fmt=fmt.value, output=output, extra=tuple(command or ()),
-                      given={"--layout": layout, "--rank": rank, "--plan": plan_file, "--device cpu": device != "gpu"},
-                      launcher_args=(partition, account, time_limit, job_name))
+                      ifname=ifname, fmt=fmt.value, output=output, extra=tuple(command or ()), explain=explain,
+                      given={"--layout": layout, "--rank": rank, "--plan": plan_file, "--device cpu": device != "gpu",
+                             "--p2p": p2p, "--master-port": master_port, "--mem-policy": mem_policy != "preferred",
+                             "--objective": objective != "latency", "--prompt": prompt or prompt_ids,
+                             "--this-machine": this_machine, "--preflight": preflight, "--pod-memory": pod_memory},
+                      launcher_args=(partition, account, time_limit, job_name, False, image))
         return
     from rich.console import Console
 
@@ -452,8 +455,8 @@ def launch(
 
 def launch_disagg(*, model: str | None, topo: str | None, gpu: str | None, nodes: int, hosts: str | None, engine: str,
                   pd: str | None, checkpoint: str | None, host: str | None, port: int | None, engine_python: str,
-                  ifname: str | None, fmt: str, output: str | None, extra: tuple[str, ...], given: dict,
-                  launcher_args: tuple) -> None:
+                  ifname: str | None, fmt: str, output: str | None, extra: tuple[str, ...], explain: bool,
+                  given: dict, launcher_args: tuple) -> None:
     """`launch --engine sglang|vllm --disagg`: the disaggregated plan's workers and router
     (topoplan.launch.engines.disagg), written as --format shell, sbatch or json."""
     from topoplan.atomic import write_atomic
@@ -471,7 +474,8 @@ def launch_disagg(*, model: str | None, topo: str | None, gpu: str | None, nodes
         check_disagg_engine(chosen)
         clash = [name for name, value in given.items() if value]
         if clash:
-            raise TopoplanError(f"--disagg plans its own workers: drop {', '.join(clash)}")
+            raise TopoplanError(f"--disagg plans and binds its own workers and does not take {', '.join(clash)}: "
+                                "drop it")
         if model is None or checkpoint is None:
             raise TopoplanError("--disagg needs --model (what the plan prices) and --checkpoint DIR (what the workers "
                                 "serve)")
@@ -484,8 +488,14 @@ def launch_disagg(*, model: str | None, topo: str | None, gpu: str | None, nodes
     except TopoplanError as error:
         raise fail(error) from None
     warn(served.plan.warnings)
+    if explain:
+        from rich.console import Console
+
+        from topoplan.launch.explain import explain_disagg
+
+        explain_disagg(served, Console(stderr=True))
     if output is not None:
-        write_atomic(output, text, executable=fmt != "json")
+        write_atomic(output, text, executable=fmt not in ("json", "lws"))
     else:
         sys.stdout.write(text)
 

@@ -202,18 +202,26 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
         return known[node] or node_address(node)
 
     processes, notes = [], []
+    taken: dict[tuple[int, int], list[str]] = {(0, options.port): ["the router"]}
     for k, worker in enumerate(plan.workers):
         slot, slot_notes = _slot(worker, k, topology, options, multi_node, address(worker.node),
                                  module.DISAGG_HOST_VAR, shares)
         notes += slot_notes
         role_options = replace(options, settings=(settings or {}).get(worker.role))
-        argv, env, chosen = module.disagg_worker(engine, slot, role_options)
+        argv, env, chosen, extra_ports = module.disagg_worker(engine, slot, role_options)
+        for port in (slot.port, *extra_ports):
+            taken.setdefault((worker.node, port), []).append(worker.name)
         processes.append(Process(worker.name, worker.role, worker.index, worker.node, tuple(argv), tuple(env),
                                  tuple(chosen), slot.port, slot.address, worker.gpus, slot.nic_names))
         if any(nic is None for nic in slot.nic_names):
             notes.append(f"{worker.name}: the topology names no NIC for "
                          f"{', '.join(r.gpu for r in worker.routes if r.nic_name is None)}; its KV transfer is left "
                          "to the engine's own choice of device")
+    clashes = [f"node {node} port {port}: {' and '.join(names)}" for (node, port), names in taken.items()
+               if len(names) > 1]
+    if clashes:
+        raise TopoplanError(f"--port {options.port}: the deployment's ports collide ({'; '.join(clashes)}); choose "
+                            "another --port")
     argv, env, chosen, label = module.disagg_router(engine, processes, options)
     router = Process("router", "router", 0, 0, tuple(argv), tuple(env), tuple(chosen), options.port,
                      address(0) if multi_node else options.host)

@@ -154,9 +154,9 @@ def _ib_devices(names: tuple[str | None, ...]) -> Option | None:
 
 
 def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
-                  ) -> tuple[list[str], list[EnvVar], list[Option]]:
+                  ) -> tuple[list[str], list[EnvVar], list[Option], list[int]]:
     """One prefill or decode worker: SGLang's sizes, binding and plan settings as for a normal launch, its own HTTP
-    port, and the disaggregation options."""
+    port, and the disaggregation options; and the ports it takes besides its HTTP port (a prefill's bootstrap)."""
     w = slot.worker
     chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
     if options.settings is not None:
@@ -171,13 +171,14 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     ib = _ib_devices(slot.nic_names)
     if ib is not None:
         chosen.append(ib)
-    if w.role == "prefill":
-        chosen.append(Option(("--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT + w.index)),
+    ports = [BOOTSTRAP_PORT + w.index] if w.role == "prefill" else []
+    if ports:
+        chosen.append(Option(("--disaggregation-bootstrap-port", str(ports[0])),
                              f"where decode workers fetch {w.name}'s KV layout and addresses ({BOOTSTRAP_PORT} + its "
                              "index: every prefill server on a node needs its own); the router passes it on"))
     argv = [options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint, *option_words(chosen),
             *options.extra_args]
-    return argv, list(slot.env), chosen
+    return argv, list(slot.env), chosen, ports
 
 
 def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,

@@ -209,9 +209,10 @@ def _ucx_devices(names: tuple[str | None, ...]) -> EnvVar | None:
 
 
 def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
-                  ) -> tuple[list[str], list[EnvVar], list[Option]]:
+                  ) -> tuple[list[str], list[EnvVar], list[Option], list[int]]:
     """One prefill or decode worker: vLLM's sizes, binding and plan settings as for a normal launch, its own HTTP
-    port, the NIXL connector and the worker's own side-channel ports and RDMA devices."""
+    port, the NIXL connector and the worker's own side-channel ports and RDMA devices; and the ports it takes
+    besides its HTTP port (its NIXL side channels, one per DP rank)."""
     w = slot.worker
     if w.layout.dp > NIXL_PORT_STRIDE:
         raise TopoplanError(f"vLLM --disagg: {w.name} has dp={w.layout.dp}, more than the {NIXL_PORT_STRIDE} NIXL "
@@ -233,7 +234,7 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     if ucx is not None:
         env.append(ucx)
     argv = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint, *option_words(chosen), *options.extra_args]
-    return argv, env, chosen
+    return argv, env, chosen, list(range(side, side + w.layout.dp))
 
 
 def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,
