@@ -27,6 +27,7 @@ from topoplan.cpuset import format_cpu_list, split_cpus
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
+from topoplan.launch.engines import check_release
 from topoplan.launch.engines.common import DEFAULT_HOST, EngineSettings, Option, ServeOptions, WorkerBinding
 from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.nccl_env import EnvVar
@@ -42,6 +43,7 @@ DISAGG_ENGINES = ("sglang", "vllm")
 NODE_ADDR = "@TOPOPLAN_NODE{node}_ADDR@"  # node n's address, filled per format (see the module docstring)
 NODE_ADDR_RE = re.compile(r"@TOPOPLAN_NODE(\d+)_ADDR@")
 NODE_ADDR_VAR = "TOPOPLAN_NODE{node}_ADDR"  # the scripts' variable holding node n's address
+NODE_VAR = "TOPOPLAN_NODE"  # the scripts' variable naming the node they run on
 
 
 def node_address(node: int) -> str:
@@ -170,9 +172,11 @@ def _slot(worker: Worker, k: int, topology: Topology, options: ServeOptions, mul
 
 
 def check_disagg_engine(engine: Engine) -> None:
+    """SGLang or vLLM, at the release whose options (and parser) the lines are written for."""
     if engine.name not in DISAGG_ENGINES:
         raise TopoplanError(f"--disagg with --engine {engine.name}: launch writes disaggregated prefill/decode "
                             f"workers for {' and '.join(DISAGG_ENGINES)} only, not yet for {engine.name}")
+    check_release(engine)
 
 
 def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options: ServeOptions,

@@ -13,11 +13,11 @@ NUMA node options stay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.engines.disagg import NODE_ADDR_VAR, DisaggLaunch
-from topoplan.launch.engines.disagg_scripts import NODE_VAR, body_lines
+from topoplan.launch.engines.disagg import NODE_ADDR_VAR, NODE_VAR, DisaggLaunch
 from topoplan.launch.engines.health import HEALTH_PATH
 from topoplan.launch.engines.render_lws import (
     _DNS_LABEL,
@@ -72,7 +72,9 @@ def _pod(launch: DisaggLaunch, script: str, leader: bool) -> dict:
     return {"containers": [container], "volumes": volumes}
 
 
-def render_disagg_lws(launch: DisaggLaunch) -> str:
+def render_disagg_lws(launch: DisaggLaunch, body_lines: Callable[[DisaggLaunch], list[str]]) -> str:
+    """The LeaderWorkerSet; `body_lines` writes the shell format's script for a launch (topoplan.launch.engines.
+    disagg_scripts), which every pod runs."""
     if launch.launcher.image is None:
         raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine.name} installed")
     name = launch.launcher.job_name or f"topoplan-{launch.engine.name}-disagg"

@@ -20,7 +20,7 @@ import shlex
 
 from topoplan.errors import TopoplanError, printable
 from topoplan.launch.dispatch import SHEBANG, env_words
-from topoplan.launch.engines.disagg import NODE_ADDR_RE, NODE_ADDR_VAR, DisaggLaunch, Process
+from topoplan.launch.engines.disagg import NODE_ADDR_RE, NODE_ADDR_VAR, NODE_VAR, DisaggLaunch, Process
 from topoplan.launch.engines.health import HEALTH_TIMEOUT_S, POLL_S, probe_words, wait_lines
 from topoplan.launch.engines.scripts import GRACE_S, ifname_guard
 from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines
@@ -28,7 +28,6 @@ from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.runtime_addr import ALL_INTERFACES, shell_join, shell_word
 
 DISAGG_FORMATS = ("shell", "sbatch", "json", "lws")
-NODE_VAR = "TOPOPLAN_NODE"
 
 
 def _word(word: str) -> str:
@@ -171,7 +170,7 @@ def render_disagg_sbatch(launch: DisaggLaunch) -> str:
             script, "topoplan-disagg"]
     return "\n".join([
         "#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch), "set -euo pipefail",
-        *allocation_lines(nodes), *addresses,
+        *allocation_lines(nodes), *addresses, *ifname_guard(_words(launch), launch.options.ifname),
         "# the servers bind their own workers: one task per node runs that node's servers (node 0: and the router)",
         shlex.join(srun) + " &", "server=$!",
         "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
@@ -203,5 +202,5 @@ def render_disagg(launch: DisaggLaunch, fmt: str) -> str:
     if fmt == "lws":
         from topoplan.launch.engines.disagg_lws import render_disagg_lws
 
-        return render_disagg_lws(launch)
+        return render_disagg_lws(launch, body_lines)
     return render_disagg_shell(launch)
