@@ -231,8 +231,8 @@ import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 argv = sys.argv[1:]
 with open(os.path.join(os.environ["STAND_IN_OUT"], "%d.json" % os.getpid()), "w") as out:
-    json.dump({"argv": argv, "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA", "UCX", "VLLM"))}},
-              out)
+    kept = ("CUDA", "UCX", "VLLM", "SGLANG")
+    json.dump({"argv": argv, "env": {k: v for k, v in os.environ.items() if k.startswith(kept)}}, out)
 class Health(BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200 if self.path == "/health" else 404)
@@ -359,3 +359,48 @@ def test_ports_that_collide_are_refused() -> None:
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:
     with pytest.raises(TopoplanError, match="checked against its own parser"):
         launch("sglang@0.4.6", H200, H200_1P1D)
+
+
+def test_sbatch_over_two_nodes_runs_with_stand_ins_for_slurm_and_the_engine(tmp_path: Path) -> None:
+    """The batch script under stand-in Slurm commands (tests/fake_slurm.py: two "nodes" at loopback aliases): node 0
+    runs the prefill worker and the router, node 1 the decode worker; the router reaches each worker at its node's
+    address from the allocation, each worker announces the address read from TOPOPLAN_IFNAME (lo: 127.0.0.1)."""
+    from tests.fake_slurm import fake_slurm
+    from topoplan.launch.runtime_addr import HEAD
+
+    fake = tmp_path / "fake-python"
+    fake.write_text(STAND_IN)
+    fake.chmod(0o755)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "out").mkdir()
+    port = free_port()
+    served = disagg_launch(hand_plan(H200, TWO_NODES), load_topology(str(H200)), resolve("sglang"),
+                           ServeOptions(checkpoint=str(tmp_path / "ckpt"), python=str(fake), host=HEAD, port=port,
+                                        ifname="lo"))
+    script = tmp_path / "serve.sbatch"
+    script.write_text(render_disagg(served, "sbatch"))
+    allocation = {"gpu-a7": "127.0.0.3", "gpu-b2": "127.0.0.4"}
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, **fake_slurm(tmp_path / "bin", allocation), **{MARK: mark},
+               STAND_IN_OUT=str(tmp_path / "out"), TOPOPLAN_HEALTH_TIMEOUT="60")
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"topoplan: sglang router serves http://127.0.0.3:{port}", line + proc.stderr.read()
+        started = [json.loads(p.read_text()) for p in (tmp_path / "out").iterdir()]
+        workers = sorted((s for s in started if s["argv"][1] == "sglang.launch_server"),
+                         key=lambda s: s["env"]["CUDA_VISIBLE_DEVICES"])
+        assert [(s["env"]["CUDA_VISIBLE_DEVICES"], s["env"]["SGLANG_HOST_IP"]) for s in workers] == [
+            ("0,1,2,3", "127.0.0.1"), ("4,5,6,7", "127.0.0.1")]
+        (router,) = (s["argv"] for s in started if s["argv"][1] == "sglang_router.launch_router")
+        assert after(tuple(router), "--prefill")[:2] == [f"http://127.0.0.3:{port + 1}", "8998"]
+        assert after(tuple(router), "--decode")[0] == f"http://127.0.0.4:{port + 2}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_processes(mark), "a server outlived the batch script"
