@@ -404,3 +404,32 @@ def test_sbatch_over_two_nodes_runs_with_stand_ins_for_slurm_and_the_engine(tmp_
     while marked_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not marked_processes(mark), "a server outlived the batch script"
+
+
+def test_cli_launch_disagg_from_a_saved_plan_carries_its_workload_and_refuses_a_stale_one(tmp_path: Path) -> None:
+    """`plan --disagg -o FILE` with a 2048-token prompt, then `launch --disagg --plan FILE`: every worker gets the
+    plan's lengths (2048 + 128 = 2176) and engine (vLLM, from the file); a file whose deployment no longer matches is
+    refused in one line."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    saved = tmp_path / "plan.json"
+    planned = subprocess.run([sys.executable, "-m", "topoplan", "plan", "--disagg", "--engine", "vllm", "--model",
+                              "llama-3.1-70b", "--topo", str(H200), "--gpu", "h200", "--prompt-len", "2048",
+                              "--pd", "1:1", "-o", str(saved), "--json"], capture_output=True, text=True, env=env)
+    assert planned.returncode == 0, planned.stderr
+    base = [sys.executable, "-m", "topoplan", "launch", "--disagg", "--plan", str(saved), "--checkpoint", "/m"]
+    done = subprocess.run([*base, "--format", "json"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["engine"] == "vllm" and data["disagg"] == {"prefill": 1, "decode": 1}
+    workers = [p for p in data["processes"] if p["role"] != "router"]
+    assert [after(tuple(p["argv"]), "--max-model-len")[0] for p in workers] == ["2176", "2176"]
+    for p in workers:
+        assert p["env"]["UCX_NET_DEVICES"] == ",".join(f"mlx5_{g.removeprefix('GPU')}:1" for g in p["gpus"])
+    clash = subprocess.run([*base, "--model", "llama-3.1-8b"], capture_output=True, text=True, env=env)
+    assert clash.returncode == 2 and "does not take --model" in clash.stderr
+    document = json.loads(saved.read_text())
+    document["disagg"]["ratio"] = {"prefill": 2, "decode": 1}
+    saved.write_text(json.dumps(document))
+    stale = subprocess.run(base, capture_output=True, text=True, env=env)
+    assert stale.returncode == 2 and "stale plan: it now chooses 1P:1D" in stale.stderr, stale.stderr
+    assert len(stale.stderr.strip().splitlines()) == 1

@@ -388,7 +388,8 @@ def launch(
         launch_disagg(model=model, topo=topo, gpu=gpu, nodes=nodes, hosts=hosts, engine=engine or "topoplan",
                       pd=pd, checkpoint=checkpoint, host=host, port=port, engine_python=engine_python,
                       ifname=ifname, fmt=fmt.value, output=output, extra=tuple(command or ()), explain=explain,
-                      given={"--layout": layout, "--rank": rank, "--plan": plan_file, "--device cpu": device != "gpu",
+                      plan_file=plan_file,
+                      given={"--layout": layout, "--rank": rank not in (None, 1), "--device cpu": device != "gpu",
                              "--p2p": p2p, "--master-port": master_port, "--mem-policy": mem_policy != "preferred",
                              "--objective": objective != "latency", "--prompt": prompt or prompt_ids,
                              "--this-machine": this_machine, "--preflight": preflight, "--pod-memory": pod_memory},
@@ -456,34 +457,39 @@ def launch(
 def launch_disagg(*, model: str | None, topo: str | None, gpu: str | None, nodes: int, hosts: str | None, engine: str,
                   pd: str | None, checkpoint: str | None, host: str | None, port: int | None, engine_python: str,
                   ifname: str | None, fmt: str, output: str | None, extra: tuple[str, ...], explain: bool,
-                  given: dict, launcher_args: tuple) -> None:
-    """`launch --engine sglang|vllm --disagg`: the disaggregated plan's workers and router
-    (topoplan.launch.engines.disagg), written as --format shell, sbatch or json."""
+                  plan_file: str | None, given: dict, launcher_args: tuple) -> None:
+    """`launch --engine sglang|vllm --disagg [--plan FILE]`: the disaggregated plan's workers and router
+    (topoplan.launch.engines.disagg), written as --format shell, sbatch, json or lws."""
     from topoplan.atomic import write_atomic
     from topoplan.engines import resolve
     from topoplan.launch.command import parse_hosts
     from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, ServeOptions
-    from topoplan.launch.engines.disagg import check_disagg_engine, disagg_launch_for
+    from topoplan.launch.engines.disagg import check_disagg_engine, disagg_launch_for, saved_disagg_launch
     from topoplan.launch.engines.disagg_scripts import render_disagg
     from topoplan.launch.launcher_options import LauncherOptions
     from topoplan.launch.runtime_addr import default_serve_host
     from topoplan.plan.frontend import PlanRequest
 
     try:
-        chosen = resolve(engine)
-        check_disagg_engine(chosen)
+        if plan_file is not None:  # the file holds what priced it
+            given = {**given, "--model": model, "--topo": topo, "--gpu": gpu, "--pd": pd, "--nodes": nodes != 1,
+                     "--engine": engine != "topoplan"}
+        else:
+            check_disagg_engine(resolve(engine))
         clash = [name for name, value in given.items() if value]
         if clash:
-            raise TopoplanError(f"--disagg plans and binds its own workers and does not take {', '.join(clash)}: "
-                                "drop it")
-        if model is None or checkpoint is None:
-            raise TopoplanError("--disagg needs --model (what the plan prices) and --checkpoint DIR (what the workers "
-                                "serve)")
+            raise TopoplanError(f"--disagg {'--plan FILE ' if plan_file else ''}plans and binds its own workers and "
+                                f"does not take {', '.join(clash)}: drop it")
+        if checkpoint is None or (model is None and plan_file is None):
+            raise TopoplanError("--disagg needs --checkpoint DIR (what the workers serve) and --model (what the plan "
+                                "prices) or --plan FILE (a plan saved by `plan --disagg -o FILE`)")
         options = ServeOptions(checkpoint=checkpoint, host=host if host is not None else default_serve_host(
             fmt, DEFAULT_HOST), port=port or DEFAULT_SERVE_PORT, python=engine_python, extra_args=extra,
             ifname=ifname)
-        served = disagg_launch_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, engine=chosen), pd,
-                                   options, parse_hosts(hosts), LauncherOptions(*launcher_args))
+        launcher = LauncherOptions(*launcher_args)
+        served = saved_disagg_launch(plan_file, options, parse_hosts(hosts), launcher) if plan_file else \
+            disagg_launch_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes,  # type: ignore[arg-type]
+                                          engine=resolve(engine)), pd, options, parse_hosts(hosts), launcher)
         text = render_disagg(served, fmt)
     except TopoplanError as error:
         raise fail(error) from None

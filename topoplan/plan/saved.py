@@ -102,3 +102,17 @@ def load_plan(path: str, rank: int) -> SavedRow:
                             f"{ {k: want.get(k) for k in got} if isinstance(want, dict) else want}; run `topoplan plan "
                             "... -o FILE` again", source=path)
     return SavedRow(request, plan, row)
+
+
+def load_disagg_request(path: str) -> tuple[PlanRequest, dict[str, Any], dict[str, Any]]:
+    """A disaggregated plan saved by `plan --disagg -o FILE`: its request, its `disagg` record (pd, connector) and
+    the saved `disagg` object (the chosen deployment), checked fresh (topoplan's version, the files it read)."""
+    document = read_json(path, "a plan from `topoplan plan --disagg -o FILE`")
+    record = document.get(RECORD_KEY) if isinstance(document, dict) else None
+    request = _request(record, path)
+    _check_fresh(record, path)  # type: ignore[arg-type]
+    asked, saved = record.get("disagg"), document.get("disagg")  # type: ignore[union-attr]
+    if not isinstance(asked, dict) or not isinstance(saved, dict):
+        raise TopoplanError("no `disagg` plan in it: launch --disagg --plan FILE takes a plan saved by `topoplan plan "
+                            "--disagg -o FILE`", source=path)
+    return request, asked, saved
