@@ -354,6 +354,8 @@ def test_ports_that_collide_are_refused() -> None:
     with pytest.raises(TopoplanError, match="port 8998: prefill0 and prefill0"):
         launch("sglang", H200, H200_1P1D, port=8997)
     assert launch("vllm", H200, H200_1P1D, port=8997).router.port == 8997  # vLLM's side channels start at 5600
+    with pytest.raises(TopoplanError, match="past 65535"):
+        launch("vllm", H200, H200_1P1D, port=65534)
 
 
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:

@@ -192,6 +192,9 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     if spanning:
         raise TopoplanError(f"--disagg: {', '.join(spanning)} span(s) several nodes; launch writes workers of one "
                             "node each (plan with --pd or limits that give smaller workers)")
+    if options.port + len(plan.workers) > 65535:
+        raise TopoplanError(f"--port {options.port}: the {len(plan.workers)} workers serve on the ports after it, "
+                            "past 65535; choose a lower --port")
     nodes = 1 + max(w.node for w in plan.workers)
     shares = _cpu_shares(plan, topology)
     if hosts is not None and len(hosts) != nodes:
