@@ -275,7 +275,8 @@ def plan_disagg(request: PlanRequest, pd: str | None, device: PlanDevice, top: i
     disaggregated tables (topoplan.plan.disagg)."""
     from rich.console import Console
 
-    from topoplan.plan.disagg import DisaggRequest, disagg_for, disagg_json
+    from topoplan.plan.disagg import DisaggRequest, disagg_for
+    from topoplan.plan.disagg_json import disagg_json
     from topoplan.plan.disagg_table import disagg_table
     from topoplan.plan.rank import plan_json
     from topoplan.plan.saved import RECORD_KEY, request_record
@@ -286,7 +287,7 @@ def plan_disagg(request: PlanRequest, pd: str | None, device: PlanDevice, top: i
     asked = DisaggRequest.parse(pd)
     result = disagg_for(request, asked.pd, asked.connector)
     document = {**plan_json(result.plan, top or None), "disagg": disagg_json(result),
-                RECORD_KEY: {**request_record(request), "disagg": asked.record()}}
+                RECORD_KEY: request_record(request, asked)}
     if output is not None:
         from topoplan.atomic import write_atomic
 

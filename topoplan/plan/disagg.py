@@ -13,6 +13,8 @@ docs/planner.md, "Disaggregated prefill/decode", has every formula and the searc
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,6 +52,7 @@ class RoleOption:
     nodes: int  # nodes one worker spans (1 unless its layout needs more GPUs than a node)
     steps: ReplicaSteps
     max_concurrency: int  # its KV cache's sequences, capped by the engine's max_seqs
+    where: tuple[str, ...]  # the GPUs (rank order, per node) it was priced on
 
     @property
     def gpus(self) -> int:
@@ -93,7 +96,7 @@ class DisaggResult:
 
     chosen: DisaggPlan
     candidates: tuple[Candidate, ...]  # the placed candidates, best first (the chosen one first)
-    searched: int  # (prefill layout, decode layout, P:D) combinations priced
+    searched: int  # (prefill layout, decode layout, P:D) combinations weighed
     aggregated: Aggregated | None  # None: no aggregated layout fits
     verdict: str  # one line: whether disaggregation pays against `aggregated`
     pays: bool
@@ -109,6 +112,7 @@ class _Search:
     plan: Plan
     serving: ServedModel
     pricer: LinkPricer
+    costs: CostModel
     connector: str
     gpus: int  # every GPU of the deployment: machine GPUs x nodes (idle ones count)
 
@@ -126,7 +130,7 @@ class _Search:
     def prefill_served(self, option: RoleOption, c: int) -> tuple[float, float]:
         """(TTFT ms, requests/s) of one prefill worker at `c` prompts in flight: prefill-only steps, the engine's
         token budget per step, a request leaving once its first token is out."""
-        key = ("prefill", option.layout, c)
+        key = ("prefill", option.layout, option.where, c)
         if key not in self.figures:
             served = separate(option.steps, self.serving.budget, self.plan.workload.prompt_len, 1, c)
             self.figures[key] = (served.ttft_ms, served.requests_per_s)
@@ -135,11 +139,18 @@ class _Search:
     def decode_served(self, option: RoleOption, c: int) -> tuple[float, float]:
         """(TPOT ms, requests/s) of one decode worker at `c` sequences in flight: decode-only steps, each request
         staying gen - 1 steps (its first token came from the prefill)."""
-        key = ("decode", option.layout, c)
+        key = ("decode", option.layout, option.where, c)
         if key not in self.figures:
             tpot = option.steps.step_ms(c)
             self.figures[key] = (tpot, c / (max(self.gen - 1, 1) * tpot) * 1e3)
         return self.figures[key]
+
+    def priced(self, layout: Layout, order: tuple[str, ...], span: int) -> RoleOption | None:
+        """A worker of `layout` on the GPUs `order` (on each of `span` nodes), priced; None when it does not fit."""
+        groups = ep_rings(layout, order) if layout.ep > 1 else None
+        cost = self.costs.price(layout, replica_rings(layout, order), groups, 1)
+        top = self.serving.max_concurrency(cost.max_batch)
+        return RoleOption(layout, span, cost.steps, top, order) if cost.fits and top >= 1 else None  # type: ignore
 
     def transfer(self, src: Worker, dst: Worker) -> KvTransfer:
         key = (src.layout, dst.layout, src.node == dst.node, src.gpus, dst.gpus)
@@ -165,9 +176,10 @@ def _largest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
-def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[RoleOption]:
+def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     """Every worker layout that fits in memory, priced once: those within a node, or, when none fits there,
-    those on the fewest whole nodes that hold one (a worker never spans nodes unless it must)."""
+    those on the fewest whole nodes that hold one (a worker never spans nodes unless it must). Each is priced on
+    the GPUs the normal placement gives that layout alone (the best ones)."""
     plan, engine = search.plan, search.plan.engine
     k, placer = len(plan.topology.gpus), NodePlacer(plan.topology)
     for span in range(1, plan.nodes + 1):
@@ -176,20 +188,18 @@ def _options(search: _Search, costs: CostModel, request: PlanRequest) -> list[Ro
                                         dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
-        found = []
-        for layout in layouts:
-            if span > 1 and layout.world != span * k:
-                continue
-            order = placer.local_order(layout, span)
-            groups = ep_rings(layout, order) if layout.ep > 1 else None
-            cost = costs.price(layout, replica_rings(layout, order), groups, 1)
-            top = search.serving.max_concurrency(cost.max_batch)
-            if cost.fits and top >= 1:
-                found.append(RoleOption(layout, span, cost.steps, top))  # type: ignore[arg-type]
+        found = [option for layout in layouts if span == 1 or layout.world == span * k
+                 if (option := search.priced(layout, placer.local_order(layout, span), span)) is not None]
         if found:
             return found
     raise TopoplanError(f"no worker layout of {plan.model.name} fits in GPU memory on up to {plan.nodes} node(s) x "
                         f"{k} {plan.device.name} GPUs (pass more --nodes, a smaller --dtype or --kv-dtype)")
+
+
+def _alone(search: _Search, role: str, layout: Layout) -> Worker:
+    """One worker of `layout` placed alone (on the best GPUs of node 0 for it)."""
+    return search.placer.place(RolePlan("prefill", layout, int(role == "prefill")),
+                               RolePlan("decode", layout, int(role == "decode")))[0]
 
 
 def _representative(search: _Search, p: RoleOption, d: RoleOption, cross: bool) -> KvTransfer:
@@ -197,11 +207,8 @@ def _representative(search: _Search, p: RoleOption, d: RoleOption, cross: bool) 
     across nodes (each on its node's best GPUs) when the deployment spans nodes (a router pairs any prefill
     with any decode worker, so some pairs cross), else the two placed together on one node."""
     if cross or p.nodes > 1 or d.nodes > 1:
-        workers = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 0))
-        src = workers[0]
-        dst = replace(search.placer.place(RolePlan("prefill", d.layout, 0), RolePlan("decode", d.layout, 1))[0],
-                      node=src.node + src.nodes)
-        return search.transfer(src, dst)
+        src = _alone(search, "prefill", p.layout)
+        return search.transfer(src, replace(_alone(search, "decode", d.layout), node=src.node + src.nodes))
     src, dst = search.placer.place(RolePlan("prefill", p.layout, 1), RolePlan("decode", d.layout, 1))
     return search.transfer(src, dst)
 
@@ -248,23 +255,34 @@ def _fewest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
+def best_split(g: int, gp: int, gd: int, rp: float, rd: float) -> tuple[tuple[int, int] | None, int]:
+    """The P:D on `g` GPUs of prefill workers of `gp` GPUs serving `rp` requests/s each and decode workers of `gd`
+    serving `rd` that serves the most requests (then the fewest GPUs, then fewer prefill workers), and how many
+    P:D were weighed; None when not one of each fits. Weighed: each P within 2 of P* = g rd / (gp rd + gd rp)
+    with the most decode workers the other GPUs hold, each D within 2 of D* = g rp / (gd rp + gp rd) with the
+    most prefill workers, neither role beyond what the other keeps busy. R = min(P rp, D rd) rises to the meeting
+    point and falls after it; whole workers move the best integer point by a worker or two of the larger kind,
+    which the two windows cover (tests/test_disagg_plan.py checks it against every (P, D))."""
+    pairs = set()
+    meet_p, meet_d = g * rd / (gp * rd + gd * rp), g * rp / (gd * rp + gp * rd)
+    for np_ in range(max(1, math.floor(meet_p) - 2), math.ceil(meet_p) + 3):
+        pairs.add((np_, min((g - np_ * gp) // gd, max(1, math.ceil(np_ * rp / rd)))))
+    for nd in range(max(1, math.floor(meet_d) - 2), math.ceil(meet_d) + 3):
+        pairs.add((min((g - nd * gd) // gp, max(1, math.ceil(nd * rd / rp))), nd))
+    fits = [(np_, nd) for np_, nd in pairs if np_ >= 1 and nd >= 1 and np_ * gp + nd * gd <= g]
+    best = max(fits, key=lambda r: (min(r[0] * rp, r[1] * rd), -(r[0] * gp + r[1] * gd), -r[0]), default=None)
+    return best, len(pairs)
+
+
 def _ratios(search: _Search, p: RoleOption, d: RoleOption, pd: tuple[int, int] | None, cp: int,
-            cd: int) -> list[tuple[int, int]]:
-    """The P:D worth pricing for a pair of layouts: `pd` if it fits the GPUs; else for each P the most decode
-    workers the rest of the GPUs hold, of which the one serving the most requests (fewest GPUs on a tie)."""
+            cd: int) -> tuple[list[tuple[int, int]], int]:
+    """The P:D worth pricing for a pair of layouts, and how many were weighed: `pd` if it fits the GPUs, else
+    best_split of the two workers' rates."""
     g = search.gpus
     if pd is not None:
-        return [pd] if pd[0] * p.gpus + pd[1] * d.gpus <= g else []
-    rp, rd = search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1]
-    best: tuple[float, int, tuple[int, int]] | None = None
-    for np_ in range(1, (g - d.gpus) // p.gpus + 1):
-        nd = (g - np_ * p.gpus) // d.gpus
-        while nd > 1 and min(np_ * rp, (nd - 1) * rd) >= min(np_ * rp, nd * rd):  # decode beyond prefill's rate
-            nd -= 1
-        score = (min(np_ * rp, nd * rd), -(np_ * p.gpus + nd * d.gpus), (np_, nd))
-        if best is None or score[:2] > best[:2]:
-            best = score
-    return [best[2]] if best else []
+        return ([pd], 1) if pd[0] * p.gpus + pd[1] * d.gpus <= g else ([], 1)
+    best, weighed = best_split(g, p.gpus, d.gpus, search.prefill_served(p, cp)[1], search.decode_served(d, cd)[1])
+    return ([best] if best else []), weighed
 
 
 def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int], transfer: KvTransfer,
@@ -273,15 +291,27 @@ def _price(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int]
     return Candidate(p, d, ratio, transfer, _served(search, p, d, ratio, cp, cd, transfer.exposed_ms, steady), miss)
 
 
+def _slowest(search: _Search, option: RoleOption, workers: Sequence[Worker]) -> RoleOption:
+    """The role priced on its slowest worker's GPUs (the others wait for nothing, but the deployment's figures
+    are those of the workers that lag): by a prompt's prefill for prefill workers, a step of one for decode."""
+    priced = [search.priced(option.layout, w.gpus, w.nodes) or option for w in {w.gpus: w for w in workers}.values()]
+    if workers[0].role == "prefill":
+        return max(priced, key=lambda o: o.steps.prefill_ms(1))
+    return max(priced, key=lambda o: o.steps.step_ms(1))
+
+
 def _placed(search: _Search, candidate: Candidate) -> tuple[Candidate, tuple[Worker, ...]]:
-    """The candidate on its real GPUs, its transfer re-priced between the slowest prefill-decode pair."""
+    """The candidate on its real GPUs: each role priced on its slowest worker's GPUs, the transfer re-priced
+    between the slowest prefill-decode pair."""
     p, d = candidate.prefill, candidate.decode
     workers = search.placer.place(RolePlan("prefill", p.layout, candidate.ratio[0]),
                                   RolePlan("decode", d.layout, candidate.ratio[1]))
-    pairs = {(s.node == t.node, s.gpus, t.gpus): (s, t) for s in workers if s.role == "prefill"
-             for t in workers if t.role == "decode"}
+    prefill = [w for w in workers if w.role == "prefill"]
+    decode = [w for w in workers if w.role == "decode"]
+    pairs = {(s.node == t.node, s.gpus, t.gpus): (s, t) for s in prefill for t in decode}
     transfer = max((search.transfer(s, t) for s, t in pairs.values()), key=lambda t: t.ms)
-    return _price(search, p, d, candidate.ratio, transfer, steady=True), workers
+    return _price(search, _slowest(search, p, prefill), _slowest(search, d, decode), candidate.ratio, transfer,
+                  steady=True), workers
 
 
 def _aggregated(plan: Plan) -> Aggregated | None:
@@ -317,7 +347,7 @@ def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[st
              f"{c.served.decode_concurrency}; the deployment {c.served.output_tokens_per_s / search.gen:.2f} "
              f"requests/s on {search.gpus} GPUs"]
     for w in workers:
-        nics = sorted({r.nic_name or r.nic for r in w.routes if r.nic})
+        nics = list(dict.fromkeys(r.nic_name or r.nic for r in w.routes if r.nic))  # in GPU order, once each
         notes.append(f"{w.name} on node {w.node}{f'-{w.node + w.nodes - 1}' if w.nodes > 1 else ''}: "
                      f"{','.join(w.gpus)}, NUMA {','.join(map(str, w.numa_nodes)) or '?'}, KV via "
                      f"{','.join(nics) or 'no NIC'}")
@@ -340,8 +370,8 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     pricer = LinkPricer(plan.topology, cal, plan.device.nic_gbps, plan.device.nvlink_domain_gpus, engine.allreduce)
     costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
     gpus = len(plan.topology.gpus) * plan.nodes
-    search = _Search(plan, plan.serving, pricer, connector, gpus)
-    options = _options(search, costs, request)
+    search = _Search(plan, plan.serving, pricer, costs, connector, gpus)
+    options = _options(search, request)
     search.steps.update((o.layout, o.steps) for o in options)
     first: list[Candidate] = []
     searched = 0
@@ -352,9 +382,9 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
                 continue
             transfer = _representative(search, p, d, plan.nodes > 1)
             cp, cd, _ = _concurrencies(search, p, d, transfer.exposed_ms)
-            for ratio in _ratios(search, p, d, pd, cp, cd):
-                searched += 1
-                first.append(_price(search, p, d, ratio, transfer))
+            ratios, weighed = _ratios(search, p, d, pd, cp, cd)
+            searched += weighed
+            first.extend(_price(search, p, d, ratio, transfer) for ratio in ratios)
     if not first:
         smallest = min(o.gpus for o in options)
         want = f"--pd {pd[0]}:{pd[1]} needs at least {pd[0] * smallest + pd[1] * smallest}" if pd else \
@@ -380,8 +410,11 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     limits_note = () if plan.limits.bounded else (
         "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
         "set a limit to bound TPOT",)
+    far = route_warnings(workers)  # matters where the KV cache leaves the node; on one node, a note
+    crossing = len({w.node for w in workers}) > 1
     chosen = DisaggPlan(best.prefill.layout, best.decode.layout, workers, best.transfer, best.served,
-                        _notes(search, best, workers), (*plan.warnings, *limits_note, *route_warnings(workers)))
+                        (*_notes(search, best, workers), *(() if crossing else far)),
+                        (*plan.warnings, *limits_note, *(far if crossing else ())))
     return DisaggResult(chosen, tuple(c for c, _ in placed), searched, agg, verdict, pays, plan, connector,
                         best.slo_miss)
 
@@ -405,58 +438,11 @@ class DisaggRequest:
         """From `--pd P:D` (None: searched)."""
         if pd is None:
             return cls(None, connector)
-        first, colon, second = pd.partition(":")
-        if len(pd) > 16 or not colon or not first.strip().isdigit() or not second.strip().isdigit():
+        match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
+        if match is None:
             raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
-        return cls((int(first), int(second)), connector)
+        return cls((int(match.group(1)), int(match.group(2))), connector)
 
     def record(self) -> dict[str, Any]:
         """As a saved plan's request records it."""
         return {"pd": list(self.pd) if self.pd else None, "connector": self.connector}
-
-
-def worker_json(w: Worker) -> dict[str, Any]:
-    return {"role": w.role, "index": w.index, "name": w.name, "node": w.node, "nodes": w.nodes,
-            "layout": {"tp": w.layout.tp, "pp": w.layout.pp, "dp": w.layout.dp, "ep": w.layout.ep},
-            "gpus": list(w.gpus), "cpus": list(w.cpus), "numa_nodes": list(w.numa_nodes),
-            "routes": [{"gpu": r.gpu, "nic": r.nic, "nic_name": r.nic_name, "link": r.link} for r in w.routes]}
-
-
-def disagg_plan_json(plan: DisaggPlan) -> dict[str, Any]:
-    """One disaggregated deployment: ratio, workers, transfer, served figures, notes and warnings."""
-    t, s = plan.transfer, plan.served
-    return {
-        "ratio": {"prefill": plan.ratio[0], "decode": plan.ratio[1]},
-        "prefill_layout": str(plan.prefill), "decode_layout": str(plan.decode),
-        "workers": [worker_json(w) for w in plan.workers],
-        "transfer": {"bytes_per_request": t.bytes_per_request, "path": t.path, "gbps": round(t.gbps, 3),
-                     "ms": round(t.ms, 4), "exposed_ms": round(t.exposed_ms, 4), "connector": t.connector},
-        "served": {"ttft_ms": round(s.ttft_ms, 3), "tpot_ms": round(s.tpot_ms, 4),
-                   "output_tokens_per_s": round(s.output_tokens_per_s, 2),
-                   "output_tokens_per_s_per_gpu": round(s.output_tokens_per_s_per_gpu, 3),
-                   "prefill_concurrency": s.prefill_concurrency, "decode_concurrency": s.decode_concurrency},
-        "notes": list(plan.notes), "warnings": list(plan.warnings),
-    }
-
-
-def disagg_json(result: DisaggResult) -> dict[str, Any]:
-    """The `--json` `disagg` object: the chosen deployment, the aggregated comparison and the verdict, the
-    search's size and the other placed candidates."""
-    agg = result.aggregated
-    return {
-        **disagg_plan_json(result.chosen),
-        **({"slo_miss": result.slo_miss} if result.slo_miss else {}),
-        "aggregated": None if agg is None else {
-            "layout": str(agg.layout), "nodes": agg.nodes, "ttft_ms": round(agg.ttft_ms, 3),
-            "tpot_ms": round(agg.tpot_ms, 4), "concurrency_per_replica": agg.concurrency,
-            "output_tokens_per_s_per_gpu": round(agg.output_tokens_per_s_per_gpu, 3),
-            **({"slo_miss": agg.slo_miss} if agg.slo_miss else {})},
-        "verdict": result.verdict, "pays": result.pays, "searched": result.searched,
-        "candidates": [{"prefill_layout": str(c.prefill.layout), "decode_layout": str(c.decode.layout),
-                        "ratio": list(c.ratio), "ttft_ms": round(c.served.ttft_ms, 3),
-                        "tpot_ms": round(c.served.tpot_ms, 4),
-                        "output_tokens_per_s_per_gpu": round(c.served.output_tokens_per_s_per_gpu, 3),
-                        **({"slo_miss": c.slo_miss} if c.slo_miss else {})} for c in result.candidates],
-    }
-
-

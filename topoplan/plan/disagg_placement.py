@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from topoplan.errors import TopoplanError
-from topoplan.launch.binding import cpu_source
 from topoplan.layout import Layout
 from topoplan.plan.disagg_types import KvRoute, Worker
 from topoplan.plan.kv_transfer import kv_routes
@@ -158,8 +157,8 @@ class WorkerPlacer:
 
     def _worker(self, role: RolePlan, index: int, node: int, order: Sequence[str], span: int) -> Worker:
         gpus = [self.topology.gpu(g) for g in order]
-        sources = [cpu_source(g, self.topology, None) for g in gpus]
-        cpus = sorted({c for s in sources for c in s.cpus or ()})
+        cpus = sorted({c for g in gpus for c in g.cpus or ()})  # the affinity the topology lists (launch's
+        # binding fills an empty one from the NUMA node's CPUs where it can: topoplan.launch.binding.cpu_source)
         numa = sorted({g.numa_node for g in gpus if g.numa_node is not None})
         return Worker(role.role, index, node, role.layout, tuple(order), tuple(cpus), tuple(numa),
                       tuple(self.routes[g] for g in order), span)

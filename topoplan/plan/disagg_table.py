@@ -21,16 +21,17 @@ def disagg_table(result: DisaggResult) -> RenderableType:
              f"{base.device.name}: {p} prefill ({layout_label(plan.prefill)}) : {d} decode "
              f"({layout_label(plan.decode)}), prompt {w.prompt_len}, generate {w.gen_len}, {base.engine}")
     workers = Table(title=inert(title), title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("worker", "layout", "node", "GPUs", "CPUs", "NUMA", "KV NICs"):
-        workers.add_column(name, overflow="fold")
+    for name in ("worker", "layout", "node", "GPUs", "CPUs", "NUMA", "KV NICs (GPU order), path"):
+        workers.add_column(name, overflow="fold", no_wrap=name in ("worker", "layout", "node", "NUMA"))
     for worker in plan.workers:
         nodes = f"{worker.node}" + (f"-{worker.node + worker.nodes - 1}" if worker.nodes > 1 else "")
-        nics = ", ".join(f"{r.gpu.removeprefix('GPU')}>{r.nic_name or r.nic} {r.link}" if r.nic else
-                         f"{r.gpu.removeprefix('GPU')}>none" for r in worker.routes)
-        workers.add_row(worker.name, layout_label(worker.layout), nodes,
-                        ",".join(g.removeprefix("GPU") for g in worker.gpus),
-                        compact_cpus(worker.cpus),
-                        ",".join(map(str, worker.numa_nodes)) or "?", inert(nics))
+        nics = " ".join(r.nic_name or r.nic or "none" for r in worker.routes)
+        links = "/".join(sorted({r.link for r in worker.routes if r.link}))
+        label = f"tp{worker.layout.tp} pp{worker.layout.pp}" + (f" ep{worker.layout.ep}" if worker.layout.ep > 1
+                                                                else "")
+        workers.add_row(worker.name, label, nodes, ",".join(g.removeprefix("GPU") for g in worker.gpus),
+                        compact_cpus(worker.cpus), ",".join(map(str, worker.numa_nodes)) or "?",
+                        inert(f"{nics} ({links})" if links else nics))
     t = plan.transfer
     transfer = Text(f"KV transfer: {t.bytes_per_request / 2**20:.1f} MiB a request over {t.path}: {t.ms:.2f} ms, "
                     f"{t.exposed_ms:.2f} ms in the TTFT ({t.connector} connector)")

@@ -57,6 +57,11 @@ def kv_routes(topology: Topology) -> dict[str, KvRoute]:
     return routes
 
 
+def kv_route(topology: Topology, gpu_id: str) -> KvRoute:
+    """One GPU's route (kv_routes)."""
+    return kv_routes(topology)[gpu_id]
+
+
 @dataclass(frozen=True)
 class _Slice:
     """One decode GPU's share of the cache and the hops it crosses, each with the slices sharing it."""
@@ -132,4 +137,5 @@ def price_transfer(pricer: LinkPricer, model: ModelSpec, prompt_tokens: int, kv_
     moving_s = max(slowest.us - sum(hop.alpha_us for hop, _ in slowest.hops), 1e-3) / 1e6
     path = f"{slowest.describe()} at {slowest.gbps:.1f} GB/s, {len(slices)} slice(s) at once"
     exposed = ms if connector == "whole" else max(0.0, ms - prefill_ms) + ms / model.layers
-    return KvTransfer(total, path, per_gpu * len(slices) / moving_s / 1e9, ms, exposed, connector)
+    # every decode GPU receives its slice at once (a worker spanning nodes: each node's slices on its own NICs)
+    return KvTransfer(total, path, per_gpu * dst.layout.world / moving_s / 1e9, ms, exposed, connector)

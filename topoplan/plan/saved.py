@@ -19,6 +19,7 @@ from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
 from topoplan.limits import read_capped
 from topoplan.plan.cost import Workload
+from topoplan.plan.disagg import DisaggRequest, DisaggResult, disagg_for
 from topoplan.plan.frontend import PlanRequest, plan_for
 from topoplan.plan.rank import Limits, Plan, RankedLayout
 
@@ -35,9 +36,10 @@ def _digest(path: str) -> str | None:
     return hashlib.sha256(read_capped(file)).hexdigest()
 
 
-def request_record(request: PlanRequest) -> dict[str, Any]:
-    """The request as JSON, with topoplan's version and the digest of each file it read."""
-    record: dict[str, Any] = {}
+def request_record(request: PlanRequest, disagg: DisaggRequest | None = None) -> dict[str, Any]:
+    """The request as JSON, with topoplan's version and the digest of each file it read; with `disagg` (a
+    `plan --disagg`), its P:D and connector under `disagg`."""
+    record: dict[str, Any] = {} if disagg is None else {"disagg": disagg.record()}
     for f in fields(request):
         value = getattr(request, f.name)
         record[f.name] = str(value) if f.name == "engine" else asdict(value) if f.name in ("workload", "limits") \
@@ -104,15 +106,29 @@ def load_plan(path: str, rank: int) -> SavedRow:
     return SavedRow(request, plan, row)
 
 
-def load_disagg_request(path: str) -> tuple[PlanRequest, dict[str, Any], dict[str, Any]]:
-    """A disaggregated plan saved by `plan --disagg -o FILE`: its request, its `disagg` record (pd, connector) and
-    the saved `disagg` object (the chosen deployment), checked fresh (topoplan's version, the files it read)."""
+def load_disagg(path: str) -> tuple[PlanRequest, DisaggResult]:
+    """The disaggregated deployment saved by `plan --disagg -o FILE`, planned again from its record and checked
+    against it (the same P:D and worker layouts), with the request that priced it."""
     document = read_json(path, "a plan from `topoplan plan --disagg -o FILE`")
     record = document.get(RECORD_KEY) if isinstance(document, dict) else None
     request = _request(record, path)
     _check_fresh(record, path)  # type: ignore[arg-type]
     asked, saved = record.get("disagg"), document.get("disagg")  # type: ignore[union-attr]
     if not isinstance(asked, dict) or not isinstance(saved, dict):
-        raise TopoplanError("no `disagg` plan in it: launch --disagg --plan FILE takes a plan saved by `topoplan plan "
-                            "--disagg -o FILE`", source=path)
-    return request, asked, saved
+        raise TopoplanError("no `disagg` record: not a plan written by `topoplan plan --disagg -o FILE`", source=path)
+    pd = asked.get("pd")
+    try:
+        disagg = DisaggRequest(tuple(pd) if isinstance(pd, list) else None,  # type: ignore[arg-type]
+                               asked.get("connector", DisaggRequest().connector))
+    except TypeError as error:
+        raise TopoplanError(f"`disagg` does not describe a disaggregated request ({error})", source=path) from None
+    result = disagg_for(request, disagg.pd, disagg.connector)
+    chosen = result.chosen
+    now = {"prefill": chosen.ratio[0], "decode": chosen.ratio[1], "prefill_layout": str(chosen.prefill),
+           "decode_layout": str(chosen.decode)}
+    then = {**(saved.get("ratio") or {}), "prefill_layout": saved.get("prefill_layout"),
+            "decode_layout": saved.get("decode_layout")}
+    if now != then:
+        raise TopoplanError(f"stale plan: the deployment is now {now}, the file says {then}; run `topoplan plan "
+                            "--disagg ... -o FILE` again", source=path)
+    return request, result

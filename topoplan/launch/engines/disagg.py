@@ -273,23 +273,10 @@ def saved_disagg_launch(path: str, options: ServeOptions, hosts: tuple[str, ...]
                         launcher: LauncherOptions = LauncherOptions()) -> DisaggLaunch:
     """`launch --disagg --plan FILE`: the deployment `plan --disagg -o FILE` chose, planned again from the request
     the file records (every option that priced it: workload, limits, engine, topology) and refused when it no
-    longer matches the file (topoplan.plan.saved)."""
-    from topoplan.plan.disagg import DisaggRequest, disagg_for
-    from topoplan.plan.saved import load_disagg_request
+    longer matches the file (topoplan.plan.saved.load_disagg)."""
+    from topoplan.plan.saved import load_disagg
 
-    request, asked, saved = load_disagg_request(path)
+    request, result = load_disagg(path)
     check_disagg_engine(request.engine)
-    pd = asked.get("pd")
-    ask = DisaggRequest(tuple(pd) if isinstance(pd, list) and len(pd) == 2 else None,  # type: ignore[arg-type]
-                        str(asked.get("connector")))
-    result = disagg_for(request, ask.pd, ask.connector)
-    chosen = result.chosen
-    now = {"ratio": {"prefill": chosen.ratio[0], "decode": chosen.ratio[1]}, "prefill_layout": str(chosen.prefill),
-           "decode_layout": str(chosen.decode), "gpus": [list(w.gpus) for w in chosen.workers]}
-    then = {**{k: saved.get(k) for k in ("ratio", "prefill_layout", "decode_layout")},
-            "gpus": [w.get("gpus") for w in saved.get("workers") or () if isinstance(w, dict)]}
-    if now != then:
-        raise TopoplanError(f"stale plan: it now chooses {now['ratio']['prefill']}P:{now['ratio']['decode']}D "
-                            f"({now['prefill_layout']} / {now['decode_layout']}), the file another deployment; run "
-                            "`topoplan plan --disagg ... -o FILE` again", source=path)
-    return disagg_launch(chosen, result.plan.topology, request.engine, options, hosts, launcher, role_settings(result))
+    return disagg_launch(result.chosen, result.plan.topology, request.engine, options, hosts, launcher,
+                         role_settings(result))

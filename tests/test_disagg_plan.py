@@ -1,0 +1,280 @@
+"""`plan --disagg`: KV bytes and transfer prices by hand, prefill and decode on disjoint GPUs, every GPU's KV route
+through its nearest NIC as the fixture text lists it, --pd honoured, and bad requests -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_table_width import check
+from typer.testing import CliRunner
+
+from topoplan.cli import app
+from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
+from topoplan.machine import load_topology
+from topoplan.models import find_model
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.collectives import LinkPricer
+from topoplan.plan.disagg import DisaggRequest, best_split, disagg_for
+from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
+from topoplan.plan.frontend import PlanRequest
+from topoplan.plan.kv_transfer import kv_bytes_per_request, kv_routes, price_transfer
+from topoplan.plan.saved import load_disagg
+
+H200 = "fixtures/topo/41_h200-8gpu-nv18-10nic-container-cpuset-empty-affinity.txt"
+DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
+OCI_A100 = "fixtures/topo/26_oci-bm-gpu4-a100-8gpu-nv12-18nic-nps4.txt"
+H100_NVL_2NIC = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
+AZURE_NO_NIC = "fixtures/topo/18_azure-nc96ads-a100v4-4gpu-nv12-pairs-4numa.txt"
+
+# Each GPU's nearest NIC, read off the fixture text by hand (the NIC columns of the GPU rows, NIC legend names).
+# Fixture 41: one PIX NIC per GPU. Fixture 00: each GPU pair sits behind a switch with two NICs (PXB), the pair
+# takes them in turn. Fixture 26: each GPU pair has four PXB NICs (GPU0/1: NIC5-8, GPU2/3: NIC1-4,
+# GPU4/5: NIC14-17, GPU6/7: NIC9-12), the pair takes the first two in turn.
+NEAREST = {
+    H200: {f"GPU{i}": (f"mlx5_{i}", "PIX") for i in range(8)},
+    DGX_A100: {f"GPU{i}": (f"mlx5_{i}", "PXB") for i in range(8)},
+    OCI_A100: {"GPU0": ("mlx5_5", "PXB"), "GPU1": ("mlx5_6", "PXB"), "GPU2": ("mlx5_1", "PXB"),
+               "GPU3": ("mlx5_2", "PXB"), "GPU4": ("mlx5_14", "PXB"), "GPU5": ("mlx5_15", "PXB"),
+               "GPU6": ("mlx5_9", "PXB"), "GPU7": ("mlx5_10", "PXB")},
+}
+# The NICs tied nearest to each GPU, from the same text: the route must be one of them.
+TIES = {
+    DGX_A100: {f"GPU{i}": {f"mlx5_{i - i % 2}", f"mlx5_{i - i % 2 + 1}"} for i in range(8)},
+    OCI_A100: {**dict.fromkeys(("GPU0", "GPU1"), {f"mlx5_{n}" for n in range(5, 9)}),
+               **dict.fromkeys(("GPU2", "GPU3"), {f"mlx5_{n}" for n in range(1, 5)}),
+               **dict.fromkeys(("GPU4", "GPU5"), {f"mlx5_{n}" for n in range(14, 18)}),
+               **dict.fromkeys(("GPU6", "GPU7"), {f"mlx5_{n}" for n in range(9, 13)})},
+}
+LLAMA70_KV_PER_TOKEN = 80 * 8 * 128 * 2 * 2  # layers x KV heads x head dim x (K, V) x bf16 bytes
+DSV3_KV_PER_TOKEN = 61 * (512 + 64) * 2  # layers x (kv_lora_rank + qk_rope_head_dim) x bf16 bytes: MLA's latent
+
+
+def topoplan(*args: str) -> subprocess.CompletedProcess:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def disagg_json(*args: str) -> dict:
+    run = topoplan("plan", "--disagg", "--json", *args)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def slots(workers: list[dict]) -> list[tuple[int, str]]:
+    """(node, GPU) of every GPU every worker holds (a worker spanning nodes holds its GPUs on each)."""
+    return [(w["node"] + n, g) for w in workers for n in range(w["nodes"]) for g in w["gpus"]]
+
+
+def test_kv_bytes_by_hand():
+    assert kv_bytes_per_request(find_model("70b"), 2048, "bf16") == LLAMA70_KV_PER_TOKEN * 2048 == 671_088_640
+    assert kv_bytes_per_request(find_model("70b"), 1000, "fp8") == LLAMA70_KV_PER_TOKEN // 2 * 1000
+    assert kv_bytes_per_request(find_model("DeepSeek-V3"), 4096, "bf16") == DSV3_KV_PER_TOKEN * 4096
+
+
+@pytest.mark.parametrize("fixture, gpu", [(H200, "h200"), (DGX_A100, "a100-80gb"), (OCI_A100, "a100-80gb")])
+def test_llama70b_one_node_disjoint_gpus_and_nearest_nics(fixture, gpu):
+    out = disagg_json("-m", "70b", "--topo", fixture, "--gpu", gpu, "--engine", "sglang", "--prompt-len", "2048",
+                      "--gen-len", "256", "--max-ttft-ms", "2000", "--max-tpot-ms", "50")
+    d = out["disagg"]
+    workers = d["workers"]
+    prefill = {g for w in workers if w["role"] == "prefill" for g in slots([w])}
+    decode = {g for w in workers if w["role"] == "decode" for g in slots([w])}
+    assert prefill and decode and not prefill & decode  # P and D share no GPU
+    used = slots(workers)
+    assert len(used) == len(set(used)) <= 8  # no GPU given twice, within the node
+    assert [w["role"] for w in workers].count("prefill") == d["ratio"]["prefill"]
+    assert [w["role"] for w in workers].count("decode") == d["ratio"]["decode"]
+    for w in workers:
+        assert [r["gpu"] for r in w["routes"]] == w["gpus"]
+        for r in w["routes"]:
+            assert (r["nic_name"], r["link"]) == NEAREST[fixture][r["gpu"]]
+            assert r["nic_name"] in TIES.get(fixture, {r["gpu"]: {r["nic_name"]}})[r["gpu"]]
+        assert w["layout"]["tp"] * w["layout"]["pp"] == len(w["gpus"])
+    assert d["transfer"]["bytes_per_request"] == LLAMA70_KV_PER_TOKEN * 2048
+    assert d["transfer"]["path"].startswith("NV")  # one node: the KV cache crosses NVLink, not a NIC
+    served = d["served"]
+    assert served["ttft_ms"] <= 2000 and served["tpot_ms"] <= 50 and "slo_miss" not in d
+    assert served["output_tokens_per_s_per_gpu"] * 8 == pytest.approx(served["output_tokens_per_s"], rel=1e-4)
+    agg = d["aggregated"]
+    assert d["pays"] == (served["output_tokens_per_s_per_gpu"] > agg["output_tokens_per_s_per_gpu"])
+    assert ("does not pay" in d["verdict"]) == (not d["pays"])
+
+
+def test_prefill_and_decode_use_disjoint_nics_on_a_two_socket_box():
+    """Fixture 41: GPU0-3 on socket 0 with mlx5_0-3, GPU4-7 on socket 1 with mlx5_4-7. With --pd 1:1 at TP4 the
+    two workers take one socket each, so their KV NIC sets are disjoint and each is bound to its own NUMA node."""
+    d = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "1:1", "--tp", "4")["disagg"]
+    p, dec = d["workers"]
+    assert (p["role"], dec["role"]) == ("prefill", "decode")
+    assert {p["numa_nodes"][0], dec["numa_nodes"][0]} == {0, 1} and len(p["numa_nodes"]) == len(dec["numa_nodes"]) == 1
+    assert not {r["nic_name"] for r in p["routes"]} & {r["nic_name"] for r in dec["routes"]}
+    socket0 = next(w for w in (p, dec) if w["numa_nodes"] == [0])
+    assert socket0["gpus"] == ["GPU0", "GPU1", "GPU2", "GPU3"] and socket0["cpus"] == [0, 2, 4, 6, 8, 10]
+    socket1 = next(w for w in (p, dec) if w["numa_nodes"] == [1])
+    assert socket1["cpus"] == []  # the fixture lists no CPU affinity for GPU4-7 (an empty container cpuset)
+
+
+def test_pd_is_honoured_and_saved(tmp_path):
+    saved = tmp_path / "plan.json"
+    out = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "2:1", "-o", str(saved))
+    d = out["disagg"]
+    assert d["ratio"] == {"prefill": 2, "decode": 1}
+    assert [w["name"] for w in d["workers"]] == ["prefill0", "prefill1", "decode0"]
+    record = json.loads(saved.read_text())["request"]
+    assert record["disagg"] == {"pd": [2, 1], "connector": "whole"} and record["model"] == "70b"
+    request, result = load_disagg(str(saved))  # what `launch --disagg --plan FILE` reads
+    assert request.model == "70b" and result.chosen.ratio == (2, 1)
+    assert [w.gpus for w in result.chosen.workers] == [tuple(w["gpus"]) for w in d["workers"]]
+    document = json.loads(saved.read_text())
+    document["disagg"]["decode_layout"] = "tp=8,pp=1,dp=1"
+    saved.write_text(json.dumps(document))
+    with pytest.raises(TopoplanError, match="stale plan: the deployment is now"):
+        load_disagg(str(saved))
+    plain = tmp_path / "plain.json"
+    assert topoplan("plan", "-m", "70b", "--topo", H200, "--gpu", "h200", "-o", str(plain)).returncode == 0
+    with pytest.raises(TopoplanError, match="no `disagg` record"):
+        load_disagg(str(plain))
+
+
+def test_two_nodes_price_the_transfer_over_the_nics():
+    """TP8 prefill on node 0, TP8 decode on node 1: each decode GPU receives its KV slice (one KV head of 8:
+    1/8 of the cache) through GPU -> PIX -> mlx5_i -> network -> mlx5_i -> PIX -> GPU. The slowest hop is the
+    H200's PCIe Gen5 x16 (48 GB/s x 0.8 bus efficiency = 38.4 GB/s) against the NIC's 50 x 0.8 = 40;
+    latencies PIX 5 + NET 8 + PIX 5 us."""
+    d = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--nodes", "2", "--pd", "1:1", "--tp", "8",
+                    "--prompt-len", "2048")["disagg"]
+    p, dec = d["workers"]
+    assert (p["node"], dec["node"]) == (0, 1)
+    t = d["transfer"]
+    per_gpu = LLAMA70_KV_PER_TOKEN // 8 * 2048
+    assert t["ms"] == pytest.approx(per_gpu / 38.4e9 * 1e3 + 0.018, rel=1e-3)
+    assert t["exposed_ms"] == t["ms"] and t["connector"] == "whole"
+    assert "PIX hop" in t["path"] and "mlx5_" in t["path"] and "8 slice(s)" in t["path"]
+
+
+def test_deepseek_v3_two_nodes_moves_the_mla_latent():
+    d = disagg_json("-m", "DeepSeek-V3", "--dtype", "fp8", "--topo", H200, "--gpu", "h200", "--nodes", "2",
+                    "--engine", "sglang", "--prompt-len", "4096", "--gen-len", "512", "--max-ttft-ms", "3000",
+                    "--max-tpot-ms", "60")["disagg"]
+    assert d["transfer"]["bytes_per_request"] == DSV3_KV_PER_TOKEN * 4096
+    workers = d["workers"]
+    used = slots(workers)
+    assert len(used) == len(set(used))
+    assert not {s for w in workers if w["role"] == "prefill" for s in slots([w])} & \
+        {s for w in workers if w["role"] == "decode" for s in slots([w])}
+    for w in workers:
+        for r in w["routes"]:
+            assert (r["nic_name"], r["link"]) == NEAREST[H200][r["gpu"]]
+
+
+def test_deepseek_v3_on_four_a100_nodes_spans_workers_over_whole_nodes():
+    """fp8 DeepSeek-V3 (671 GB) does not fit 8 x 80 GB: each worker takes two whole nodes, and the KV cache
+    crosses the network between them."""
+    d = disagg_json("-m", "DeepSeek-V3", "--dtype", "fp8", "--topo", DGX_A100, "--gpu", "a100-80gb", "--nodes", "4",
+                    "--pd", "1:1")["disagg"]
+    p, dec = d["workers"]
+    assert p["nodes"] == dec["nodes"] == 2 and {p["node"], dec["node"]} == {0, 2}
+    assert "mlx5_" in d["transfer"]["path"]
+    for r in p["routes"] + dec["routes"]:
+        assert (r["nic_name"], r["link"]) == NEAREST[DGX_A100][r["gpu"]]
+
+
+@pytest.mark.parametrize("args, missing", [
+    (("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "4:1"), "--pd 4:1 needs at least 10 GPUs"),
+    (("-m", "DeepSeek-V3", "--dtype", "fp8", "--topo", H200, "--gpu", "h200"), "need at least 12 GPUs"),
+    (("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "2:x"), "expected P:D"),
+    (("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "0:2"), "at least one prefill and one decode"),
+    (("-m", "70b", "--topo", AZURE_NO_NIC, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "1:1", "--tp", "4"),
+     "no NIC for a cross-node KV transfer"),
+    (("-m", "70b", "--device", "cpu"), "--disagg plans GPU workers"),
+])
+def test_cannot_place_is_one_line_exit_2(args, missing):
+    run = topoplan("plan", "--disagg", *args)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("topoplan: error: ") and missing in lines[0], run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_route_warnings_name_gpus_far_from_their_nic():
+    """Fixture 17: two NICs on socket 0. GPU1 reaches them at PHB and GPU0/2/3 at NODE (no NIC on their PCIe
+    switch); GPU4-7 only at SYS (no NIC on their socket)."""
+    topology = load_topology(H100_NVL_2NIC, gpu="h100-nvl")
+    placer = WorkerPlacer(topology, 1)
+    workers = placer.place(RolePlan("prefill", Layout(4), 1), RolePlan("decode", Layout(4), 1))
+    switch, socket = sorted(route_warnings(workers), key=lambda line: "socket" in line)
+    assert switch.startswith("no NIC on the PCIe switch of ")
+    assert all(f"GPU{i} " in switch for i in range(4)) and "GPU4" not in switch
+    assert socket.startswith("no NIC on the socket of ") and all(f"GPU{i} " in socket for i in range(4, 8))
+    routes = kv_routes(topology)
+    assert [routes[f"GPU{i}"].nic_name for i in range(8)] == ["mlx5_0", "mlx5_1"] * 4  # tied NICs taken in turn
+
+
+def test_per_layer_connector_exposes_only_what_outlasts_the_prefill():
+    topology = load_topology(H200, gpu="h200")
+    pricer = LinkPricer(topology, Calibration(), 50.0)
+    model = find_model("70b")
+    placer = WorkerPlacer(topology, 2)
+    src, dst = placer.place(RolePlan("prefill", Layout(8), 1), RolePlan("decode", Layout(8), 1))
+    whole = price_transfer(pricer, model, 2048, "bf16", src, dst, "whole")
+    short = price_transfer(pricer, model, 2048, "bf16", src, dst, "per-layer", prefill_ms=0.5)
+    long = price_transfer(pricer, model, 2048, "bf16", src, dst, "per-layer", prefill_ms=100.0)
+    assert short.ms == long.ms == whole.ms == whole.exposed_ms
+    assert short.exposed_ms == pytest.approx(whole.ms - 0.5 + whole.ms / 80)
+    assert long.exposed_ms == pytest.approx(whole.ms / 80)  # all but the last layer hidden behind the prefill
+    with pytest.raises(TopoplanError, match="KV connector 'nccl'"):
+        price_transfer(pricer, model, 2048, "bf16", src, dst, "nccl")
+
+
+def test_library_call_matches_the_cli():
+    request = PlanRequest(model="70b", topo=H200, gpu="h200")
+    result = disagg_for(request, (3, 1))
+    assert result.chosen.ratio == (3, 1) and result.searched >= 1
+    assert result.candidates[0].ratio == (3, 1) and result.connector == DisaggRequest().connector == "whole"
+    gpus = [g for w in result.chosen.workers for g in w.gpus]
+    assert len(gpus) == len(set(gpus))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), st.from_regex(r"\A\s*\d{1,8}\s*:\s*\d{1,8}\s*\Z")))
+def test_pd_text_is_counts_or_one_error(text):
+    try:
+        asked = DisaggRequest.parse(text)
+    except TopoplanError as error:
+        assert str(error).startswith("--pd ") and "\n" not in str(error)
+    else:
+        assert asked.pd is not None and min(asked.pd) >= 1 and max(asked.pd) < 10**6
+
+
+@pytest.mark.parametrize("width", (80, 200))
+@pytest.mark.parametrize("args", [
+    ("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang"),
+    ("-m", "70b", "--topo", OCI_A100, "--gpu", "a100-80gb", "--nodes", "2", "--pd", "2:2", "--tp", "4"),
+])
+def test_disagg_table_fits_the_terminal(width, args):
+    result = CliRunner().invoke(app, ["plan", "--disagg", *args], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.stderr
+    check(result.stdout, width)
+    out = result.stdout
+    assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
+    assert "disaggregation" in out and "searched " in out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([8, 16, 24, 64, 128]), st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+       st.sampled_from([1, 2, 3, 4, 6, 8, 16]), st.floats(0.01, 100), st.floats(0.01, 100))
+def test_best_split_is_the_best_of_every_pd(g, gp, gd, rp, rd):
+    """The few P:D weighed around the meeting point serve as many requests as the best of every (P, D)."""
+    best, weighed = best_split(g, gp, gd, rp, rd)
+    every = [(p, d) for p in range(1, g // gp + 1) for d in range(1, (g - p * gp) // gd + 1)]
+    if not every:
+        assert best is None
+        return
+    most = max(min(p * rp, d * rd) for p, d in every)
+    assert best is not None and best[0] * gp + best[1] * gd <= g and weighed <= 12
+    assert min(best[0] * rp, best[1] * rd) == pytest.approx(most, rel=1e-12)
