@@ -193,6 +193,9 @@ def test_two_nodes_sbatch_reads_every_node_address_and_runs_one_task_per_node() 
     assert 'export TOPOPLAN_NODE1_ADDR=$(scontrol show node -o "${topoplan_hosts[1]}"' in sbatch
     assert "TOPOPLAN_NODE=\"$SLURM_NODEID\"" in sbatch and "TOPOPLAN_IFNAME" in sbatch
     assert subprocess.run(["bash", "-n"], input=sbatch, text=True).returncode == 0
+    srun = render_disagg(served, "srun")
+    assert "#SBATCH" not in srun and "salloc --nodes=2 --exclusive --mem=0 bash SCRIPT" in srun
+    assert srun.split("set -euo pipefail", 1)[1] == sbatch.split("set -euo pipefail", 1)[1]  # the same step
     shell = render_disagg(served, "shell")
     assert '--prefill http://"$TOPOPLAN_NODE0_ADDR":8001 8998' in shell
     assert ': "${TOPOPLAN_NODE1_ADDR:?set TOPOPLAN_NODE1_ADDR' in shell
@@ -219,7 +222,7 @@ def test_refused_engines_and_formats() -> None:
     with pytest.raises(TopoplanError, match="sglang and vllm only"):
         disagg_launch(hand_plan(H200, H200_1P1D), load_topology(str(H200)), resolve("trtllm"),
                       ServeOptions(checkpoint="/m"))
-    with pytest.raises(TopoplanError, match="expected one of shell, sbatch, json, lws"):
+    with pytest.raises(TopoplanError, match="expected one of shell, srun, sbatch, json, lws"):
         render_disagg(launch("sglang", H200, H200_1P1D), "torchrun")
 
 

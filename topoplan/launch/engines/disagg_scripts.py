@@ -8,7 +8,8 @@ then waits until every worker of every node answers GET /health, starts the rout
 The script stays in the foreground: Ctrl-C or TERM ends every server's whole group (TERM, then KILL after a grace
 period), and when any server exits the script ends the others and exits with that server's status.
 
-`--format sbatch`: the same script, run by one Slurm task per node (`srun --ntasks-per-node=1`) with TOPOPLAN_NODE
+`--format sbatch` (and `srun`, the same step to run inside an allocation): the same script, run by one Slurm task
+per node (`srun --ntasks-per-node=1`) with TOPOPLAN_NODE
 from SLURM_NODEID and every node's address read from the allocation; the batch script waits for the router's health
 endpoint (topoplan.launch.engines.health) and prints its URL.
 """
@@ -23,11 +24,11 @@ from topoplan.launch.dispatch import SHEBANG, env_words
 from topoplan.launch.engines.disagg import NODE_ADDR_RE, NODE_ADDR_VAR, NODE_VAR, DisaggLaunch, Process
 from topoplan.launch.engines.health import HEALTH_TIMEOUT_S, POLL_S, probe_words, wait_lines
 from topoplan.launch.engines.scripts import GRACE_S, ifname_guard
-from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines
+from topoplan.launch.render_slurm import WHOLE_NODES, allocation_lines, salloc_hint
 from topoplan.launch.requires import argv_programs, require_lines
 from topoplan.launch.runtime_addr import ALL_INTERFACES, shell_join, shell_word
 
-DISAGG_FORMATS = ("shell", "sbatch", "json", "lws")
+DISAGG_FORMATS = ("shell", "srun", "sbatch", "json", "lws")
 
 
 def _word(word: str) -> str:
@@ -155,27 +156,41 @@ def render_disagg_shell(launch: DisaggLaunch) -> str:
     return "\n".join([SHEBANG, *_header(launch), *body_lines(launch)]) + "\n"
 
 
-def render_disagg_sbatch(launch: DisaggLaunch) -> str:
-    """One task per node runs the shell script's body for its node; node addresses come from the allocation."""
+def _slurm_step(launch: DisaggLaunch, cluster_options: bool) -> list[str]:
+    """From `set -euo pipefail` on: read the allocation (node 0's and every node's address), start one task per node
+    running the shell script's body for its node, wait for the router's health endpoint."""
     nodes = launch.nodes
-    header = [*launch.launcher.slurm_args(job_name=f"topoplan-{launch.engine.name}-disagg"), f"--nodes={nodes}",
-              "--ntasks-per-node=1", f"--gpus-per-node={launch.gpus_per_node}", *WHOLE_NODES]
-    if all(launch.hosts):
-        header.append(f"--nodelist={','.join(launch.hosts)}")  # type: ignore[arg-type]
     script = "\n".join([f'{NODE_VAR}="$SLURM_NODEID"', *body_lines(launch)])
     addresses = [f'export {NODE_ADDR_VAR.format(node=n)}=$(scontrol show node -o "${{topoplan_hosts[{n}]}}" | '
-                 "sed -n 's/.*[[:space:]]NodeAddr=\\([^[:space:]]*\\).*/\\1/p')" for n in range(nodes)] if nodes > 1 \
-        else []
-    srun = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL", "bash", "-c",
-            script, "topoplan-disagg"]
-    return "\n".join([
-        "#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch), "set -euo pipefail",
-        *allocation_lines(nodes), *addresses, *ifname_guard(_words(launch), launch.options.ifname),
-        "# the servers bind their own workers: one task per node runs that node's servers (node 0: and the router)",
-        shlex.join(srun) + " &", "server=$!",
-        "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
-        *wait_lines(f"{launch.engine.name} router", launch.options.host, launch.options.port, launch.url),
-    ]) + "\n"
+                 "sed -n 's/.*[[:space:]]NodeAddr=\\([^[:space:]]*\\).*/\\1/p')" for n in range(nodes)] \
+        if nodes > 1 else []
+    nodelist = [f"--nodelist={','.join(launch.hosts)}"] if all(launch.hosts) else []  # type: ignore[arg-type]
+    srun = ["srun", *(launch.launcher.slurm_args() if cluster_options else []), f"--nodes={nodes}",
+            "--ntasks-per-node=1", "--cpu-bind=none", "--export=ALL", *nodelist, "bash", "-c", script,
+            "topoplan-disagg"]
+    return ["set -euo pipefail", *allocation_lines(nodes), *addresses,
+            *ifname_guard(_words(launch), launch.options.ifname),
+            "# the servers bind their own workers: one task per node runs that node's servers (node 0: and the router)",
+            shlex.join(srun) + " &", "server=$!",
+            "trap 'kill -TERM \"$server\" 2>/dev/null' INT TERM  # srun passes the signal to every task",
+            *wait_lines(f"{launch.engine.name} router", launch.options.host, launch.options.port, launch.url)]
+
+
+def render_disagg_sbatch(launch: DisaggLaunch) -> str:
+    """One task per node runs the shell script's body for its node; node addresses come from the allocation."""
+    header = [*launch.launcher.slurm_args(job_name=f"topoplan-{launch.engine.name}-disagg"),
+              f"--nodes={launch.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={launch.gpus_per_node}",
+              *WHOLE_NODES]
+    if all(launch.hosts):
+        header.append(f"--nodelist={','.join(launch.hosts)}")  # type: ignore[arg-type]
+    return "\n".join(["#!/bin/bash", *(f"#SBATCH {shlex.quote(h)}" for h in header), *_header(launch),
+                      *_slurm_step(launch, cluster_options=False)]) + "\n"
+
+
+def render_disagg_srun(launch: DisaggLaunch) -> str:
+    """The batch script's step, to run inside an allocation of whole nodes (salloc)."""
+    hint = f"# run inside an allocation of whole nodes: {salloc_hint(launch.nodes)} bash SCRIPT"
+    return "\n".join([SHEBANG, *_header(launch), hint, *_slurm_step(launch, cluster_options=True)]) + "\n"
 
 
 def disagg_dict(launch: DisaggLaunch) -> dict:
@@ -199,6 +214,8 @@ def render_disagg(launch: DisaggLaunch, fmt: str) -> str:
         return json.dumps(disagg_dict(launch), indent=2) + "\n"
     if fmt == "sbatch":
         return render_disagg_sbatch(launch)
+    if fmt == "srun":
+        return render_disagg_srun(launch)
     if fmt == "lws":
         from topoplan.launch.engines.disagg_lws import render_disagg_lws
 
