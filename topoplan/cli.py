@@ -252,6 +252,11 @@ class LaunchView:
     preflight: bool = field(default=False, metadata=option(
         "--preflight", help="The script first runs `topoplan doctor --for` on its host and stops with its one line "
         "when the layout is blocked there (docs/doctor.md)."))
+    disagg: bool = field(default=False, metadata=option(
+        "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` and write each prefill and decode worker's "
+        "server and the router (docs/launch-engines.md)."))
+    pd: str | None = field(default=None, metadata=option(
+        "--pd", metavar="P:D", help="With --disagg: the prefill:decode worker counts, e.g. 1:3 (default: searched)."))
 
 
 @commands.command("launch", Unbuilt("topoplan.launch.command:LaunchRequest"), LaunchView,
@@ -269,6 +274,9 @@ def launch(given: dict[str, Any], view: LaunchView) -> None:
     from topoplan.launch.formats import render
 
     fmt = view.format.value
+    if view.disagg or view.pd is not None:
+        launch_disagg(given, view)
+        return
     request = LaunchRequest.from_options(given, fmt=fmt, plan_file=view.plan_file, master_port=view.master_port)
     served = engine_launch_for(request, fmt) if request.serving else None
     spec = served.spec if served is not None else launch_spec(request)
@@ -282,6 +290,63 @@ def launch(given: dict[str, Any], view: LaunchView) -> None:
         explain_engine(served, Console(stderr=True))
     elif view.explain:
         explain_spec(spec, Console(stderr=True))
+    if view.output is not None:
+        write_atomic(view.output, text, executable=view.format not in (LaunchFormat.json, LaunchFormat.lws))
+    else:
+        sys.stdout.write(text)
+
+
+def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
+    """`launch --engine sglang|vllm --disagg [--plan FILE]`: the disaggregated plan's workers and router
+    (topoplan.launch.engines.disagg), written as --format shell, srun, sbatch, json or lws. The options that choose
+    one aggregated layout or bind it otherwise are refused: the disaggregated plan places and binds its workers."""
+    from topoplan.atomic import write_atomic
+    from topoplan.engines import resolve
+    from topoplan.launch.command import parse_hosts
+    from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, ServeOptions
+    from topoplan.launch.engines.disagg import check_disagg_engine, disagg_launch_for, saved_disagg_launch
+    from topoplan.launch.engines.disagg_scripts import render_disagg
+    from topoplan.launch.launcher_options import LauncherOptions
+    from topoplan.launch.runtime_addr import default_serve_host
+    from topoplan.plan.frontend import PlanRequest
+
+    fmt, g = view.format.value, given.get
+    engine = g("engine") or "topoplan"
+    refused = {"--layout": g("layout"), "--rank": g("rank") not in (None, 1),
+               "--device cpu": g("device", "gpu") != "gpu", "--p2p": g("p2p"), "--master-port": view.master_port,
+               "--mem-policy": g("mem_policy", "preferred") != "preferred",
+               "--objective": g("objective", "latency") != "latency", "--prompt": g("prompts") or g("prompt_ids"),
+               "--this-machine": g("this_machine"), "--preflight": view.preflight, "--pod-memory": g("pod_memory"),
+               "--allow-run-as-root": g("allow_run_as_root")}
+    if view.plan_file is not None:  # the file holds what priced it
+        refused.update({"--model": g("model"), "--topo": g("topo"), "--gpu": g("gpu"), "--pd": view.pd,
+                        "--nodes": g("nodes", 1) != 1, "--engine": engine != "topoplan"})
+    else:
+        check_disagg_engine(resolve(engine))
+    clash = [name for name, value in refused.items() if value]
+    if clash:
+        raise TopoplanError(f"--disagg {'--plan FILE ' if view.plan_file else ''}plans and binds its own workers and "
+                            f"does not take {', '.join(clash)}: drop it")
+    if g("checkpoint") is None or (g("model") is None and view.plan_file is None):
+        raise TopoplanError("--disagg needs --checkpoint DIR (what the workers serve) and --model (what the plan "
+                            "prices) or --plan FILE (a plan saved by `plan --disagg -o FILE`)")
+    host = g("host")
+    options = ServeOptions(checkpoint=g("checkpoint"), host=host if host is not None else default_serve_host(
+        fmt, DEFAULT_HOST), port=g("port") or DEFAULT_SERVE_PORT, python=g("engine_python") or "python3",
+        extra_args=tuple(g("command") or ()), ifname=g("ifname"))
+    launcher = LauncherOptions(g("partition"), g("account"), g("time"), g("job_name"), False, g("image"))
+    hosts = parse_hosts(g("hosts"))
+    served = saved_disagg_launch(view.plan_file, options, hosts, launcher) if view.plan_file else \
+        disagg_launch_for(PlanRequest(model=g("model"), topo=g("topo"), gpu=g("gpu"), nodes=g("nodes") or 1,
+                                      engine=resolve(engine)), view.pd, options, hosts, launcher)
+    text = render_disagg(served, fmt)
+    warn(served.plan.warnings)
+    if view.explain:
+        from rich.console import Console
+
+        from topoplan.launch.explain import explain_disagg
+
+        explain_disagg(served, Console(stderr=True))
     if view.output is not None:
         write_atomic(view.output, text, executable=view.format not in (LaunchFormat.json, LaunchFormat.lws))
     else:

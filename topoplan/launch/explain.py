@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from topoplan.cpuset import format_cpu_list
 from topoplan.launch.binding import MEM_POLICIES, describe_cpus
-from topoplan.launch.engines.common import EngineLaunch
+from topoplan.launch.engines.common import EngineLaunch, Option
+from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec
 from topoplan.terminal import emit, inert
+
+if TYPE_CHECKING:
+    from topoplan.launch.engines.disagg import DisaggLaunch
 
 
 def explain(spec: LaunchSpec, console: Console) -> None:
@@ -37,18 +44,30 @@ def explain_engine(launch: EngineLaunch, console: Console) -> None:
     where each rank is placed."""
     out: list[Table | str] = [launch.device_mapping]
     for command in launch.nodes:
-        table = Table(title=f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
-                      title_justify="left")
-        table.add_column("variable / option", overflow="fold")
-        table.add_column("value", overflow="fold")
-        table.add_column("why", overflow="fold", ratio=1)
-        for var in command.env:
-            table.add_row(inert(var.name), inert(var.value), inert(var.reason))
-        for option in command.options:
-            table.add_row(inert(option.words[0]), inert(" ".join(option.words[1:])), inert(option.reason))
-        out.append(table)
+        out.append(_reasons(f"node {command.node}" + (" (serves HTTP)" if command.serves else " (workers only)"),
+                            command.env, command.options))
     for r in launch.spec.ranks:
         cpus = format_cpu_list(r.cpus) if r.cpus is not None else "-"
         out.append(f"rank {r.rank} (tp={r.tp_rank} pp={r.pp_rank} dp={r.dp_rank}): node {r.node}, local rank "
                    f"{r.local_rank} -> {r.gpu}, CPUs {cpus}")
     emit(console, *out, *(f"note: {note}" for note in (*launch.notes, *launch.spec.notes)))
+
+
+def _reasons(title: str, env: Sequence[EnvVar], options: Sequence[Option]) -> Table:
+    """One process's variables and engine options, each with its reason."""
+    table = Table(title=inert(title), title_justify="left")
+    table.add_column("variable / option", overflow="fold")
+    table.add_column("value", overflow="fold")
+    table.add_column("why", overflow="fold", ratio=1)
+    for var in env:
+        table.add_row(inert(var.name), inert(var.value), inert(var.reason))
+    for option in options:
+        table.add_row(inert(option.words[0]), inert(" ".join(option.words[1:])), inert(option.reason))
+    return table
+
+
+def explain_disagg(launch: DisaggLaunch, console: Console) -> None:
+    """A disaggregated launch: per worker and the router, its variables and options with their reasons."""
+    tables = [_reasons(f"{p.name}: node {p.node}" + (f", GPUs {','.join(p.gpus)}" if p.gpus else "") +
+                       f", HTTP {p.port}", p.env, p.options) for p in launch.processes]
+    emit(console, *tables, f"router: {inert(launch.router_label)}", *(f"note: {inert(n)}" for n in launch.notes))

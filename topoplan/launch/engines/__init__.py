@@ -21,6 +21,18 @@ from topoplan.layout import RankGrid
 
 def check_engine(engine: Engine, spec: LaunchSpec) -> None:
     """The engine version must have a command line here (Engine.launcher) and run the layout's parallelisms."""
+    check_release(engine)
+    rules, layout = engine.parallelism, spec.layout
+    for degree, allowed in (("tp", rules.tp), ("pp", rules.pp), ("dp", rules.runs(layout, layout.ep > 1))):
+        if getattr(layout, degree) > 1 and not allowed:
+            raise TopoplanError(f"{engine} does not run {degree} > 1 ({layout})")
+    if not rules.tp_across_nodes and any(len({spec.ranks[r].node for r in group}) > 1
+                                         for group in RankGrid(layout).tp_groups):
+        raise TopoplanError(f"{engine} keeps a TP group on one node; {layout} spreads one over nodes")
+
+
+def check_release(engine: Engine) -> None:
+    """The engine version must be the release whose options launch writes (checked against its parser)."""
     if engine.launcher is None:
         launchable = ", ".join(f"{e} ({e.covers[0]}-{e.covers[1]})" for e in versions(engine.name) if e.launcher)
         raise TopoplanError(f"--engine {engine}: launch writes no command line for {engine.name} "
@@ -32,13 +44,6 @@ def check_engine(engine: Engine, spec: LaunchSpec) -> None:
                             f"{engine.pinned} may lack some it writes (binding, multi-node, DP options): upgrade, or "
                             "pass --engine "
                             f"{engine.name}@{engine.launch_release} (`plan` prices {engine} for {engine.pinned})")
-    rules, layout = engine.parallelism, spec.layout
-    for degree, allowed in (("tp", rules.tp), ("pp", rules.pp), ("dp", rules.runs(layout, layout.ep > 1))):
-        if getattr(layout, degree) > 1 and not allowed:
-            raise TopoplanError(f"{engine} does not run {degree} > 1 ({layout})")
-    if not rules.tp_across_nodes and any(len({spec.ranks[r].node for r in group}) > 1
-                                         for group in RankGrid(layout).tp_groups):
-        raise TopoplanError(f"{engine} keeps a TP group on one node; {layout} spreads one over nodes")
 
 
 def _same_release(asked: str, written: str) -> bool:

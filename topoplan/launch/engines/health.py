@@ -25,20 +25,24 @@ def probe_host(host: str) -> str:
     return HEAD if host in _WILDCARDS else host
 
 
-def wait_lines(engine: str, host: str, port: int, url: str) -> list[str]:
-    """Lines run after `server=$!` (the backgrounded srun): poll until healthy, then print the URL and wait for
-    the server; the script exits with the server's status."""
+def probe_words() -> list[str]:
+    """A command that succeeds when HOST PORT (appended) answer GET /health with 200, within PROBE_S seconds."""
     request = f"GET {HEALTH_PATH} HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n"
     probe = ('exec 3<>"/dev/tcp/$1/$2" && printf ' + shlex.quote(request) + ' "$1" >&3 && read -r status <&3 && '
              '[[ $status == HTTP/*" 200"* ]]')
+    return ["timeout", str(PROBE_S), "bash", "-c", probe, "topoplan-health"]
+
+
+def wait_lines(engine: str, host: str, port: int, url: str) -> list[str]:
+    """Lines run after `server=$!` (the backgrounded srun): poll until healthy, then print the URL and wait for
+    the server; the script exits with the server's status."""
     timeout = f"${{TOPOPLAN_HEALTH_TIMEOUT:-{HEALTH_TIMEOUT_S}}}"
     health_url = shell_word(url + HEALTH_PATH)
     return [
         f"# wait for GET {HEALTH_PATH} to answer 200 (at most TOPOPLAN_HEALTH_TIMEOUT s, default {HEALTH_TIMEOUT_S}: "
         "a large checkpoint loads for minutes), then print the URL",
         "topoplan_healthy() {",
-        "  " + shell_join(["timeout", str(PROBE_S), "bash", "-c", probe, "topoplan-health", probe_host(host),
-                           str(port)]) + " 2>/dev/null",
+        "  " + shell_join([*probe_words(), probe_host(host), str(port)]) + " 2>/dev/null",
         "}",
         f"topoplan_deadline=$((SECONDS + {timeout}))",
         "until topoplan_healthy; do",

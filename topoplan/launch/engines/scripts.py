@@ -84,10 +84,14 @@ def requires(launch: EngineLaunch) -> list[str]:
 def ifname_lines(launch: EngineLaunch) -> list[str]:
     """Where the lines name the interface to the other nodes (topoplan.launch.engines.common.network_env): its
     default from --ifname, or a guard that stops the script until TOPOPLAN_IFNAME is set; exported for srun."""
-    words = [w for c in launch.nodes for w in (*c.argv, *(v.value for v in c.env))]
+    return ifname_guard([w for c in launch.nodes for w in (*c.argv, *(v.value for v in c.env))],
+                        launch.options.ifname)
+
+
+def ifname_guard(words: list[str], given: str | None) -> list[str]:
+    """ifname_lines for any lines made of these words."""
     if not needs_ifname(words):
         return []
-    given = launch.options.ifname
     if given:
         return [f'export {IFNAME_VAR}="${{{IFNAME_VAR}:-{given}}}"  # --ifname: the interface to the other nodes']
     return [IFNAME_GUARD, f"export {IFNAME_VAR}"]

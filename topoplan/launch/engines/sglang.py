@@ -17,6 +17,10 @@ only (its CPU backend needs its own build).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
@@ -32,8 +36,12 @@ from topoplan.launch.engines.common import (
     http_options,
     option_words,
 )
+from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
 from topoplan.layout import Layout
+
+if TYPE_CHECKING:
+    from topoplan.launch.engines.disagg import Process, WorkerSlot
 
 SERVER_MODULE = "sglang.launch_server"
 DEVICE_MAPPING = ("SGLang: worker (pp_rank, tp_rank) of DP replica d uses local GPU d*tp*pp + pp_rank*tp_per_node + "
@@ -114,3 +122,78 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
                      "deepep (with --enable-eplb for skewed routing) is faster across nodes where DeepEP is installed: "
                      "add them after --")
     return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
+
+
+# --- disaggregated prefill/decode (launch --disagg; topoplan.launch.engines.disagg) ---------------------------------
+# SGLang's PD disaggregation (sglang/srt/disaggregation, server_args.py; the router in sgl-project/sglang
+# sgl-model-gateway/bindings/python/src/sglang_router/router_args.py): each worker is its own launch_server with
+# --disaggregation-mode prefill|decode; the KV cache moves over Mooncake's RDMA transfer engine, which takes each GPU's
+# IB device from --disaggregation-ib-device; the router sends each request to a prefill and a decode worker and tells
+# the decode worker the prefill's bootstrap address (the prefill URL's host and its bootstrap port).
+ROUTER_MODULE = "sglang_router.launch_router"
+BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port; prefill worker i takes 8998 + i
+TRANSFER_BACKEND = "mooncake"  # SGLang's default backend, the one that takes a per-GPU IB device map
+DISAGG_HOST_VAR = "SGLANG_HOST_IP"  # the address SGLang announces (sglang/srt/utils: get_local_ip_auto reads it)
+
+
+def _ib_devices(names: tuple[str | None, ...]) -> Option | None:
+    """--disaggregation-ib-device: SGLang reads a JSON object from local GPU id (the CUDA index after
+    CUDA_VISIBLE_DEVICES, its gpu_id) to that GPU's devices, or one comma list that every GPU of the worker then
+    shares (get_ib_devices_for_gpu in sglang/srt/disaggregation/mooncake). The map pins each GPU to its nearest
+    NIC; a shared list would let Mooncake send a GPU's KV through another GPU's NIC."""
+    if not names or any(n is None for n in names):
+        return None
+    if len(names) == 1:
+        value = names[0]
+    else:
+        value = json.dumps({str(i): name for i, name in enumerate(names)}, separators=(",", ":"))
+    where = ", ".join(f"cuda:{i} -> {name}" for i, name in enumerate(names))
+    return Option(("--disaggregation-ib-device", value), f"each GPU's KV transfer leaves by its nearest NIC ({where}), "
+                  "keyed by the worker's local GPU index: the plan's routes, so no two GPUs' KV share a NIC where the "
+                  "machine has one per GPU and none crosses the socket to a far NIC")  # type: ignore[arg-type]
+
+
+def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
+                  ) -> tuple[list[str], list[EnvVar], list[Option], list[int]]:
+    """One prefill or decode worker: SGLang's sizes, binding and plan settings as for a normal launch, its own HTTP
+    port, and the disaggregation options; and the ports it takes besides its HTTP port (a prefill's bootstrap)."""
+    w = slot.worker
+    chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
+    if options.settings is not None:
+        chosen += _settings(options.settings, engine.memory.option)
+    chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
+                      if slot.multi_node else "loopback: the router on this node reaches it there"),
+               Option(("--port", str(slot.port)), f"{w.name}'s own HTTP port (the router's + 1 + {slot.k})"),
+               Option(("--disaggregation-mode", w.role), f"this server runs the {w.role} phase only; the router pairs "
+                      "it with a worker of the other phase"),
+               Option(("--disaggregation-transfer-backend", TRANSFER_BACKEND), "Mooncake's RDMA transfer engine "
+                      "moves the KV cache (SGLang's default), and takes the per-GPU device map below")]
+    ib = _ib_devices(slot.nic_names)
+    if ib is not None:
+        chosen.append(ib)
+    ports = [BOOTSTRAP_PORT + w.index] if w.role == "prefill" else []
+    if ports:
+        chosen.append(Option(("--disaggregation-bootstrap-port", str(ports[0])),
+                             f"where decode workers fetch {w.name}'s KV layout and addresses ({BOOTSTRAP_PORT} + its "
+                             "index: every prefill server on a node needs its own); the router passes it on"))
+    argv = [options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint, *option_words(chosen),
+            *options.extra_args]
+    return argv, list(slot.env), chosen, ports
+
+
+def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,
+                  ) -> tuple[list[str], list[EnvVar], list[Option], str]:
+    """SGLang's router in PD mode, in front of every worker: `--prefill URL BOOTSTRAP_PORT` per prefill worker,
+    `--decode URL` per decode worker."""
+    chosen = [Option(("--pd-disaggregation",), "route each request to a prefill and a decode worker")]
+    for w in workers:
+        if w.role == "prefill":
+            chosen.append(Option(("--prefill", f"http://{w.address}:{w.port}", str(BOOTSTRAP_PORT + w.index)),
+                                 f"{w.name} on GPUs {','.join(w.gpus)}, with its bootstrap port"))
+        else:
+            chosen.append(Option(("--decode", f"http://{w.address}:{w.port}"), f"{w.name} on GPUs {','.join(w.gpus)}"))
+    chosen += [Option(("--host", options.host), "where the deployment answers HTTP (--host)"),
+               Option(("--port", str(options.port)), "the deployment's HTTP port (--port)")]
+    argv = [options.python, "-m", ROUTER_MODULE, *option_words(chosen)]
+    return argv, [], chosen, ("SGLang's router (sglang_router, installed with sglang) in PD mode, from the engine's "
+                              "Python")

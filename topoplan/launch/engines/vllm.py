@@ -29,6 +29,10 @@ one NUMA node vLLM refuses to start without it), and VLLM_CPU_KVCACHE_SPACE (GiB
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from topoplan.cpuset import format_cpu_list
 from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
@@ -47,6 +51,10 @@ from topoplan.launch.engines.common import (
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
+from topoplan.layout import Layout
+
+if TYPE_CHECKING:
+    from topoplan.launch.engines.disagg import Process, WorkerSlot
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the CPU build's entry point (see the module docstring)
 CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve`, on every node of a GPU launch
@@ -58,8 +66,7 @@ EP_NOTE = ("expert parallelism: vLLM's load balancer (--enable-eplb) keeps redun
 DP_RPC_PORT = 13345  # --data-parallel-rpc-port: the DP coordinator's port on node 0, away from vLLM's 29550 default
 
 
-def _parallel(spec: LaunchSpec) -> list[Option]:
-    layout = spec.layout
+def _parallel(layout: Layout) -> list[Option]:
     options = [Option(("--tensor-parallel-size", str(layout.tp)), "the plan's TP degree: one TP group per replica "
                       "stage, on the GPUs the placement chose"),
                Option(("--pipeline-parallel-size", str(layout.pp)), "the plan's pipeline stages"),
@@ -156,7 +163,7 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
     nnodes = len(spec.nodes)
     commands, notes = [], []
     for node in spec.nodes:
-        chosen = _parallel(spec)
+        chosen = _parallel(spec.layout)
         if options.device == "cpu":  # the CPU build's API server has no headless mode: nodes > 0 run `vllm serve`
             env = _cpu_env(spec, node.index, options)
             entry = ([options.python, "-m", SERVER_MODULE, "--model", options.checkpoint] if node.index == 0 else
@@ -174,3 +181,73 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
         commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
     notes += [EP_NOTE] if spec.layout.ep > 1 else []
     return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
+
+
+# --- disaggregated prefill/decode (launch --disagg; topoplan.launch.engines.disagg) ---------------------------------
+# vLLM's P/D disaggregation over NIXL (vllm/distributed/kv_transfer/kv_connector/v1/nixl, vllm/config/kv_transfer.py):
+# every worker is its own `vllm serve` with a NixlConnector; a prefill answers a request with its KV cache's
+# address (its side channel: VLLM_NIXL_SIDE_CHANNEL_HOST, and VLLM_NIXL_SIDE_CHANNEL_PORT + its DP index), and the
+# decode worker pulls the blocks over UCX, which takes its RDMA devices from UCX_NET_DEVICES. vLLM installs no proxy
+# that pairs the two phases (its examples/online_serving/disaggregated_serving/toy_proxy_server.py is an example,
+# run by path from a source tree); the project's router (vllm-project/router, `pip install vllm-router`) is the
+# released one that does: --vllm-pd-disaggregation with --prefill/--decode URLs and --kv-connector nixl.
+KV_TRANSFER_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+NIXL_SIDE_PORT = 5600  # vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT
+NIXL_PORT_STRIDE = 16  # each worker's block of side-channel ports (one per DP rank of it)
+ROUTER_PROGRAM = "vllm-router"
+DISAGG_HOST_VAR = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+
+
+def _ucx_devices(names: tuple[str | None, ...]) -> EnvVar | None:
+    if not names or any(n is None for n in names):
+        return None
+    devices = ",".join(f"{name}:1" for name in dict.fromkeys(names))
+    where = ", ".join(f"cuda:{i} -> {name}" for i, name in enumerate(names))
+    return EnvVar("UCX_NET_DEVICES", devices, f"the worker's GPUs' nearest NICs ({where}), port 1: NIXL's UCX "
+                  "backend moves the KV cache over these RDMA devices only, not over another worker's NICs or a NIC "
+                  "across the socket; one process environment serves all the worker's GPUs, so it lists each GPU's")
+
+
+def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
+                  ) -> tuple[list[str], list[EnvVar], list[Option], list[int]]:
+    """One prefill or decode worker: vLLM's sizes, binding and plan settings as for a normal launch, its own HTTP
+    port, the NIXL connector and the worker's own side-channel ports and RDMA devices; and the ports it takes
+    besides its HTTP port (its NIXL side channels, one per DP rank)."""
+    w = slot.worker
+    if w.layout.dp > NIXL_PORT_STRIDE:
+        raise TopoplanError(f"vLLM --disagg: {w.name} has dp={w.layout.dp}, more than the {NIXL_PORT_STRIDE} NIXL "
+                            "side-channel ports each worker is given")
+    chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
+    if options.settings is not None:
+        chosen += _settings(options.settings, engine.memory.option)
+    config = json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))
+    chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
+                      if slot.multi_node else "loopback: the router on this node reaches it there"),
+               Option(("--port", str(slot.port)), f"{w.name}'s own HTTP port (the router's + 1 + {slot.k})"),
+               Option(("--kv-transfer-config", config), "NIXL moves the KV cache between workers (NixlConnector); "
+                      "kv_both: the router decides per request which worker prefills and which decodes")]
+    side = NIXL_SIDE_PORT + NIXL_PORT_STRIDE * slot.k
+    env = [*slot.env, EnvVar("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side), f"{w.name}'s NIXL handshake port "
+                             f"({NIXL_SIDE_PORT} + {NIXL_PORT_STRIDE} x {slot.k}; vLLM adds each DP rank's index): "
+                             "workers on one node would otherwise all take 5600")]
+    ucx = _ucx_devices(slot.nic_names)
+    if ucx is not None:
+        env.append(ucx)
+    argv = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint, *option_words(chosen), *options.extra_args]
+    return argv, env, chosen, list(range(side, side + w.layout.dp))
+
+
+def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,
+                  ) -> tuple[list[str], list[EnvVar], list[Option], str]:
+    """vllm-router in vLLM's P/D mode in front of every worker (replace the program on the line to use another
+    proxy, e.g. vLLM's toy_proxy_server.py by path: it takes --prefiller-hosts/--prefiller-ports and the decoders')."""
+    chosen = [Option(("--vllm-pd-disaggregation",), "vLLM's two-phase routing: each request to a prefill worker, "
+                     "then with its KV handle to a decode worker")]
+    for w in workers:
+        chosen.append(Option((f"--{w.role}", f"http://{w.address}:{w.port}"), f"{w.name} on GPUs {','.join(w.gpus)}"))
+    chosen += [Option(("--kv-connector", "nixl"), "the workers' connector (NixlConnector)"),
+               Option(("--host", options.host), "where the deployment answers HTTP (--host)"),
+               Option(("--port", str(options.port)), "the deployment's HTTP port (--port)")]
+    return [ROUTER_PROGRAM, *option_words(chosen)], [], chosen, (
+        "the proxy: vllm-router (vllm-project/router, pip install vllm-router), the released router that runs "
+        "vLLM's P/D mode; vLLM itself ships only an example proxy (toy_proxy_server.py), not an installed command")
