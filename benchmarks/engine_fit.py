@@ -108,23 +108,31 @@ def leave_one_out(rows: list[dict], layer_grid: list[float]) -> float:
     return rms(errors)
 
 
-def fit_ttft_factor(name: str) -> None:
+def ttft_factor_fit(name: str) -> tuple[float, float, float, float, list[float]] | None:
+    """(per-layer ms, divisor, leave-one-out RMS(log) with the divisor alone, with both, the checking rows'
+    errors) for a profile with an empirical TTFT factor; None for one without. Only fitting rows choose."""
     base = resolve(name)
     factor = base.scheduler.ttft_factor
     if factor is None:
-        return
+        return None
     bare = replace(base, scheduler=replace(base.scheduler, ttft_factor=None))
     rows = [{**r, "bare": r["ours"]["TTFT"], "factor": factor, "layers": model_of(r["model"]).layers}
             for r in served_rows(only=bare)]
     fitting, checking = [r for r in rows if r["role"] == "fit"], [r for r in rows if r["role"] == "check"]
     one, two = leave_one_out(fitting, [0.0]), leave_one_out(fitting, LAYER_MS)
     a, d = best_ttft(fitting, [0.0] if one <= two else LAYER_MS)
-    check = [ttft_predicted(r, a, d) / r["ttft_ms"] - 1 for r in checking]
-    print(f"{base}: TTFT factor 1 + log2(C) / {d} with {a} ms per layer (leave-one-out RMS(log) on the fitting "
-          f"rows: divisor alone {one:.3f}, with the per-layer term {two:.3f}); fit RMS(log) "
-          f"{ttft_rms(fitting, a, d):.3f}; check mean |error| {100 * sum(map(abs, check)) / len(check):.1f}%, "
-          f"worst {100 * max(map(abs, check)):.0f}% over {len(check)} rows")
+    return a, d, one, two, [ttft_predicted(r, a, d) / r["ttft_ms"] - 1 for r in checking]
 
+
+def fit_ttft_factor(name: str) -> None:
+    found = ttft_factor_fit(name)
+    if found is None:
+        return
+    a, d, one, two, check = found
+    print(f"{resolve(name)}: TTFT factor 1 + log2(C) / {d} with {a} ms per layer (leave-one-out RMS(log) on the "
+          f"fitting rows: divisor alone {one:.3f}, with the per-layer term {two:.3f}); check mean |error| "
+          f"{100 * sum(map(abs, check)) / len(check):.1f}%, worst {100 * max(map(abs, check)):.0f}% over "
+          f"{len(check)} rows")
 
 if __name__ == "__main__":
     for engine in sys.argv[1:] or ["vllm", "sglang", "trtllm"]:

@@ -85,6 +85,16 @@ def test_an_empirical_ttft_factor_multiplies_the_first_token_wait_alone():
     assert bound.ttft_ms == pytest.approx(5 * (1000 / (1024 / 250) - 50) * bound.tpot_ms)
 
 
+def test_vllm_ttft_factor_is_the_fit_on_its_fitting_rows():
+    """benchmarks/engine_fit.py refits the divisor from the 6 fitting rows alone and finds the profile's 2.0; the
+    per-layer dispatch term of aiconfigurator's form is left out because it predicts held-out fitting rows worse."""
+    from benchmarks.engine_fit import ttft_factor_fit
+
+    layer_ms, divisor, alone, with_layers, check = ttft_factor_fit("vllm")
+    assert (layer_ms, divisor) == (0.0, resolve("vllm").scheduler.ttft_factor.divisor) and alone < with_layers
+    assert len(check) == 30 and ttft_factor_fit("sglang") is None
+
+
 def test_a_wave_of_prompts_gets_first_tokens_as_its_steps_finish_them():
     """Prompts that reach an idle engine together, 1000 tokens each, in arrival order: all in one step when they
     fit the budget; else full steps (decodes of the prompts already done first) and a last partial one."""
