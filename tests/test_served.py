@@ -175,7 +175,8 @@ def test_throughput_counts_idle_gpus():
                                                                          rel=1e-3)
     order = [(e["pp"], e["dp"]) for e in out["layouts"]]
     assert order.index((8, 1)) < order.index((7, 1))
-    assert out["serving"] == {"scheduler": "mixed", "max_batched_tokens": 8192, "max_seqs": 1024, "machine_gpus": 8}
+    assert out["serving"] == {"scheduler": "mixed", "max_batched_tokens": 8192, "max_seqs": 1024, "machine_gpus": 8,
+                              "empirical_ttft_factor": {"divisor": 2.0, "saturates_at": 256}}
 
 
 def test_served_throughput_is_below_the_decode_phase_rate_and_the_search_is_bounded_by_the_limits():
