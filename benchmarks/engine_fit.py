@@ -9,17 +9,24 @@ The predicted TPOT is linear in g and s (each decode step pays L x g + s, each p
 are rounded (g to 1 us, s to 50 us). Rows of one model cannot tell L x g from s (L is the same in every
 row): then it all goes per layer, s = 0, and docs/engines.md says so. Prints the best set, its error on the
 fitting rows and on the checking rows, which the fit never saw. Everything else stays as the profile has it (sourced).
+
+A profile with an empirical TTFT factor (Scheduler.ttft_factor, aiconfigurator's form) gets its divisor fitted
+too: the served TTFT of its fitting rows priced without the factor, the divisor from a grid minimising RMS(log)
+error. aiconfigurator's form also adds a dispatch cost per layer inside the factor; whether that second constant
+is kept is decided on the fitting rows alone, by leave-one-out error of the one- and two-constant fits.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.engine_cases import PUBLISHED, engine_rows, in_scope, with_overheads  # noqa: E402
+from benchmarks.served_validation import served_rows  # noqa: E402
+from tests.engine_cases import PUBLISHED, engine_rows, in_scope, model_of, with_overheads  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
 
 EFFICIENCIES = [0.70, 0.75, 0.80, 0.85, 0.90]
@@ -74,6 +81,60 @@ def fit(name: str) -> None:
           f"({worst.model} TP{worst.layout.tp} B{worst.batch} {worst.prompt}/{worst.gen})")
 
 
+DIVISORS = [d / 4 for d in range(4, 81)]  # 1 to 20 by 0.25
+LAYER_MS = [a / 20 for a in range(0, 61)]  # aiconfigurator's per-layer dispatch term, 0 to 3 ms by 0.05
+
+
+def ttft_predicted(row: dict, layer_ms: float, divisor: float) -> float:
+    """aiconfigurator's form on our served TTFT priced without the factor: (TTFT + L x a) x (1 + log2 C / d)."""
+    factor = replace(row["factor"], divisor=divisor).at(row["concurrency"])
+    return (row["bare"] + row["layers"] * layer_ms) * factor
+
+
+def ttft_rms(rows: list[dict], layer_ms: float, divisor: float) -> float:
+    return rms([ttft_predicted(r, layer_ms, divisor) / r["ttft_ms"] - 1 for r in rows])
+
+
+def best_ttft(rows: list[dict], layer_grid: list[float]) -> tuple[float, float]:
+    return min(((a, d) for a in layer_grid for d in DIVISORS), key=lambda p: ttft_rms(rows, *p))
+
+
+def leave_one_out(rows: list[dict], layer_grid: list[float]) -> float:
+    """RMS(log) error of each fitting row predicted by the constants fitted on the other rows."""
+    errors = []
+    for i, held in enumerate(rows):
+        a, d = best_ttft(rows[:i] + rows[i + 1:], layer_grid)
+        errors.append(ttft_predicted(held, a, d) / held["ttft_ms"] - 1)
+    return rms(errors)
+
+
+def ttft_factor_fit(name: str) -> tuple[float, float, float, float, list[float]] | None:
+    """(per-layer ms, divisor, leave-one-out RMS(log) with the divisor alone, with both, the checking rows'
+    errors) for a profile with an empirical TTFT factor; None for one without. Only fitting rows choose."""
+    base = resolve(name)
+    factor = base.scheduler.ttft_factor
+    if factor is None:
+        return None
+    bare = replace(base, scheduler=replace(base.scheduler, ttft_factor=None))
+    rows = [{**r, "bare": r["ours"]["TTFT"], "factor": factor, "layers": model_of(r["model"]).layers}
+            for r in served_rows(only=bare)]
+    fitting, checking = [r for r in rows if r["role"] == "fit"], [r for r in rows if r["role"] == "check"]
+    one, two = leave_one_out(fitting, [0.0]), leave_one_out(fitting, LAYER_MS)
+    a, d = best_ttft(fitting, [0.0] if one <= two else LAYER_MS)
+    return a, d, one, two, [ttft_predicted(r, a, d) / r["ttft_ms"] - 1 for r in checking]
+
+
+def fit_ttft_factor(name: str) -> None:
+    found = ttft_factor_fit(name)
+    if found is None:
+        return
+    a, d, one, two, check = found
+    print(f"{resolve(name)}: TTFT factor 1 + log2(C) / {d} with {a} ms per layer (leave-one-out RMS(log) on the "
+          f"fitting rows: divisor alone {one:.3f}, with the per-layer term {two:.3f}); check mean |error| "
+          f"{100 * sum(map(abs, check)) / len(check):.1f}%, worst {100 * max(map(abs, check)):.0f}% over "
+          f"{len(check)} rows")
+
 if __name__ == "__main__":
     for engine in sys.argv[1:] or ["vllm", "sglang", "trtllm"]:
         fit(engine)
+        fit_ttft_factor(engine)

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.engine_cases import PUBLISHED, board, model_of  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
+from topoplan.engines.engine import Engine  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
 from topoplan.hardware import find_gpu  # noqa: E402
 from topoplan.plan import aic_estimator  # noqa: E402
@@ -37,11 +38,16 @@ METRICS = ("TPOT", "TTFT", "tok/s")
 AIC_COLUMNS = importlib.util.find_spec(aic_estimator.PACKAGE) is not None  # the optional extra is installed
 
 
-def served_rows() -> list[dict]:
-    """Each published row with our served figures beside the measured ones."""
+def served_rows(only: Engine | None = None) -> list[dict]:
+    """Each published row with our served figures beside the measured ones; with `only`, the rows of that
+    profile alone, priced with it (benchmarks/engine_fit.py prices variants of a profile)."""
     out = []
     for r in PUBLISHED["rows"]:
         profile, gpu = resolve(r["engine"]), r["gpu"].replace("_", "-")
+        if only is not None:
+            if str(profile) != str(only):
+                continue
+            profile = only
         work = Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"])
         result = plan(board(gpu), model_of(r["model"]), DeviceSpec.from_gpu(find_gpu(gpu)), work, tp=r["tp"],
                       pp=r["pp"], dp=1, engine=profile)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from topoplan.cli import app
 from topoplan.engines import ENGINES, resolve
-from topoplan.engines.scheduling import Budget
+from topoplan.engines.scheduling import Budget, TtftFactor
 from topoplan.plan.served import mixed, separate, static, wave_ttft
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,30 @@ def test_mixed_interleaves_the_other_requests_prompts_into_the_decode_steps():
     assert s.output_tokens_per_s == pytest.approx(9 * 101 / (s.ttft_ms + 100 * tpot) * 1e3)
 
 
+def test_an_empirical_ttft_factor_multiplies_the_first_token_wait_alone():
+    """aiconfigurator's form 1 + log2(C) / d, flat from C = 256: at d = 2, 1 at C = 1, 2.5 at C = 8, 3 at C = 16,
+    5 from 256 on. In the served model it scales TTFT only: the same TPOT, request latency and Little's law."""
+    factor = TtftFactor(2.0)
+    assert [factor.at(c) for c in (1, 8, 16, 256, 1024)] == [1.0, 2.5, 3.0, 5.0, 5.0]
+    plain, scaled = mixed(STEPS, Budget(0, 8192, 1024), 1000, 101, 9), mixed(STEPS, Budget(0, 8192, 1024), 1000,
+                                                                              101, 9, ttft_factor=2.5)
+    assert scaled.ttft_ms == pytest.approx(2.5 * plain.ttft_ms) and scaled.tpot_ms == plain.tpot_ms
+    assert scaled.request_ms == pytest.approx(2.5 * plain.ttft_ms + 100 * plain.tpot_ms)
+    assert scaled.output_tokens_per_s == pytest.approx(9 * 101 / scaled.request_ms * 1e3)
+    bound = mixed(STEPS, Budget(0, 1024, 1024), 200, 51, 1000, ttft_factor=5.0)  # over budget: the queue, x5
+    assert bound.ttft_ms == pytest.approx(5 * (1000 / (1024 / 250) - 50) * bound.tpot_ms)
+
+
+def test_vllm_ttft_factor_is_the_fit_on_its_fitting_rows():
+    """benchmarks/engine_fit.py refits the divisor from the 6 fitting rows alone and finds the profile's 2.0; the
+    per-layer dispatch term of aiconfigurator's form is left out because it predicts held-out fitting rows worse."""
+    from benchmarks.engine_fit import ttft_factor_fit
+
+    layer_ms, divisor, alone, with_layers, check = ttft_factor_fit("vllm")
+    assert (layer_ms, divisor) == (0.0, resolve("vllm").scheduler.ttft_factor.divisor) and alone < with_layers
+    assert len(check) == 30 and ttft_factor_fit("sglang") is None
+
+
 def test_a_wave_of_prompts_gets_first_tokens_as_its_steps_finish_them():
     """Prompts that reach an idle engine together, 1000 tokens each, in arrival order: all in one step when they
     fit the budget; else full steps (decodes of the prompts already done first) and a last partial one."""
@@ -126,6 +150,10 @@ def test_every_engine_profile_has_a_scheduler_with_a_source():
     assert vllm.mode == "mixed"
     assert vllm.budget("h100-sxm", 80e9) == Budget(70, 8192, 1024, ("a100",))
     assert vllm.budget("a100-sxm4-80gb", 80e9).max_batched_tokens == 2048  # vLLM's A100 exception
+    # the empirical TTFT factor is the V1 profile's alone (fitted on vLLM 0.12.0 rows), with its source
+    assert {str(e): e.scheduler.ttft_factor for e in ENGINES if e.scheduler.ttft_factor} == {
+        "vllm@0.32": TtftFactor(2.0)}
+    assert "empirical" in resolve("vllm").sources["scheduler.ttft_factor"]
     assert resolve("topoplan").scheduler.mode == "static"
 
 
@@ -147,7 +175,8 @@ def test_throughput_counts_idle_gpus():
                                                                          rel=1e-3)
     order = [(e["pp"], e["dp"]) for e in out["layouts"]]
     assert order.index((8, 1)) < order.index((7, 1))
-    assert out["serving"] == {"scheduler": "mixed", "max_batched_tokens": 8192, "max_seqs": 1024, "machine_gpus": 8}
+    assert out["serving"] == {"scheduler": "mixed", "max_batched_tokens": 8192, "max_seqs": 1024, "machine_gpus": 8,
+                              "empirical_ttft_factor": {"divisor": 2.0, "saturates_at": 256}}
 
 
 def test_served_throughput_is_below_the_decode_phase_rate_and_the_search_is_bounded_by_the_limits():
@@ -195,8 +224,9 @@ def test_served_figures_against_published_serving_runs():
     """benchmarks/served_validation.py's rows (aiconfigurator 0.12's silicon samples: vLLM 0.12, SGLang 0.5.1,
     TensorRT-LLM 1.0 on H100): on the checking rows the served TPOT within 6% on average per engine (the decode
     step plus a prefill share) and the delivered output tokens/s within 5%; SGLang's TTFT within 10% (its
-    prefill-first waves), TensorRT-LLM's on Qwen3-32B fp8 within 15% (its waves). vLLM's TTFT and TensorRT-LLM's
-    on Llama-3.1-8B are known gaps (docs/planner.md): vLLM's is under every measurement."""
+    prefill-first waves), TensorRT-LLM's on Qwen3-32B fp8 within 15% (its waves); vLLM's, with its empirical
+    factor fitted on the fitting rows, within 11% on average and 21% at worst. TensorRT-LLM's TTFT on
+    Llama-3.1-8B is a known gap (docs/planner.md)."""
     from benchmarks.served_validation import error, served_rows
 
     rows = [r for r in served_rows() if r["role"] == "check"]
@@ -206,4 +236,5 @@ def test_served_figures_against_published_serving_runs():
         assert mine and mean(mine, "TPOT") < 0.06 and mean(mine, "tok/s") < 0.05
     assert mean([r for r in rows if r["profile"] == "sglang@0.5"], "TTFT") < 0.10
     assert mean([r for r in rows if r["profile"] == "trtllm@1.0" and r["model"] == "Qwen3-32B"], "TTFT") < 0.15
-    assert all(error(r, "TTFT") < 0 for r in rows if r["profile"] == "vllm@0.32")
+    vllm = [r for r in rows if r["profile"] == "vllm@0.32"]
+    assert mean(vllm, "TTFT") < 0.11 and max(abs(error(r, "TTFT")) for r in vllm) < 0.21

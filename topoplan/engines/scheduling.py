@@ -10,10 +10,13 @@ the source of its budgets under `sources["scheduler.budgets"]`):
 - "static": one batch at a time, prefilled together then decoded to the end (the bundled runner).
 A "mixed" engine with `waves` (TensorRT-LLM) keeps a closed loop's requests in waves: the C that arrive
 together are packed into steps first come first served, and TTFT is the wave's mean (served.wave_ttft).
+A `ttft_factor` is an empirical correction, not a mechanism: set only on a profile whose measured TTFT no
+modelled mechanism explains, fitted on that profile's own fitting rows (docs/planner.md, section 4).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GIB = 2**30
@@ -31,12 +34,28 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class TtftFactor:
+    """aiconfigurator's documented TTFT "queuing factor" form, 1 + log2(C) / divisor, flat from C =
+    `saturates_at` on (aiconfigurator_core/sdk/backends/vllm_backend.py, _ttft_queuing_factor: divisor 8,
+    saturating at 256): a multiplier on the modelled TTFT at C requests in flight, with `divisor` fitted by
+    benchmarks/engine_fit.py on the profile's fitting rows. Empirical: it stands for a wait no modelled
+    mechanism explains."""
+
+    divisor: float
+    saturates_at: int = 256
+
+    def at(self, concurrency: int) -> float:
+        return 1.0 + math.log2(min(max(concurrency, 1), self.saturates_at)) / self.divisor
+
+
+@dataclass(frozen=True)
 class Scheduler:
     """One engine version's batching: its mode and its budgets by GPU, largest first."""
 
     mode: str  # "mixed" | "separate" | "static"
     budgets: tuple[Budget, ...] = ()
     waves: bool = False  # "mixed": a closed loop's requests reach it in waves (topoplan.plan.served.wave_ttft)
+    ttft_factor: TtftFactor | None = None  # "mixed": empirical TTFT multiplier (sources["scheduler.ttft_factor"])
 
     def budget(self, gpu: str, memory_bytes: float) -> Budget:
         """The defaults the engine picks on this GPU (catalog name, memory); unbounded where it sets none."""

@@ -9,7 +9,7 @@ process (vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Red
 from __future__ import annotations
 
 from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
-from topoplan.engines.scheduling import Budget, Scheduler
+from topoplan.engines.scheduling import Budget, Scheduler, TtftFactor
 
 NAME = "vllm"  # the engine's name on the command line (--engine vllm, vllm@VERSION)
 AIC = "aiconfigurator 0.12 (pip), aiconfigurator_core/systems/data"
@@ -78,6 +78,13 @@ V1 = Engine(
                              "(PR #17885), else 2048 and 256; not in waves: its measured closed-loop TTFT "
                              "(tests/data/engine_measurements.json, fit rows too) is below the least mean a "
                              "wave of C prompts arriving together allows, (C + 1) / 2 prefills",
+        "scheduler.ttft_factor": "empirical, not a mechanism: vLLM 0.12.0's measured TTFT on H100 Qwen3-32B bf16 "
+                                 "(aiconfigurator 0.12 silicon_sample.csv) is 2.2-3.6x the modelled wait at every "
+                                 "TP, C and length, and no scheduler mechanism found explains it (docs/planner.md "
+                                 "section 4); aiconfigurator's own form (sdk/backends/vllm_backend.py "
+                                 "_ttft_queuing_factor, 1 + log2(C) / 8) with the divisor refitted by "
+                                 "benchmarks/engine_fit.py on the 6 fitting rows (prompt 1024 / gen 1024, C8/C16, "
+                                 "TP2/4/8): 2.0; its per-layer dispatch term (0.8 ms) fails leave-one-out there",
         "allreduce.world_sizes": "vllm/distributed/device_communicators/custom_all_reduce.py "
                                  "_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]; needs full NVLink beyond 2 GPUs",
         "allreduce.max_bytes": "custom_all_reduce.py CustomAllreduce max_size = 8192 * 1024",
@@ -108,7 +115,8 @@ V1 = Engine(
     },
     notes="V1 engine (default from 0.8.0): CUDA graphs for decode, custom one-shot/two-shot all-reduce on an "
           "NVLink mesh, PP and DP over its own multiprocessing executor or Ray.",
-    scheduler=Scheduler("mixed", (Budget(70, 8192, 1024, excludes=("a100",)), Budget(0, 2048, 256))),
+    scheduler=Scheduler("mixed", (Budget(70, 8192, 1024, excludes=("a100",)), Budget(0, 2048, 256)),
+                        ttft_factor=TtftFactor(2.0)),
     launcher="vllm", driver="vllm_cpu", launch_release="0.32",  # tests/test_engine_lines.py: vLLM 0.32's parser
 )
 

@@ -372,10 +372,12 @@ def served_json(served: ServedCost) -> dict[str, Any]:
 
 
 def serving_json(serving: ServedModel) -> dict[str, Any]:
-    """How the engine's scheduler batches (topoplan.engines.scheduling) on this GPU."""
-    b = serving.budget
+    """How the engine's scheduler batches (topoplan.engines.scheduling) on this GPU, and the empirical TTFT factor
+    its served TTFT carries, if any (fitted, not a mechanism: said so in the JSON, not only in the docs)."""
+    b, factor = serving.budget, serving.scheduler.ttft_factor
+    empirical = {"divisor": factor.divisor, "saturates_at": factor.saturates_at} if factor else None
     return {"scheduler": serving.scheduler.mode, "max_batched_tokens": b.max_batched_tokens, "max_seqs": b.max_seqs,
-            "machine_gpus": serving.machine_gpus}
+            "machine_gpus": serving.machine_gpus, "empirical_ttft_factor": empirical}
 
 
 def plan_json(result: Plan, top: int | None = None, per_rank: bool = False) -> dict[str, Any]:

@@ -96,7 +96,8 @@ def wave_ttft(steps: ReplicaSteps, tokens: float, prompt: int, c: int) -> float:
     return firsts / c
 
 
-def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, waves: bool = False) -> Served:
+def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, waves: bool = False,
+          ttft_factor: float = 1.0) -> Served:
     """Chunked prefill in the decode steps. A request spends k steps on its prompt (chunks of the budget the
     others' decodes leave) and gen - 1 decoding, so lam = c / (k + gen - 1) prompts start a step. Within
     budget, a step carrying prompt tokens carries x = max(prompt / k, lam x prompt) of them, a share
@@ -106,7 +107,8 @@ def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, wa
     (lam x (prompt + gen - 1) > budget) every step is full: lam = budget / (prompt + gen - 1), d = lam x (gen - 1)
     decodes, TPOT = step(d, budget - d), and a request waits c / lam - (gen - 1) steps for its first token.
     With `waves` (an engine whose closed loop stays in waves: the c requests of a wave reach it together) TTFT is
-    instead the wave's mean first-token time (wave_ttft)."""
+    instead the wave's mean first-token time (wave_ttft). `ttft_factor` multiplies the TTFT so found: an
+    empirical correction where a profile's measured TTFT exceeds every modelled mechanism (TtftFactor)."""
     tokens, others, k = budget.max_batched_tokens or math.inf, c - 1, 1
     for _ in range(2):  # k from the room the decodes leave, the decodes from k: settled in two rounds
         span = k + gen - 1
@@ -119,16 +121,16 @@ def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, wa
         decodes = lam * (gen - 1)
         tpot = steps.step_ms(decodes, tokens - decodes)
         ttft = wave_ttft(steps, tokens, prompt, c) if waves else max(c / lam - (gen - 1), k) * tpot
-        return _finish(c, gen, ttft, tpot, bound=True)
+        return _finish(c, gen, ttft * ttft_factor, tpot, bound=True)
     chunk = min(room, max(prompt / k, lam * prompt))
     share = min(1.0, others / span * prompt / chunk)
     carrying, plain = steps.step_ms(decodes, chunk), steps.step_ms(decodes)
     tpot = share * carrying + (1 - share) * plain
     if waves:
-        return _finish(c, gen, wave_ttft(steps, tokens, prompt, c), tpot)
+        return _finish(c, gen, wave_ttft(steps, tokens, prompt, c) * ttft_factor, tpot)
     # the step in flight when the prompt arrives: its mean rest is E[T^2] / 2 E[T] over the steps' mix
     rest = (share * carrying**2 + (1 - share) * plain**2) / (2 * tpot) if others else 0.0
-    return _finish(c, gen, rest + k * steps.step_ms(beside, chunk), tpot)
+    return _finish(c, gen, (rest + k * steps.step_ms(beside, chunk)) * ttft_factor, tpot)
 
 
 def separate(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int) -> Served:
@@ -167,7 +169,9 @@ class ServedModel:
     def replica(self, steps: ReplicaSteps, concurrency: int) -> Served:
         mode, p, g = self.scheduler.mode, self.prompt, self.gen
         if mode == "mixed":
-            return mixed(steps, self.budget, p, g, concurrency, self.scheduler.waves)
+            factor = self.scheduler.ttft_factor
+            return mixed(steps, self.budget, p, g, concurrency, self.scheduler.waves,
+                         factor.at(concurrency) if factor else 1.0)
         if mode == "separate":
             return separate(steps, self.budget, p, g, concurrency)
         return static(steps, p, g, concurrency)
