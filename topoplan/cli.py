@@ -597,9 +597,10 @@ def calibrate_command(
 ) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
     from topoplan.atomic import check_folder
-    from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.bench.calibrate import calibrate
     from topoplan.bench.drivers import driver_of
     from topoplan.engines import resolve
+    from topoplan.plan.calibration_file import calibration_json, write_calibration_file
 
     try:
         check_folder(out)
@@ -610,28 +611,30 @@ def calibrate_command(
                 raise TopoplanError(f"--engine {engine} prices layouts with this machine's CPU calibration: pass "
                                     "--calibration FILE (from `topoplan calibrate`)")
             document = driver.calibrate_served(chosen, calibration, model=model, python=engine_python, force=force)
-            path = write_calibration(out, document)
-            fitted = document["engines"][chosen.name]
-            print(f"wrote {path}: {chosen.name} {fitted['engine_version']} overhead per layer "
-                  f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
-                  f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
+            path = write_calibration_file(out, document)
+            fit = document.engines[chosen.name]
+            c = fit.constants
+            print(f"wrote {path}: {chosen.name} {fit.engine_version} overhead per layer "
+                  f"{c.layer_overhead_us:.1f} us in prefill, {c.decode_layer_overhead_us:.1f} us in "
+                  f"decode; per step {c.step_overhead_us:.1f} us + {c.step_overhead_per_rank_us:.1f} "
                   "us per extra rank")
             return
         with progress_steps(as_json) as on_step:
             document = calibrate(sizes=sizes, iters=iters, warmup=warmup, dtype=dtype, topo=topo, probe_mib=probe_mib,
                                  force=force, on_step=on_step)
-        path = write_calibration(out, document)
+        path = write_calibration_file(out, document)
     except TopoplanError as error:
         raise fail(error) from None
-    warn(document["measured"]["load"]["warnings"])
+    warn(document.measured.load_warnings if document.measured else [])
     if as_json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(calibration_json(document), indent=2))
     else:
-        links = ", ".join(f"{k}: alpha {v['alpha_us']:.1f} us, {v.get('bandwidth_gbps', 0) or 0:.2f} GB/s"
-                          for k, v in document["links"].items() if v.get("bandwidth_gbps"))
-        print(f"wrote {path}: base {document['collective_base_us']:.1f} us; {links or 'no link measured'}; "
-              f"memory efficiency {document['memory_bandwidth_efficiency']:.2f}, "
-              f"layer overhead {document['layer_overhead_us']:.1f} us")
+        cal = document.calibration()
+        links = ", ".join(f"{k}: alpha {v.alpha_us:.1f} us, {v.bandwidth_gbps:.2f} GB/s"
+                          for k, v in cal.links.items() if v.bandwidth_gbps)
+        print(f"wrote {path}: base {cal.collective_base_us:.1f} us; {links or 'no link measured'}; "
+              f"memory efficiency {cal.memory_bandwidth_efficiency:.2f}, "
+              f"layer overhead {cal.layer_overhead_us:.1f} us")
 
 
 @app.command("validate")

@@ -14,7 +14,8 @@ from topoplan.errors import TopoplanError
 from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
 from topoplan.models import ModelSpec, find_model
-from topoplan.plan.calibration import Calibration, load_calibration
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.calibration_file import load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.engine_costs import engine_calibration
