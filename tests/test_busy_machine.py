@@ -126,7 +126,7 @@ def test_calibrate_disturbed_is_not_written_without_force(no_measuring):
     with pytest.raises(TopoplanError, match=r"took 75% of the CPU time while the .* ran.*not written.*--force"):
         calibrate_module.calibrate(probe_mib=8, sources=sources(load=0.1, others_per_call=15.0))
     document = calibrate_module.calibrate(probe_mib=8, force=True, sources=sources(load=0.1, others_per_call=15.0))
-    load = document["measured"]["load"]
+    load = document.measured.load
     assert load["busy"] and load["others_share"]["the probes at 1 thread(s)"] == pytest.approx(0.75)
 
 
@@ -146,8 +146,8 @@ def test_calibrate_adds_the_synchronisation_wait_to_the_collective_base(no_measu
     """No sweep fit here, so the base is the default 25 us; the probe's median wait (60 us of 40, 60, 200) is
     added: what a collective waits inside a step is the base's "rank skew", which a back-to-back sweep lacks."""
     document = calibrate_module.calibrate(probe_mib=8, sources=sources(load=0.1, others_per_call=0.0))
-    assert document["collective_base_us"] == pytest.approx(25.0 + 60.0)
-    assert document["measured"]["sync_wait_us"] == FAKE_WAITS
+    assert document.constants.collective_base_us == pytest.approx(25.0 + 60.0)
+    assert document.measured.sync_wait_us == FAKE_WAITS
 
 
 def test_cli_calibrate_busy_is_one_line_exit_2_and_nothing_written(no_measuring, monkeypatch, capsys, tmp_path):

@@ -11,10 +11,10 @@ import pytest
 
 from topoplan.bench.validate import DRIFT_WARN, drift, model_spec
 from topoplan.errors import TopoplanError
-from topoplan.plan.calibration import load_calibration
+from topoplan.plan.calibration_file import load_calibration, read_calibration_file
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import Workload
-from topoplan.plan.cpu_entry import cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.plan.cpu_entry import cpu_calibration, cpu_device, cpu_topology
 from topoplan.plan.rank import plan
 from topoplan.runner import cpu_linear
 
@@ -79,15 +79,15 @@ def test_file_is_accepted_by_the_planner(calibration):
     waits = raw["measured"]["sync_wait_us"]
     assert set(waits) == {"2", "8", "32"} and all(w >= 0 for w in waits.values())
     assert cal.collective_base_us >= sorted(waits.values())[1]
-    entry = load_cpu_entry(calibration)
-    assert entry["numa_nodes"] == 1 and set(entry["threads"]) >= {"1"}
+    entry = read_calibration_file(calibration).cpu_entry()
+    assert entry.numa_nodes == 1 and set(entry.threads) >= {1}
     ops = {(f["op"], f["group_size"]) for f in raw["measured"]["fits"]}
     assert ("all_reduce", 2) in ops and ("sendrecv", 2) in ops and ("all_to_all", 2) in ops
 
 
 def price(calibration: Path, tp: int, pp: int, cal=None):
     spec = model_spec("tiny")
-    entry = load_cpu_entry(calibration)
+    entry = read_calibration_file(calibration).cpu_entry()
     cal = cpu_calibration(cal or load_calibration(calibration), entry, 1, 2, spec.layer_params_per_rank(tp) * 4)
     result = plan(cpu_topology(2), spec, cpu_device(entry, 1, 2, 2), Workload(2, 8, 8, "fp32"), calibration=cal,
                   tp=tp, pp=pp, dp=1)
@@ -129,7 +129,7 @@ def test_missing_cpu_entry_is_a_clear_error(tmp_path):
     path = tmp_path / "gpu-only.json"
     path.write_text(json.dumps({"version": 1}))
     with pytest.raises(TopoplanError, match="no `cpu` entry"):
-        load_cpu_entry(path)
+        read_calibration_file(path).cpu_entry()
 
 
 def test_validate_tiny_three_layouts(calibration):
@@ -171,9 +171,8 @@ def test_validate_tiny_three_layouts(calibration):
 
 
 def test_drift_warns_when_the_machine_slowed_since_calibration():
-    entry = {"cores": 2, "threads": {"2": {"gemv_gbps": 20.0}}}
-    assert drift(entry, 19.0, 21.5)["warning"] is None  # within 15%
-    slowed = drift(entry, 18.0, 10.0)
+    assert drift(20.0, 19.0, 21.5)["warning"] is None  # within 15%
+    slowed = drift(20.0, 18.0, 10.0)
     assert slowed["worst"] == pytest.approx(0.5)
     assert slowed["warning"] == ("memory bandwidth 18.0 GB/s before and 10.0 after the runs, 20.0 in the "
                                  "calibration (50% apart): the machine's speed changed, recalibrate")
@@ -220,7 +219,7 @@ def test_cpu_device_formulas(tmp_path):
               "matmul_tflops": {"1": 0.004, "2": 0.004, "8": 0.02, "64": 0.05}}
     path.write_text(json.dumps({"version": 1, "cpu": {"cores": 2, "numa_nodes": 1, "memory_bytes": 8e9, "threads": {
         "1": {**probes, "gemv_gbps": 12.0}, "2": {**probes, "gemv_gbps": 16.0, "matmul_tflops": {"1": 0.09}}}}}))
-    entry = load_cpu_entry(path)
+    entry = read_calibration_file(path).cpu_entry()
     assert cpu_device(entry, 2, 1, 1).memory_bandwidth_gbps == 16.0  # TP1 on both cores: the whole socket
     assert cpu_device(entry, 1, 1, 1).memory_bandwidth_gbps == 12.0  # one stage of PP2 streams alone: its core's limit
     assert cpu_device(entry, 1, 2, 1).memory_bandwidth_gbps == 8.0  # TP2 / DP2: two ranks split the socket

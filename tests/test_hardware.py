@@ -4,10 +4,10 @@ import itertools
 
 import pytest
 
+from topoplan.architectures import ARCHITECTURES
 from topoplan.errors import TopoplanError
 from topoplan.hardware import GPUS, find_gpu, infer_gpu_family, lookup_gpu
 from topoplan.topology import Gpu, build_topology
-from topoplan.topology.links import ARCH_LINKS
 
 
 @pytest.mark.parametrize(("nvml_name", "key"), [
@@ -35,7 +35,7 @@ def test_every_entry_is_complete_and_names_are_unique():
     every_name = [n for spec in GPUS for n in {spec.key, *spec.aliases, *spec.nvml_names}]
     assert len(every_name) == len(set(every_name))
     for spec in GPUS:
-        assert spec.arch in ARCH_LINKS, spec.key
+        assert spec.arch in ARCHITECTURES and ARCHITECTURES[spec.arch].dtypes is not None, spec.key
         assert spec.source and spec.nvml_names
         if spec.vendor == "amd":  # XGMI links have no NVLink generation; FP8 came with CDNA3 (gfx942)
             assert spec.nvlink_gen == 0 and spec.arch.startswith("gfx"), spec.key

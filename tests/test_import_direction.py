@@ -31,7 +31,7 @@ ALLOWED = {
     "doctor": {"base", "topology", "hardware", "machine", "plan"},
 }
 BASE = {"errors", "layout", "dtypes", "cpuset", "atomic", "jsonfile", "rank_env", "terminal", "limits", "hf_fields",
-        "vendors", "run_options", "model_aliases", "option_fields"}
+        "vendors", "run_options", "model_aliases", "option_fields", "architectures"}
 
 
 def module_name(path: Path) -> str:

@@ -232,7 +232,7 @@ def test_warnings_from_nvml_answers():
 
 
 def test_nvlink_version_prices_a_generation_the_table_lacks():
-    """A newer part (compute capability 10.3, not in links.ARCH_LINKS) reporting NVLink 5.0 (enum value 7)
+    """A newer part (compute capability 10.3, not in architectures.ARCHITECTURES) reporting NVLink 5.0 (enum value 7)
     gets the sm100 figures, with a note; the compute capability wins whenever the table knows it. A name the
     catalog lacks is dropped with a note (the B300 itself is catalogued: sm100 figures, its own memory)."""
     recording = load("hgx-h100-8gpu-nvswitch")

@@ -238,7 +238,10 @@ def test_misleading_inputs_are_warned_on_stderr(tmp_path):
     assert json.loads(run.stdout)["warnings"] == [warning]
     assert topoplan("plan", "-m", "70b", "--topo", recording, "--top", "1").stderr == ""  # no --gpu: nothing
     cpu = tmp_path / "cpu.json"
-    cpu.write_text(json.dumps({"version": 1, "flop_efficiency": 1.0, "cpu": {"cores": 2}}))
+    probes = {"stream_gbps": 9.0, "gemv_gbps": 12.0, "gemm_tflops": 0.05, "layer_overhead_us": 100.0,
+              "matmul_tflops": {"1": 0.05}}  # what `calibrate` writes on a CPU (every section is read and checked)
+    cpu.write_text(json.dumps({"version": 1, "flop_efficiency": 1.0, "cpu": {
+        "cores": 2, "memory_bytes": 8e9, "threads": {"1": probes, "2": probes}}}))
     run = topoplan("plan", *A100_PLAN, "--top", "1", "--calibration", str(cpu))
     assert run.returncode == 0 and run.stderr == (f"topoplan: warning: {cpu} was measured on a CPU (it has a `cpu` "
                                                   "entry): its efficiencies and link constants describe that CPU, "

@@ -13,6 +13,7 @@ import pytest
 
 from topoplan.cpuset import cpu_cores
 from topoplan.models import find_model
+from topoplan.plan.calibration_file import parse_cpu_entry
 from topoplan.plan.cpu_entry import layer_overhead_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,11 +84,16 @@ def test_each_streamed_weight_product_adds_the_probed_call_cost_at_the_steps_row
 def test_layer_overhead_is_read_at_the_layers_bytes_between_the_cached_and_the_streamed_probe():
     """Linear in bytes between the probes, their values beyond them; a file without the curve keeps the
     cached probe's figure."""
-    probes = {"layer_overhead_us": 100.0, "layer_overhead_by_bytes": {"1000": 100.0, "64000": 400.0}}
-    assert layer_overhead_us(probes, 500) == 100.0 and layer_overhead_us(probes, 1000) == 100.0
-    assert layer_overhead_us(probes, 22000) == pytest.approx(200.0)  # a third of the way
-    assert layer_overhead_us(probes, 64000) == 400.0 and layer_overhead_us(probes, 1e9) == 400.0
-    assert layer_overhead_us({"layer_overhead_us": 100.0}, 1e9) == 100.0
+    def probes(**curve: dict[str, float]):
+        raw = {"stream_gbps": 1.0, "gemv_gbps": 1.0, "gemm_tflops": 1.0, "layer_overhead_us": 100.0,
+               "matmul_tflops": {"1": 1.0}, **curve}
+        return parse_cpu_entry({"cores": 1, "memory_bytes": 1e9, "threads": {"1": raw}}, "cal.json").probes(1)
+
+    curve = probes(layer_overhead_by_bytes={"1000": 100.0, "64000": 400.0})
+    assert layer_overhead_us(curve, 500) == 100.0 and layer_overhead_us(curve, 1000) == 100.0
+    assert layer_overhead_us(curve, 22000) == pytest.approx(200.0)  # a third of the way
+    assert layer_overhead_us(curve, 64000) == 400.0 and layer_overhead_us(curve, 1e9) == 400.0
+    assert layer_overhead_us(probes(), 1e9) == 100.0
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core has only the TP1 layout")

@@ -14,7 +14,8 @@ from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.hardware import find_gpu
 from topoplan.models import find_model
-from topoplan.plan.calibration import Calibration, load_calibration
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.calibration_file import load_calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec

@@ -18,6 +18,7 @@ from topoplan.bench.vllm_cpu import engine_overheads, fit_overheads, vllm_candid
 from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
+from topoplan.plan.calibration_file import read_calibration_file
 
 VLLM = resolve("vllm")
 
@@ -48,14 +49,14 @@ def test_engine_overheads_are_read_back_and_missing_ones_refused(tmp_path: Path)
     fitted = {"layer_overhead_us": 12.5, "decode_layer_overhead_us": 12.5, "step_overhead_us": 900,
               "step_overhead_per_rank_us": 300}
     path.write_text(json.dumps({"engines": {"vllm": fitted}}))
-    assert engine_overheads(VLLM, str(path)) == pytest.approx(fitted)
-    path.write_text(json.dumps({"cpu": {}}))
+    assert engine_overheads(VLLM, read_calibration_file(path)).named() == pytest.approx(fitted)
+    path.write_text(json.dumps({"engines": {"sglang": fitted}}))  # another engine's entry is not vLLM's
     with pytest.raises(TopoplanError, match="calibrate --engine vllm"):
-        engine_overheads(VLLM, str(path))
+        engine_overheads(VLLM, read_calibration_file(path))
 
 
 def test_the_planner_accepts_a_file_with_an_engines_entry(tmp_path: Path) -> None:
-    from topoplan.plan.calibration import load_calibration
+    from topoplan.plan.calibration_file import load_calibration
 
     path = tmp_path / "cal.json"
     path.write_text(json.dumps({"layer_overhead_us": 40.0, "engines": {"vllm": {"layer_overhead_us": 1.0}}}))

@@ -479,32 +479,35 @@ def bench_kv_transfer(request: BenchRequest, kv: KvTransferView, as_json: bool) 
                   json_flag("Also print the file's contents."))
 def calibrate_command(r: CalibrateRequest, view: Any) -> None:
     """Measure collectives per link class, memory bandwidth, GEMV/GEMM, and write the planner's calibration."""
-    from topoplan.bench.calibrate import calibrate, write_calibration
+    from topoplan.bench.calibrate import calibrate
     from topoplan.bench.measure_requests import driver
+    from topoplan.plan.calibration_file import calibration_json, write_calibration_file
 
     if r.chosen.serves:
         document = driver(r.chosen, "calibrate").calibrate_served(r.chosen, r.calibration, model=r.model,
                                                                   python=r.engine_python, force=r.force)
-        path = write_calibration(r.out, document)
-        fitted = document["engines"][r.chosen.name]
-        print(f"wrote {path}: {r.chosen.name} {fitted['engine_version']} overhead per layer "
-              f"{fitted['layer_overhead_us']:.1f} us in prefill, {fitted['decode_layer_overhead_us']:.1f} us in "
-              f"decode; per step {fitted['step_overhead_us']:.1f} us + {fitted['step_overhead_per_rank_us']:.1f} "
+        path = write_calibration_file(r.out, document)
+        fit = document.engines[r.chosen.name]
+        c = fit.constants
+        print(f"wrote {path}: {r.chosen.name} {fit.engine_version} overhead per layer "
+              f"{c.layer_overhead_us:.1f} us in prefill, {c.decode_layer_overhead_us:.1f} us in "
+              f"decode; per step {c.step_overhead_us:.1f} us + {c.step_overhead_per_rank_us:.1f} "
               "us per extra rank")
         return
     with progress_steps(view.json) as on_step:
         document = calibrate(sizes=r.sizes, iters=r.iters, warmup=r.warmup, dtype=r.dtype, topo=r.topo,
                              probe_mib=r.probe_mib, force=r.force, on_step=on_step)
-    path = write_calibration(r.out, document)
-    warn(document["measured"]["load"]["warnings"])
+    path = write_calibration_file(r.out, document)
+    warn(document.measured.load_warnings if document.measured else [])
     if view.json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(calibration_json(document), indent=2))
     else:
-        links = ", ".join(f"{k}: alpha {v['alpha_us']:.1f} us, {v.get('bandwidth_gbps', 0) or 0:.2f} GB/s"
-                          for k, v in document["links"].items() if v.get("bandwidth_gbps"))
-        print(f"wrote {path}: base {document['collective_base_us']:.1f} us; {links or 'no link measured'}; "
-              f"memory efficiency {document['memory_bandwidth_efficiency']:.2f}, "
-              f"layer overhead {document['layer_overhead_us']:.1f} us")
+        cal = document.calibration()
+        links = ", ".join(f"{k}: alpha {v.alpha_us:.1f} us, {v.bandwidth_gbps:.2f} GB/s"
+                          for k, v in cal.links.items() if v.bandwidth_gbps)
+        print(f"wrote {path}: base {cal.collective_base_us:.1f} us; {links or 'no link measured'}; "
+              f"memory efficiency {cal.memory_bandwidth_efficiency:.2f}, "
+              f"layer overhead {cal.layer_overhead_us:.1f} us")
 
 
 @commands.command("validate", "topoplan.bench.measure_requests:ValidateRequest",

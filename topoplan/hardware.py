@@ -203,39 +203,6 @@ GPUS: tuple[GpuSpec, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class DtypeSupport:
-    """What a GPU generation does with each `plan --dtype` / `--kv-dtype` (names of topoplan.dtypes)."""
-
-    native: tuple[str, ...]  # weights and GEMMs in this dtype (tensor cores, or CUDA cores for fp32)
-    weight_only: tuple[str, ...]  # stored in it, dequantised to the activation dtype for the GEMMs
-    kv: tuple[str, ...]  # KV-cache dtypes
-    source: str
-
-
-# Minimum compute capabilities as vLLM's quantisation configs state them (get_min_capability): GPTQ 60,
-# AWQ 75, FP8 80 (weight-only "FP8 Marlin" below 89, W8A8 from 89); BF16 needs Ampere (sm80) tensor cores.
-# fp8 KV cache: vLLM's `--kv-cache-dtype fp8` on CUDA, dequantised in the attention kernels (Ampere and later
-# here: the Marlin/FlashInfer paths it relies on start at sm80).
-_PRE_AMPERE = DtypeSupport(("fp32", "fp16"), ("int4",), ("fp32", "fp16"),
-                           "no BF16, no FP8 tensor cores; int4 as GPTQ (vLLM min capability 60; AWQ needs 75)")
-_AMPERE = DtypeSupport(("fp32", "bf16", "fp16"), ("fp8", "int4", "mxfp4"), ("fp32", "bf16", "fp16", "fp8"),
-                       "BF16 tensor cores, no FP8: fp8 checkpoints run weight-only (vLLM FP8 Marlin), GEMMs in bf16; "
-                       "mxfp4 weight-only (vLLM MXFP4 Marlin)")
-_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4", "mxfp4"), ("fp32", "bf16", "fp16", "fp8"),
-                    "FP8 tensor cores (W8A8); int4 AWQ/GPTQ and mxfp4 weight-only (no FP4 rate in the catalog)")
-_AMD_NO_FP8 = DtypeSupport(("fp32", "bf16", "fp16"), ("int4",), ("fp32", "bf16", "fp16"),
-                           "BF16/FP16 matrix cores, no FP8 (MI250X, RX 7900 XTX, W7900 data sheets)")
-_AMD_FP8 = DtypeSupport(("fp32", "bf16", "fp16", "fp8"), ("int4",), ("fp32", "bf16", "fp16", "fp8"),
-                        "FP8 matrix cores (MI300X/MI325X/MI355X data sheets); int4 AWQ/GPTQ weight-only")
-DTYPE_SUPPORT: dict[str, DtypeSupport] = {
-    "sm60": _PRE_AMPERE, "sm70": _PRE_AMPERE, "sm75": _PRE_AMPERE,
-    "sm80": _AMPERE, "sm86": _AMPERE,
-    "sm89": _FP8, "sm90": _FP8, "sm100": _FP8, "sm120": _FP8,
-    "gfx90a": _AMD_NO_FP8, "gfx1100": _AMD_NO_FP8, "gfx942": _AMD_FP8, "gfx950": _AMD_FP8,
-}
-
-
 def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 

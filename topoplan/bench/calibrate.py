@@ -12,19 +12,17 @@ docs/bench.md describes the file and how each figure is used.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from topoplan.atomic import check_folder, write_atomic
+from topoplan import __version__
 from topoplan.bench import probes
 from topoplan.bench.definitions import parse_sizes
 from topoplan.bench.fit import CollectiveFit, fit_sweep, link_constants
@@ -36,7 +34,16 @@ from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import PROBE_DTYPES, checked_dtype, dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.limits import check_count
-from topoplan.plan.calibration import Calibration, LinkCalibration, parse_calibration, to_json
+from topoplan.plan.calibration import Calibration, LinkCalibration
+from topoplan.plan.calibration_file import (
+    CalibrationFile,
+    ConstantValues,
+    CpuEntry,
+    GpuRecord,
+    LinkValues,
+    Measured,
+    parse_cpu_entry,
+)
 from topoplan.plan.cpu_entry import CPU_LINK, MOE_OVERHEADS
 from topoplan.runner.dist import gpu_vendor
 from topoplan.topology.links import parse_link_code
@@ -89,7 +96,7 @@ def probe_all(device: torch.device, dtype: str, probe_mib: int) -> dict[str, Any
     return figures | {"spread": {name: round(max(values), 3) for name, values in noise.items() if values}}
 
 
-def cpu_entry(dtype: str, probe_mib: int, monitor: LoadMonitor, step: Step) -> dict[str, Any]:
+def cpu_entry(dtype: str, probe_mib: int, monitor: LoadMonitor, step: Step) -> CpuEntry:
     """Probes at one thread and at every core (topoplan.plan.cpu_entry explains how the planner uses them)."""
     cores, before = len(cpu_cores()), torch.get_num_threads()
     threads = {}
@@ -103,7 +110,8 @@ def cpu_entry(dtype: str, probe_mib: int, monitor: LoadMonitor, step: Step) -> d
     finally:
         torch.set_num_threads(before)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {"cores": cores, "numa_nodes": 1, "memory_bytes": memory, "dtype": dtype, "threads": threads}
+    return parse_cpu_entry({"cores": cores, "numa_nodes": 1, "memory_bytes": memory, "dtype": dtype,
+                            "threads": threads}, "<calibration>")
 
 
 def gpu_pairs_by_class(topo: str | None) -> dict[str, tuple[int, int]]:
@@ -137,8 +145,8 @@ Step = Callable[[str], None]  # called with what starts next (a progress bar's l
 
 def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, dtype: str | None = None,
               topo: str | None = None, probe_mib: int = 256, force: bool = False, sources: Sources | None = None,
-              on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """Measure and fit; returns the file's JSON (already checked by the planner's own parser).
+              on_step: Callable[[str, int, int], None] | None = None) -> CalibrationFile:
+    """Measure and fit; returns the calibration file (topoplan.plan.calibration_file writes it).
 
     A busy machine (topoplan.bench.load) is refused before measuring, and a measurement that other processes
     disturbed is refused after it, unless `force`; then the file records the warnings. `on_step(label, done,
@@ -173,7 +181,8 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
     started = time.time()
     fits: list[CollectiveFit] = []
     cal = Calibration()
-    extra: dict[str, Any] = {}
+    gpu_record: GpuRecord | None = None
+    cpu: CpuEntry | None = None
     waits: dict[str, float] = {}  # the synchronisation probe's (CPU): stretch MiB -> us
     if gpu:
         from topoplan.hardware import lookup_gpu
@@ -191,7 +200,7 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             measured = probe_all(torch.device("cuda"), dtype, probe_mib)
         name = torch.cuda.get_device_name(0)
         spec = lookup_gpu(name)
-        extra["gpu"] = {"name": name, "catalog": spec.key if spec else None, **measured}
+        gpu_record = GpuRecord(name, spec.key if spec else None, measured)
         if spec is not None:  # efficiencies are against the catalog's peaks
             peak_tflops = spec.bf16_tflops if dtype in ("bf16", "fp16") else spec.bf16_tflops / 2
             cal = replace(cal, memory_bandwidth_efficiency=min(1.0, measured["gemv_gbps"] / spec.memory_bandwidth_gbps),
@@ -209,13 +218,13 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
             with monitor.window("the synchronisation probe"):
                 waits = spawn_json(cores, "topoplan.bench.sync_wait", [], echo=False,
                                    what="synchronisation probe")["wait_us"]
-        entry = cpu_entry(dtype, probe_mib, monitor, step)
-        socket = entry["threads"][str(entry["cores"])]
+        cpu = cpu_entry(dtype, probe_mib, monitor, step)
+        socket = cpu.probes(cpu.cores)
         # A CPU device's bandwidth and FLOP/s *are* the measured GEMV and GEMM rates (topoplan.plan.cpu_entry):
         # there is no vendor peak to take a fraction of, so both efficiencies are 1.
         cal = replace(cal, memory_bandwidth_efficiency=1.0, flop_efficiency=1.0,
-                      matmul_call_us=socket["matmul_call_us"]["1"], **{k: socket[k] for k in RUNNER_OVERHEADS})
-        extra["cpu"] = entry
+                      matmul_call_us=dict(socket.matmul_call_us or ())[1],
+                      **{k: getattr(socket, k) for k in RUNNER_OVERHEADS})
     constants = link_constants(fits, cal.collective_base_us)
     links = dict(cal.links)
     for link_class, alpha in constants.alpha_us.items():
@@ -230,17 +239,10 @@ def calibrate(*, sizes: str = DEFAULT_SIZES, iters: int = 20, warmup: int = 5, d
         more = len(monitor.warnings) - 1
         raise TopoplanError(f"{monitor.warnings[0]}{f' (and {more} more step(s))' if more else ''}; the calibration "
                             "was not written: run it again on a quiet machine, or pass --force to write it anyway")
-    document = to_json(cal) | extra | {"measured": {
-        "host": platform.node(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.time() - started, 1), "load_average": list(os.getloadavg()),
-        "load": monitor.report(),
-        "torch": torch.__version__, "dtype": dtype, "sizes": sizes, "iters": iters, "probe_mib": probe_mib,
-        "base_from_fit": constants.base_us is not None, "sync_wait_us": waits, "fits": [f.to_json() for f in fits]}}
-    parse_calibration(json.loads(json.dumps(document)), Path("<calibration>"))  # the planner must accept it
-    return document
-
-
-def write_calibration(path: str | Path, document: dict[str, Any]) -> Path:
-    path = check_folder(path)
-    write_atomic(path, json.dumps(document, indent=2) + "\n")
-    return path
+    measured_record = Measured(
+        host=platform.node(), when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        seconds=round(time.time() - started, 1), load_average=list(os.getloadavg()), load=monitor.report(),
+        topoplan=__version__, torch=torch.__version__, dtype=dtype, sizes=sizes, iters=iters, probe_mib=probe_mib,
+        base_from_fit=constants.base_us is not None, sync_wait_us=waits, fits=[f.to_json() for f in fits])
+    return CalibrationFile(links={k: LinkValues(c.alpha_us, c.bandwidth_gbps) for k, c in cal.links.items()},
+                           constants=ConstantValues.of(cal), gpu=gpu_record, cpu=cpu, measured=measured_record)

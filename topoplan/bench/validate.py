@@ -28,9 +28,8 @@ from topoplan.jsonfile import read_json
 from topoplan.layout import Layout, layer_split_json
 from topoplan.limits import check_count
 from topoplan.models import ModelSpec, check_context, spec_from_config
-from topoplan.plan.calibration import load_calibration
+from topoplan.plan.calibration_file import CalibrationFile, ConstantValues, read_calibration_file
 from topoplan.plan.cost import Workload
-from topoplan.plan.cpu_entry import load_cpu_entry
 from topoplan.plan.cpu_layouts import CPU_DTYPE, Candidate, cpu_candidates, price_cpu
 from topoplan.run_options import RunOptions
 
@@ -83,13 +82,13 @@ class Prediction:
     stages: list[dict[str, int]]  # the layer split it priced, as `plan --json` reports it
 
 
-def predict(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration_path: str, batch: int,
-            prompt_len: int, gen_len: int, overheads: dict[str, float] | None = None,
+def predict(spec: ModelSpec, cand: Candidate, calibration: CalibrationFile, batch: int,
+            prompt_len: int, gen_len: int, overheads: ConstantValues | None = None,
             micro_batched: bool = True) -> Prediction:
     """The planner's price of one CPU layout for `batch` prompts split over its replicas
     (topoplan.plan.cpu_layouts.price_cpu).
     `overheads` and `micro_batched` describe another engine than the runner (topoplan.bench.vllm_cpu)."""
-    cost = price_cpu(spec, cand, entry, load_calibration(calibration_path),
+    cost = price_cpu(spec, cand, calibration.cpu_entry(), calibration.calibration(),
                      Workload(batch // cand.layout.dp, prompt_len, gen_len, CPU_DTYPE), overheads=overheads,
                      micro_batched=micro_batched)
     return Prediction(cost.prefill_ms, cost.decode_ms_per_token, cost.reasons, layer_split_json(cost.stage_layers))
@@ -114,20 +113,20 @@ def measure(model: str, cand: Candidate, batch: int, prompt_len: int, gen_len: i
 DRIFT_WARN = 0.15  # the machine's bandwidth this far from the calibration's: its prices no longer hold
 
 
-def bandwidth_probe(entry: dict[str, Any], calibration_path: str) -> Callable[[], float]:
+def bandwidth_probe(calibration: CalibrationFile) -> Callable[[], float]:
     """A probe of this machine's weight-streaming rate now, GB/s: the calibration's GEMV probe, on every core and
     over the same buffer size as the calibration used (a smaller one would partly sit in the cache)."""
     import torch
 
     from topoplan.bench import probes
 
-    measured = read_json(Path(calibration_path), "a topoplan calibration file").get("measured") or {}
-    probe_mib = measured.get("probe_mib") if isinstance(measured.get("probe_mib"), int) else 256
+    cores = calibration.cpu_entry().cores
+    probe_mib = (calibration.measured.probe_mib if calibration.measured else None) or 256
 
     def now() -> float:
         threads = torch.get_num_threads()
         try:
-            torch.set_num_threads(entry["cores"])
+            torch.set_num_threads(cores)
             return probes.gemv_gbps(torch.device("cpu"), torch.float32, nbytes=probe_mib * probes.MiB)
         finally:
             torch.set_num_threads(threads)
@@ -135,11 +134,16 @@ def bandwidth_probe(entry: dict[str, Any], calibration_path: str) -> Callable[[]
     return now
 
 
-def drift(entry: dict[str, Any], before: float, after: float) -> dict[str, Any]:
-    """The GEMV rate the calibration measured on every core against now, before and after the runs: a shared
-    VM's neighbours can halve its memory bandwidth for minutes without any load this machine can see, and
-    then every price is off by as much. `warning` says so above DRIFT_WARN."""
-    calibrated = entry["threads"][str(entry["cores"])]["gemv_gbps"]
+def calibrated_gemv_gbps(calibration: CalibrationFile) -> float:
+    """The GEMV rate the calibration measured on every core (what `drift` compares with)."""
+    entry = calibration.cpu_entry()
+    return entry.probes(entry.cores).gemv_gbps
+
+
+def drift(calibrated: float, before: float, after: float) -> dict[str, Any]:
+    """The GEMV rate the calibration measured on every core (`calibrated`, GB/s) against now, before and after
+    the runs: a shared VM's neighbours can halve its memory bandwidth for minutes without any load this machine
+    can see, and then every price is off by as much. `warning` says so above DRIFT_WARN."""
     worst = max(abs(before - calibrated), abs(after - calibrated)) / calibrated
     warning = (f"memory bandwidth {before:.1f} GB/s before and {after:.1f} after the runs, {calibrated:.1f} in the "
                f"calibration ({worst:.0%} apart): the machine's speed changed, recalibrate") if worst > DRIFT_WARN \
@@ -164,15 +168,16 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed on CPU: run `topoplan calibrate` first (the planner has "
                             "no built-in CPU figures)")
-    entry = load_cpu_entry(calibration)
+    file = read_calibration_file(calibration)
+    file.cpu_entry()  # a file without one is refused before the model is built
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     cores = len(cpu_cores())
     candidates = cpu_candidates(spec, cores, parse_layouts(layouts), batch)
-    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len) for c in candidates]
+    predicted = [predict(spec, c, file, batch, prompt_len, gen_len) for c in candidates]
     monitor = LoadMonitor("validate", sources or Sources())
     monitor.check_quiet(force)
-    bandwidth_now = bandwidth_probe(entry, calibration)
+    bandwidth_now = bandwidth_probe(file)
     before = bandwidth_now()
     runs: list[list[dict]] = [[] for _ in candidates]
     total = repeats * len(candidates)
@@ -185,7 +190,7 @@ def validate(model: str, layouts: str, calibration: str | None, *, batch: int = 
                 runs[i].append(measure(model, cand, batch, prompt_len, gen_len, timeout_s))
     if on_step:
         on_step("done", total, total)
-    speed = drift(entry, before, bandwidth_now())
+    speed = drift(calibrated_gemv_gbps(file), before, bandwidth_now())
     rows = []
     for cand, cost, results in zip(candidates, predicted, runs):
         timings = [r["timing"] for r in results]

@@ -38,6 +38,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from topoplan.errors import TopoplanError
 from topoplan.launch.command import LaunchRequest, engine_launch_for
 from topoplan.launch.engines.scripts import render_serve_script
 from topoplan.layout import Layout
+from topoplan.plan.calibration_file import CalibrationFile, ConstantValues, EngineFit, read_calibration_file
 from topoplan.plan.cpu_entry import MOE_OVERHEADS
 from topoplan.plan.cpu_layouts import Candidate, cpu_candidates
 from topoplan.rank_env import DEFAULT_MASTER_PORT
@@ -60,7 +62,7 @@ DEFAULT_PORT = 8765
 # the fitted constants, named as in topoplan.plan.calibration.Calibration and the engine profiles' Overheads
 OVERHEADS = ("layer_overhead_us", "decode_layer_overhead_us", "step_overhead_us", "step_overhead_per_rank_us")
 # the bundled runner's MoE-layer costs the `cpu` entry measured: not vLLM's, whose MoE layer was not measured
-RUNNER_ONLY = dict.fromkeys(MOE_OVERHEADS, 0.0)
+RUNNER_ONLY = ConstantValues(**dict.fromkeys(MOE_OVERHEADS, 0.0))
 START_TIMEOUT_S = 900.0
 
 
@@ -213,20 +215,17 @@ def pooled(passes: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def calibrate_served(engine: Engine, calibration: str, *, model: str = "small", python: str = "python3", batch: int = 2,
                    prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, passes: int = 2,
-                   timeout_s: float = 300.0, force: bool = False) -> dict[str, Any]:
-    """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration document with an
+                   timeout_s: float = 300.0, force: bool = False) -> CalibrationFile:
+    """Measure vLLM on every layout it runs here and fit its overheads; returns the calibration file with an
     `engines.vllm` entry added (the input file's CPU entry prices the roofline).
 
     Every layout is served `passes` times, in passes over all of them, and fitted on the medians of all runs:
     in three calibrate + validate pairs on 2026-12-03, one serving's TP1 decode in `calibrate` was 21-26%
     slower than `validate`'s minutes later, with each serving's own runs within a few percent, so one serving
     per layout is too few."""
-    from topoplan.jsonfile import read_json
-    from topoplan.plan.cpu_entry import load_cpu_entry
-
     python = check_python(python)
-    entry = load_cpu_entry(calibration)
-    document = read_json(Path(calibration), "a topoplan calibration file")
+    file = read_calibration_file(calibration)
+    file.cpu_entry()  # a file without one is refused before anything is served
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     monitor = LoadMonitor("calibrate --engine vllm")
@@ -234,57 +233,53 @@ def calibrate_served(engine: Engine, calibration: str, *, model: str = "small", 
     candidates = vllm_candidates(model, batch)
     rows = pooled([measure_layouts(engine, model, python, candidates, batch=batch, prompt_len=prompt_len,
                                    gen_len=gen_len, repeats=repeats, timeout_s=timeout_s) for _ in range(passes)])
-    zero = dict.fromkeys(OVERHEADS, 0.0) | RUNNER_ONLY
-    base = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=zero,
+    zero = replace(RUNNER_ONLY, **dict.fromkeys(OVERHEADS, 0.0))
+    base = [predict(spec, c, file, batch, prompt_len, gen_len, overheads=zero,
                     micro_batched=engine.parallelism.micro_batched_pp) for c in candidates]
     fitted = fit_overheads(spec.layers, rows, base)
-    document.setdefault("engines", {})[engine.name] = {
-        **fitted, "device": "cpu", "engine_version": vllm_version(python), "model": model, "batch": batch,
-        "prompt_len": prompt_len, "gen_len": gen_len, "load": monitor.report(),
-        "fit_rows": [{"tp": r["layout"].tp, "pp": r["layout"].pp, "dp": r["layout"].dp,
-                      "measured_prefill_ms": r["prefill_ms"], "measured_decode_ms": r["decode_ms_per_token"],
-                      "roofline_prefill_ms": b.prefill_ms, "roofline_decode_ms": b.decode_ms_per_token}
-                     for r, b in zip(rows, base)]}
-    return document
+    fit = EngineFit(
+        ConstantValues(**fitted), device="cpu", engine_version=vllm_version(python), model=model, batch=batch,
+        prompt_len=prompt_len, gen_len=gen_len, load=monitor.report(),
+        fit_rows=[{"tp": r["layout"].tp, "pp": r["layout"].pp, "dp": r["layout"].dp,
+                   "measured_prefill_ms": r["prefill_ms"], "measured_decode_ms": r["decode_ms_per_token"],
+                   "roofline_prefill_ms": b.prefill_ms, "roofline_decode_ms": b.decode_ms_per_token}
+                  for r, b in zip(rows, base)])
+    return replace(file, engines={**file.engines, engine.name: fit})
 
 
-def engine_overheads(engine: Engine, calibration: str) -> dict[str, float]:
-    """The `engines.vllm` entry `calibrate --engine vllm` wrote."""
-    from topoplan.jsonfile import read_json
-
-    raw = read_json(Path(calibration), "a topoplan calibration file")
-    entry = (raw.get("engines") or {}).get(engine.name) if isinstance(raw, dict) else None
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in OVERHEADS):
-        raise TopoplanError(f"no `engines.{engine.name}` entry with {', '.join(OVERHEADS)}: run `topoplan calibrate "
-                            f"--engine {engine.name}` first", source=calibration)
-    return {k: float(entry[k]) for k in OVERHEADS}
+def engine_overheads(engine: Engine, calibration: CalibrationFile) -> ConstantValues:
+    """The overheads of the `engines.<engine>` entry `calibrate --engine` wrote (its other constants are not
+    fitted here)."""
+    constants = calibration.engine_fit(engine.name, OVERHEADS).constants
+    return ConstantValues(**{k: getattr(constants, k) for k in OVERHEADS})
 
 
 def validate_served(engine: Engine, model: str, calibration: str | None, *, python: str = "python3", batch: int = 2,
                   prompt_len: int = 32, gen_len: int = 32, repeats: int = 3, timeout_s: float = 300.0,
                   force: bool = False) -> dict[str, Any]:
     """Predicted (planner + vLLM's fitted overheads) vs measured vLLM, in `topoplan validate`'s JSON shape."""
-    from topoplan.bench.validate import bandwidth_probe, drift, summarize
-    from topoplan.plan.cpu_entry import load_cpu_entry
+    from topoplan.bench.validate import bandwidth_probe, calibrated_gemv_gbps, drift, summarize
 
     check_counts(batch, prompt_len, gen_len, repeats)
     if calibration is None:
         raise TopoplanError("--calibration FILE is needed: run `topoplan calibrate` and then `topoplan calibrate "
                             "--engine vllm --calibration FILE`")
     python = check_python(python)
-    entry, overheads = load_cpu_entry(calibration), engine_overheads(engine, calibration) | RUNNER_ONLY
+    file = read_calibration_file(calibration)
+    file.cpu_entry()  # a file without one is refused before anything is served
+    overheads = replace(RUNNER_ONLY, **engine_overheads(engine, file).named())
     spec = model_spec(model)
     check_sizes(spec, batch, prompt_len, gen_len)
     monitor = LoadMonitor("validate --engine vllm")
     monitor.check_quiet(force)
     candidates = vllm_candidates(model, batch)
-    predicted = [predict(spec, c, entry, calibration, batch, prompt_len, gen_len, overheads=overheads,
+    predicted = [predict(spec, c, file, batch, prompt_len, gen_len, overheads=overheads,
                          micro_batched=engine.parallelism.micro_batched_pp) for c in candidates]
-    bandwidth_now = bandwidth_probe(entry, calibration)
+    bandwidth_now = bandwidth_probe(file)
     before = bandwidth_now()
     measured = measure_layouts(engine, model, python, candidates, batch=batch, prompt_len=prompt_len,
                                gen_len=gen_len, repeats=repeats, timeout_s=timeout_s)
-    speed = drift(entry, before, bandwidth_now())
+    speed = drift(calibrated_gemv_gbps(file), before, bandwidth_now())
     rows = []
     for cand, cost, m in zip(candidates, predicted, measured):
         rows.append({"tp": cand.layout.tp, "pp": cand.layout.pp, "dp": cand.layout.dp, "ep": cand.layout.ep,
@@ -299,7 +294,7 @@ def validate_served(engine: Engine, model: str, calibration: str | None, *, pyth
     return {"engine": engine.name, "engine_version": vllm_version(python), "model": model, "params": spec.params,
             "weight_mb_fp32": spec.weight_bytes("fp32") / 1e6, "batch": batch, "prompt_len": prompt_len,
             "gen_len": gen_len, "repeats": repeats, "cores": len(cpu_cores()), "calibration": calibration,
-            "engine_overheads": overheads, **_load(monitor), "drift": speed, **summarize(rows)}
+            "engine_overheads": overheads.named(), **_load(monitor), "drift": speed, **summarize(rows)}
 
 
 def _load(monitor: LoadMonitor) -> dict[str, Any]:

@@ -48,67 +48,15 @@ The entry (written by `topoplan calibrate` on a CPU machine; docs/bench.md):
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
-from topoplan.errors import TopoplanError
-from topoplan.jsonfile import read_json
 from topoplan.layout import Layout
 from topoplan.machine import CPU_LINK, cpu_topology  # noqa: F401  (re-exported: the bench's CPU machine)
 from topoplan.plan.calibration import Calibration
+from topoplan.plan.calibration_file import CpuEntry, Points, Probes
 from topoplan.plan.device import DeviceSpec, linear_interpolate, log_interpolate
 
-PROBES = ("stream_gbps", "gemv_gbps", "gemm_tflops", "layer_overhead_us")  # plus the matmul_tflops curve
 # the runner's MoE-layer costs (Calibration fields of the same names); absent from files written before them
 MOE_OVERHEADS = ("moe_layer_overhead_us", "expert_overhead_us")
-
-
-def _non_negative(value: Any) -> bool:
-    """A number of at least 0 (JSON's true is not one; read_json refuses NaN and infinities)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-
-
-def _curve(curve: Any, positive: bool) -> bool:
-    """A non-empty {positive integer (rows, bytes): number} map, its numbers positive or at least 0."""
-    return isinstance(curve, dict) and bool(curve) and all(
-        k.isdecimal() and int(k) > 0 and _non_negative(v) and (v > 0 or not positive) for k, v in curve.items())
-
-
-def load_cpu_entry(path: str | Path) -> dict[str, Any]:
-    """The `cpu` entry of a calibration file, checked."""
-    path = Path(path)
-    raw = read_json(path, "a topoplan calibration file")
-    entry = raw.get("cpu") if isinstance(raw, dict) else None
-    if not isinstance(entry, dict):
-        raise TopoplanError("no `cpu` entry: run `topoplan calibrate` on this machine to measure one", source=path)
-    threads = entry.get("threads")
-    if not isinstance(entry.get("cores"), int) or not isinstance(threads, dict) or str(entry["cores"]) not in threads:
-        raise TopoplanError("cpu: expected `cores` (an integer) and `threads` with an entry for all cores",
-                            source=path)
-    for count, probes in threads.items():
-        missing = [k for k in PROBES if not isinstance((probes or {}).get(k), (int, float)) or probes[k] <= 0]
-        if not _curve((probes or {}).get("matmul_tflops"), positive=True):
-            missing.append("matmul_tflops (rows -> TFLOP/s)")
-        by_kernel = (probes or {}).get("matmul_tflops_by_kernel", {"mkl": {"1": 1}})  # optional: older files
-        if not isinstance(by_kernel, dict) or not by_kernel or not all(
-                _curve(curve, positive=True) for curve in by_kernel.values()):
-            missing.append("matmul_tflops_by_kernel (kernel -> rows -> TFLOP/s)")
-        for name, unit in (("matmul_call_us", "rows"), ("layer_overhead_by_bytes", "bytes")):
-            if not _curve((probes or {}).get(name, {"1": 0}), positive=False):  # optional: older files
-                missing.append(f"{name} ({unit} -> us, may be 0)")
-        missing += [f"{k} (may be 0)" for k in MOE_OVERHEADS
-                    if k in (probes or {}) and not _non_negative(probes[k])]
-        if missing:
-            raise TopoplanError(f"cpu.threads.{count}: expected positive {', '.join(missing)}", source=path)
-    return entry
-
-
-def _probes(entry: dict[str, Any], threads: int) -> dict[str, float]:
-    probes = entry["threads"].get(str(threads))
-    if probes is None:
-        raise TopoplanError(f"the calibration's cpu entry has no probes at {threads} thread(s); it has "
-                            f"{', '.join(sorted(entry['threads']))}")
-    return probes
 
 
 def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
@@ -117,60 +65,55 @@ def concurrent_ranks(layout: Layout, busy_stages: int = 1) -> int:
     return layout.tp * layout.dp * busy_stages
 
 
-def _points(curve: dict[str, float]) -> tuple[tuple[int, float], ...]:
-    return tuple(sorted((int(k), v) for k, v in curve.items()))
-
-
-def runner_curve(probes: dict[str, Any], decode_rows: float) -> tuple[tuple[int, float], ...]:
+def runner_curve(probes: Probes, decode_rows: float) -> Points:
     """(rows, TFLOP/s) of the kernel a runner rank whose decode step multiplies `decode_rows` rows holds its
     weights for: the one faster at those rows (module docstring); in a file without the per-kernel curves, the
     faster kernel at each row count."""
-    by_kernel = probes.get("matmul_tflops_by_kernel")
+    by_kernel = probes.matmul_tflops_by_kernel
     if not by_kernel:
-        return _points(probes["matmul_tflops"])
-    return max((_points(curve) for curve in by_kernel.values()), key=lambda c: log_interpolate(c, decode_rows))
+        return probes.matmul_tflops
+    return max(by_kernel.values(), key=lambda c: log_interpolate(c, decode_rows))
 
 
-def cpu_device(entry: dict[str, Any], threads: int, concurrent: int, rows: float,
+def cpu_device(entry: CpuEntry, threads: int, concurrent: int, rows: float,
                decode_rows: float | None = None) -> DeviceSpec:
     """The device a rank of `threads` threads sees while `concurrent` ranks share the memory bus, for
     matrix products of `rows` rows, its weights held for the kernel faster at `decode_rows` (default `rows`)
     (formulas above)."""
-    mine, socket = _probes(entry, threads), _probes(entry, entry["cores"])
-    bandwidth = min(mine["gemv_gbps"], socket["gemv_gbps"] / concurrent)
+    mine, socket = entry.probes(threads), entry.probes(entry.cores)
+    bandwidth = min(mine.gemv_gbps, socket.gemv_gbps / concurrent)
     curve = runner_curve(mine, rows if decode_rows is None else decode_rows)
     tflops = log_interpolate(curve, rows)
     return DeviceSpec(name=f"cpu x{threads} thread{'s' if threads > 1 else ''}",
-                      memory_bytes=entry["memory_bytes"] * threads / entry["cores"],
+                      memory_bytes=entry.memory_bytes * threads / entry.cores,
                       memory_bandwidth_gbps=bandwidth,
                       tflops={"fp32": tflops, "bf16": tflops, "fp16": tflops, "fp8": tflops},
                       nic_gbps=1.0,  # unused: one machine, no network hop
                       tflops_by_rows=curve)
 
 
-def call_us(curve: dict[str, float], rows: float) -> float:
+def call_us(points: Points, rows: float) -> float:
     """The per-product cost probed at the most rows not above `rows` (the fewest probed below that)."""
-    points = _points(curve)
     return next((v for r, v in reversed(points) if r <= rows), points[0][1])
 
 
-def layer_overhead_us(probes: dict[str, Any], layer_bytes: float) -> float:
+def layer_overhead_us(probes: Probes, layer_bytes: float) -> float:
     """A layer's fixed cost for a rank that holds `layer_bytes` of its weights (module docstring); the cached
     probe's figure in a file from before the streamed probe."""
-    curve = probes.get("layer_overhead_by_bytes")
+    curve = probes.layer_overhead_by_bytes
     if not curve:
-        return probes["layer_overhead_us"]
-    return linear_interpolate(_points(curve), layer_bytes)
+        return probes.layer_overhead_us
+    return linear_interpolate(curve, layer_bytes)
 
 
-def cpu_calibration(calibration: Calibration, entry: dict[str, Any], threads: int, rows: float,
+def cpu_calibration(calibration: Calibration, entry: CpuEntry, threads: int, rows: float,
                     layer_bytes: float) -> Calibration:
     """The calibration with the layer, MoE and step overheads measured at this thread count (the layer's for
     a rank's `layer_bytes` of each layer) and the weight-product cost at `rows` rows (a file without a
     per-thread `step_overhead_us`, MoE overheads or `matmul_call_us`, from before they were probed, keeps the
     top-level figure)."""
-    probes = _probes(entry, threads)
-    calls = probes.get("matmul_call_us")
-    optional = {k: probes[k] for k in ("step_overhead_us", *MOE_OVERHEADS) if k in probes}
+    probes = entry.probes(threads)
+    calls = probes.matmul_call_us
+    optional = {k: getattr(probes, k) for k in ("step_overhead_us", *MOE_OVERHEADS) if getattr(probes, k) is not None}
     return replace(calibration, layer_overhead_us=layer_overhead_us(probes, layer_bytes), **optional,
                    matmul_call_us=call_us(calls, rows) if calls else calibration.matmul_call_us)

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 from topoplan.cpuset import cpu_cores
 from topoplan.dtypes import dtype_of
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, micro_batches
 from topoplan.models import ModelSpec, find_model
-from topoplan.plan.calibration import Calibration, load_calibration
+from topoplan.plan.calibration import Calibration
+from topoplan.plan.calibration_file import ConstantValues, CpuEntry, read_calibration_file
 from topoplan.plan.cost import LayoutCost, Workload
-from topoplan.plan.cpu_entry import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology, load_cpu_entry
+from topoplan.plan.cpu_entry import concurrent_ranks, cpu_calibration, cpu_device, cpu_topology
 from topoplan.plan.frontend import PlanRequest
 from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.rank import Plan, RankedLayout, check_search, mark_dominated, plan, rank_key
@@ -69,11 +69,11 @@ def cpu_candidates(spec: ModelSpec, cores: int, wanted: list[Layout] | None, bat
     return out
 
 
-def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibration: Calibration,
-              workload: Workload, overheads: dict[str, float] | None = None, micro_batched: bool = True) -> LayoutCost:
+def price_cpu(spec: ModelSpec, cand: Candidate, entry: CpuEntry, calibration: Calibration,
+              workload: Workload, overheads: ConstantValues | None = None, micro_batched: bool = True) -> LayoutCost:
     """The planner's cost of one CPU layout (`workload.batch` per replica): decode priced at the decode step's
     rows, prefill at prefill's (both on the kernel the runner keeps for the decode step's rows), the request
-    time from both. `overheads` (Calibration field -> value) replace
+    time from both. `overheads` (the constants they name) replace
     the runner's fixed costs the `cpu` entry measured, for another engine (topoplan.bench.vllm_cpu), and
     `micro_batched` False prices an engine that runs the batch through its stages as one."""
     layout = cand.layout
@@ -83,7 +83,8 @@ def price_cpu(spec: ModelSpec, cand: Candidate, entry: dict[str, Any], calibrati
     decode_rows = math.ceil(workload.batch / micro)
 
     def at(rows: int, busy_stages: int) -> LayoutCost:
-        cal = replace(cpu_calibration(calibration, entry, cand.threads, rows, layer_bytes), **(overheads or {}))
+        measured = cpu_calibration(calibration, entry, cand.threads, rows, layer_bytes)
+        cal = replace(measured, **overheads.named()) if overheads else measured
         device = cpu_device(entry, cand.threads, concurrent_ranks(layout, busy_stages), rows, decode_rows)
         return plan(cpu_topology(layout.world), spec, device, workload, calibration=cal, tp=layout.tp, pp=layout.pp,
                     dp=layout.dp, ep=layout.ep).layouts[0].cost
@@ -111,8 +112,8 @@ def plan_cpu(request: PlanRequest) -> Plan:
     if r.calibration is None:
         raise TopoplanError("--device cpu needs --calibration FILE with a `cpu` entry: run `topoplan calibrate` on "
                             "this machine first (the planner has no built-in CPU figures)")
-    entry = load_cpu_entry(r.calibration)
-    calibration = load_calibration(r.calibration)
+    file = read_calibration_file(r.calibration)
+    entry, calibration = file.cpu_entry(), file.calibration()
     spec = find_model(r.model)
     cores = len(cpu_cores())
     check_search(nodes=1, objective=r.objective, max_tp=r.max_tp, tp=r.tp, pp=r.pp, dp=r.dp, ep=r.ep)
@@ -128,8 +129,8 @@ def plan_cpu(request: PlanRequest) -> Plan:
                            tuple(f"CPU{i}" for i in range(c.layout.world))) for c in candidates]
     ranked.sort(key=lambda e: rank_key(r.objective, e))
     mark_dominated(ranked)
-    warnings = () if entry["cores"] == cores else (
-        f"{r.calibration} was measured on {entry['cores']} cores; this machine has {cores}",)
+    warnings = () if entry.cores == cores else (
+        f"{r.calibration} was measured on {entry.cores} cores; this machine has {cores}",)
     threads = ", ".join(f"{c.layout}: {c.layout.world} rank(s) x {c.threads} thread(s)" for c in candidates)
     topology = cpu_topology(cores).with_notes(f"CPU-process layouts of this machine ({threads})")
     device = replace(cpu_device(entry, 1, 1, workload.batch), name="CPU cores")

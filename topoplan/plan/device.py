@@ -10,15 +10,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from topoplan.architectures import ARCHITECTURES, DEFAULT_NIC_GBPS
 from topoplan.dtypes import DType
 from topoplan.errors import TopoplanError
-from topoplan.hardware import DTYPE_SUPPORT, GpuSpec
-
-# Per-NIC bandwidth (GB/s, one direction) assumed when --nic-gbps is not given, by GPU generation: the
-# InfiniBand rate of the reference systems, one NIC per GPU. Source: DGX-1 datasheet (4x EDR 100 Gb/s
-# for 8 GPUs: 6.25 GB/s per GPU), DGX A100 (8x HDR 200 Gb/s), DGX H100 / B200 (8x NDR 400 Gb/s).
-NIC_GBPS_BY_ARCH = {"sm60": 6.25, "sm70": 6.25, "sm80": 25.0, "sm90": 50.0, "sm100": 50.0}
-DEFAULT_NIC_GBPS = 25.0  # HDR 200 Gb/s, the most common data-centre rate when the generation is unknown
+from topoplan.hardware import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -43,11 +38,14 @@ class DeviceSpec:
     def from_gpu(cls, gpu: GpuSpec, nic_gbps: float | None = None) -> DeviceSpec:
         # FP32 is priced at the TF32 tensor-core rate (half the BF16 figure) from Ampere on, else at the
         # CUDA-core FP32 figure; fp16 at the BF16/FP16 tensor figure. Only what the GPU computes in is listed.
-        support = DTYPE_SUPPORT[gpu.arch]
+        row = ARCHITECTURES[gpu.arch]
+        support = row.dtypes
+        if support is None:  # every catalog GPU's row has its dtypes (tests/test_hardware.py)
+            raise TopoplanError(f"{gpu.key} ({gpu.arch}): no dtype support known for this generation")
         rate = {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops,
                 "fp32": gpu.fp32_tflops or gpu.bf16_tflops / 2}
         tflops = {d: rate[d] for d in support.native if rate.get(d)}
-        nic = nic_gbps if nic_gbps is not None else NIC_GBPS_BY_ARCH.get(gpu.arch, DEFAULT_NIC_GBPS)
+        nic = nic_gbps if nic_gbps is not None else row.nic_gbps or DEFAULT_NIC_GBPS
         return cls(gpu.key, gpu.memory_bytes, gpu.memory_bandwidth_gbps, tflops, nic, support.weight_only,
                    support.kv, f"{gpu.key} ({gpu.arch}): {support.source}", gpu.nvlink_domain_gpus)
 

@@ -1,5 +1,5 @@
-"""Link kinds as `nvidia-smi topo -m` names them (plus AMD's XGMI), and the one table of per-link
-bandwidth/latency estimates.
+"""Link kinds as `nvidia-smi topo -m` names them (plus AMD's XGMI), and the per-link bandwidth/latency estimates
+(the per-GPU-generation figures are topoplan.architectures' rows).
 
 Every figure here is an *estimate* used before anything is measured; `topoplan calibrate` replaces them
 with measured ones. docs/topology.md gives the source of each number. Bandwidths are GB/s in one
@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from topoplan.architectures import UNKNOWN_ARCH, architecture
 from topoplan.errors import TopoplanError
 
 
@@ -66,54 +67,12 @@ def parse_link_code(code: str) -> tuple[str, LinkKind, int] | None:
     return kind.name, kind, 0
 
 
-@dataclass(frozen=True)
-class ArchLinks:
-    """Per-GPU-generation link figures: NVLink (or XGMI) GB/s per link, the GPU's PCIe x16 GB/s, the source."""
-
-    arch: str
-    nvlink_gbps_per_link: float
-    pcie_gbps: float
-    source: str
-    xgmi_gbps_per_link: float = 0.0  # AMD: one XGMI (Infinity Fabric) link, one direction
-
-
-# NVLink per-link figures are NCCL's SMxx_NVLINK_BW (src/graph/topo.h, as of NCCL v2.30.7; SM90 has been 20.6
-# since v2.20, SM100 40.1 since v2.27.5). PCIe figures are NCCL's formula for a PCIe link in topo.cc,
-# width x per-lane speed (x100 Mbit/s) / 80 -> GB/s: x16 Gen3 = 16 x 60 / 80 = 12, Gen4 = 24, Gen5 = 48.
-ARCH_LINKS: dict[str, ArchLinks] = {
-    a.arch: a
-    for a in (
-        ArchLinks("sm60", 18.0, 12.0, "NCCL SM60_NVLINK_BW; P100 is PCIe Gen3"),
-        ArchLinks("sm70", 20.0, 12.0, "NCCL SM70_NVLINK_BW; V100 is PCIe Gen3"),
-        ArchLinks("sm75", 20.0, 12.0, "NCCL uses SM70_NVLINK_BW below sm80 (2080 Ti bridges); Turing is PCIe Gen3"),
-        ArchLinks("sm80", 20.0, 24.0, "NCCL SM80_NVLINK_BW; A100 is PCIe Gen4"),
-        ArchLinks("sm86", 12.0, 24.0, "NCCL SM86_NVLINK_BW (GA10x bridges); PCIe Gen4"),
-        ArchLinks("sm89", 0.0, 24.0, "Ada has no NVLink; PCIe Gen4"),
-        ArchLinks("sm90", 20.6, 48.0, "NCCL SM90_NVLINK_BW; H100/H200 are PCIe Gen5"),
-        ArchLinks("sm100", 40.1, 48.0, "NCCL SM100_NVLINK_BW; B200 is PCIe Gen5"),
-        ArchLinks("sm120", 0.0, 48.0, "GB20x (RTX 5090, RTX PRO 6000 Blackwell) has no NVLink; PCIe Gen5"),
-        # --- AMD (gfx targets) ---------------------------------------------------------------------------
-        ArchLinks("gfx90a", 0.0, 24.0, "ROCm docs, MI250 microarchitecture: an Infinity Fabric link runs at 25 GT/s "
-                  "x16 = 50 GB/s per direction; PCIe Gen4", xgmi_gbps_per_link=50.0),
-        ArchLinks("gfx942", 0.0, 48.0, "AMD Instinct MI300X/MI325X data sheets: 7 Infinity Fabric links of 128 GB/s "
-                  "(both directions) = 64 GB/s per direction; PCIe Gen5", xgmi_gbps_per_link=64.0),
-        ArchLinks("gfx950", 0.0, 48.0, "AMD Instinct MI355X data sheet: 7 Infinity Fabric links, 1075 GB/s "
-                  "aggregate = 153.6 GB/s per link, 76.8 per direction; PCIe Gen5", xgmi_gbps_per_link=76.8),
-        ArchLinks("gfx1100", 0.0, 24.0, "Radeon RX 7900 XTX / PRO W7900 (RDNA 3): no XGMI; PCIe Gen4 x16"),
-        ArchLinks("gfx1201", 0.0, 48.0, "Radeon AI PRO R9700 (RDNA 4): no XGMI; PCIe Gen5 x16"),
-    )
-}
-# XGMI per link when the generation is unknown: the oldest figure (MI250, 50 GB/s), so estimates err low.
-UNKNOWN_XGMI_GBPS = 50.0
 # NVLink version as NVML reports it (nvmlDeviceGetNvLinkVersion, values of nvmlNvlinkVersion_t in nvidia-ml-py:
-# 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0) -> the generation whose figures apply. Used only
-# when the GPU's compute capability has no entry above (a newer part): the version is a weaker witness, some
-# drivers have been seen reporting 5.0 on Hopper.
+# 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0) -> the generation whose figures apply. Used
+# only when the GPU's compute capability has no row in topoplan.architectures (a newer part): the version is a
+# weaker witness, some drivers have been seen reporting 5.0 on Hopper.
 NVLINK_VERSION_ARCH = {1: "sm60", 2: "sm70", 3: "sm70", 4: "sm80", 5: "sm86", 6: "sm90", 7: "sm100"}
 
-# When the GPU generation is unknown (a `topo -m` paste without --gpu, and no family could be inferred):
-# NCCL's own defaults, PCI_BW = 12 (Gen3 x16) and 20 GB/s per NVLink.
-UNKNOWN_ARCH = ArchLinks("unknown", 20.0, 12.0, "NCCL defaults: PCI_BW (Gen3 x16); SM80_NVLINK_BW, its fallback")
 
 @dataclass(frozen=True)
 class CpuLinks:
@@ -182,11 +141,6 @@ LATENCY_US = {
 }
 
 
-def arch_links(arch: str | None) -> ArchLinks:
-    """The figures for a generation (`sm80`), or NCCL's defaults when it is None or unknown."""
-    return ARCH_LINKS.get(arch or "", UNKNOWN_ARCH)
-
-
 def cpu_links(family: str | None) -> CpuLinks:
     """The figures for a `--cpu` family (None: the default); a one-line error listing the families."""
     if family is None:
@@ -199,12 +153,12 @@ def cpu_links(family: str | None) -> CpuLinks:
 def estimate_bandwidth_gbps(kind: LinkKind, nvlinks: int, arch: str | None, cpu: str | None = None) -> float:
     """Estimated one-direction bandwidth of a link of this kind between GPUs of generation `arch` in a
     machine whose CPUs are of family `cpu` (None: unknown)."""
-    figures = arch_links(arch)
+    figures = architecture(arch)
     if kind is LinkKind.NVLINK:
         per_link = figures.nvlink_gbps_per_link or UNKNOWN_ARCH.nvlink_gbps_per_link
         return per_link * nvlinks
     if kind is LinkKind.XGMI:
-        return (figures.xgmi_gbps_per_link or UNKNOWN_XGMI_GBPS) * nvlinks
+        return (figures.xgmi_gbps_per_link or UNKNOWN_ARCH.xgmi_gbps_per_link) * nvlinks
     if kind is LinkKind.SYS:
         return min(figures.pcie_gbps, cpu_links(cpu).inter_socket_gbps)
     return figures.pcie_gbps  # NODE crosses host bridges inside one socket: NCCL prices it as PCIe too

@@ -15,8 +15,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from topoplan.architectures import ARCHITECTURES
 from topoplan.errors import TopoplanError
-from topoplan.topology.links import ARCH_LINKS, LinkKind
+from topoplan.topology.links import LinkKind
 from topoplan.topology.model import Topology
 from topoplan.topology.nccl_xml import SWITCH_CLASS
 
@@ -66,7 +67,7 @@ def export_nccl_xml(topology: Topology) -> NcclXml:
     each pair's NVLink/XGMI count becomes direct <nvlink>/<xgmi> links.
     """
     buses, made_up = _bus_ids(topology)
-    speed = _PCIE_SPEED.get(ARCH_LINKS[topology.arch].pcie_gbps) if topology.arch in ARCH_LINKS else None
+    speed = _PCIE_SPEED.get(ARCHITECTURES[topology.arch].pcie_gbps) if topology.arch in ARCHITECTURES else None
     root = ET.Element("system", version="1")
     devices = [d.id for d in [*topology.gpus, *topology.nics]]
     sockets = _sockets(topology, devices)

@@ -19,13 +19,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from topoplan.architectures import ARCHITECTURES
 from topoplan.atomic import write_atomic
 from topoplan.cpuset import MAX_CPU
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import parse_json
 from topoplan.limits import MAX_GPUS_PER_NODE, MAX_NICS_PER_NODE, MAX_NUMA_NODE
 from topoplan.topology.cuda_numbering import GpuIdentity, default_order, pci_bus_order, visible_gpus
-from topoplan.topology.links import ARCH_LINKS, NVLINK_VERSION_ARCH, cpu_family_of
+from topoplan.topology.links import NVLINK_VERSION_ARCH, cpu_family_of
 from topoplan.topology.model import Gpu, Nic, Topology, build_topology
 from topoplan.topology.nvml_query import NVML_FEATURE_ENABLED, is_error
 from topoplan.topology.sysfs_nics import pci_link_code, sysfs_address
@@ -357,7 +358,7 @@ class _Interpreter:
             self.notes.append(f"mixed GPU generations ({', '.join(sorted(archs))}): link figures use NCCL's defaults")
             return None, None
         arch = next(iter(archs)) if archs else None
-        if arch is not None and arch not in ARCH_LINKS:
+        if arch is not None and arch not in ARCHITECTURES:
             versions = {v for g in self.raw_gpus for link in g.get("nvlinks", [])
                         if isinstance(v := _value(link.get("version")), int)}
             by_version = {NVLINK_VERSION_ARCH[v] for v in versions if v in NVLINK_VERSION_ARCH}

@@ -19,10 +19,11 @@ into what that engine lets us set for the whole node:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from topoplan.cpuset import format_cpu_list
+from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
@@ -220,6 +221,44 @@ def http_options(options: ServeOptions, node: int) -> list[Option]:
         return []
     return [Option(("--host", options.host), "where node 0 serves HTTP (--host)"),
             Option(("--port", str(options.port)), "node 0's HTTP port (--port)")]
+
+
+@dataclass(frozen=True)
+class SettingsFlags:
+    """How one engine's server spells what the plan priced (EngineSettings), with the reasons that are its own.
+    `--dtype`, the memory share's option (the engine profile's MemoryPolicy.option), `--kv-cache-dtype` and
+    `--quantization fp8` are the same words in every server that takes this form (vLLM, SGLang)."""
+
+    max_seqs: str  # the option for requests in flight per replica
+    max_model_len: str  # the option for prompt + generated tokens
+    max_model_len_why: str
+    memory_why: str
+    fp8_kv: str  # --kv-cache-dtype's value for an fp8 cache
+    fp8_weights_why: str
+
+
+def settings_options(s: EngineSettings, memory_option: str, flags: SettingsFlags) -> list[Option]:
+    """What the plan priced, as the server's options in the engine's `flags`."""
+    out = [Option((flags.max_seqs, str(s.max_seqs)), f"the requests in flight per replica the plan priced ({s.why})"),
+           Option((flags.max_model_len, str(s.max_model_len)), flags.max_model_len_why),
+           Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
+           Option((memory_option, f"{s.memory_fraction:g}"), flags.memory_why)]
+    if s.fp8_kv:
+        out.append(Option(("--kv-cache-dtype", flags.fp8_kv), "the plan priced an fp8 KV cache"))
+    if s.weights == "fp8":
+        out.append(Option(("--quantization", "fp8"), flags.fp8_weights_why))
+    return out
+
+
+def server_command(node: int, entry: Sequence[str], env: list[EnvVar], chosen: list[Option], *,
+                   options: ServeOptions, memory_option: str, flags: SettingsFlags, nodes: list[Option]) -> NodeCommand:
+    """One node's server: `entry`, then the engine's layout and binding options (`chosen`), what the plan priced
+    (options.settings, in the engine's `flags`), where node 0 serves HTTP and the node's place among several
+    (`nodes`), and the user's own arguments last."""
+    settings = settings_options(options.settings, memory_option, flags) if options.settings is not None else []
+    chosen = [*chosen, *settings, *http_options(options, node), *nodes]
+    argv = (*entry, *option_words(chosen), *options.extra_args)
+    return NodeCommand(node, argv, tuple(env), serves=node == 0, options=tuple(chosen))
 
 
 def device_mapping(spec: LaunchSpec, template: str) -> str:

@@ -21,20 +21,19 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
-    EngineSettings,
-    NodeCommand,
     Option,
     ServeOptions,
+    SettingsFlags,
     WorkerBinding,
     device_mapping,
     gpu_node,
-    http_options,
     option_words,
+    server_command,
+    settings_options,
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -70,19 +69,11 @@ def _parallel(layout: Layout) -> list[Option]:
             Option(("--ep-size", str(layout.ep)), f"the experts sharded over all {layout.ep} GPUs of the stage")]
 
 
-def _settings(s: EngineSettings, memory_option: str) -> list[Option]:
-    """What the plan priced, as SGLang's options (sglang/srt/server_args.py)."""
-    out = [Option(("--max-running-requests", str(s.max_seqs)), f"the requests in flight per replica the plan priced "
-                  f"({s.why})"),
-           Option(("--context-length", str(s.max_model_len)), "prompt + generated tokens the plan priced"),
-           Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
-           Option((memory_option, f"{s.memory_fraction:g}"), "the static memory share (weights and KV pool) the "
-                  "plan's memory check used at this TP degree (SGLang's default)")]
-    if s.fp8_kv:
-        out.append(Option(("--kv-cache-dtype", "fp8_e4m3"), "the plan priced an fp8 KV cache"))
-    if s.weights == "fp8":
-        out.append(Option(("--quantization", "fp8"), "the plan priced fp8 weights"))
-    return out
+# What the plan priced, as SGLang's options (sglang/srt/server_args.py).
+SETTINGS = SettingsFlags(
+    "--max-running-requests", "--context-length", "prompt + generated tokens the plan priced",
+    "the static memory share (weights and KV pool) the plan's memory check used at this TP degree (SGLang's default)",
+    "fp8_e4m3", "the plan priced fp8 weights")
 
 
 def _binding(binding: WorkerBinding) -> list[Option]:
@@ -104,19 +95,16 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
                             "or dp=1 over several nodes")
     master = require_master_addr(spec, "SGLang") if nnodes > 1 else None
     commands, notes = [], []
+    entry = (options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint)
     for node in spec.nodes:
         env, bound, node_notes = gpu_node(spec, node, options, _binding)
-        chosen, notes = _parallel(layout) + bound, notes + node_notes
-        if options.settings is not None:
-            chosen += _settings(options.settings, engine.memory.option)
-        chosen += http_options(options, node.index)
-        if nnodes > 1:
-            chosen += [Option(("--nnodes", str(nnodes)), "the nodes the server spans"),
-                       Option(("--node-rank", str(node.index)), f"this is node {node.index}"),
-                       Option(("--dist-init-addr", f"{master}:{spec.master_port}"), "node 0's rendezvous address")]
-        argv = (options.python, "-m", SERVER_MODULE, "--model-path", options.checkpoint, *option_words(chosen),
-                *options.extra_args)
-        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+        notes += node_notes
+        spans = [Option(("--nnodes", str(nnodes)), "the nodes the server spans"),
+                 Option(("--node-rank", str(node.index)), f"this is node {node.index}"),
+                 Option(("--dist-init-addr", f"{master}:{spec.master_port}"), "node 0's rendezvous address")
+                 ] if nnodes > 1 else []
+        commands.append(server_command(node.index, entry, env, _parallel(layout) + bound, options=options,
+                                       memory_option=engine.memory.option, flags=SETTINGS, nodes=spans))
     if layout.ep > 1:
         notes.append("expert parallelism: SGLang's default MoE exchange works with any install; --moe-a2a-backend "
                      "deepep (with --enable-eplb for skewed routing) is faster across nodes where DeepEP is installed: "
@@ -160,7 +148,7 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     w = slot.worker
     chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
     if options.settings is not None:
-        chosen += _settings(options.settings, engine.memory.option)
+        chosen += settings_options(options.settings, engine.memory.option, SETTINGS)
     chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
                       if slot.multi_node else "loopback: the router on this node reaches it there"),
                Option(("--port", str(slot.port)), f"{w.name}'s own HTTP port (the router's + 1 + {slot.k})"),

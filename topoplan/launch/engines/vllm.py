@@ -34,20 +34,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from topoplan.cpuset import format_cpu_list
-from topoplan.dtypes import dtype_of
 from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.common import (
     EngineLaunch,
-    EngineSettings,
-    NodeCommand,
     Option,
     ServeOptions,
+    SettingsFlags,
     WorkerBinding,
     device_mapping,
     gpu_node,
-    http_options,
     option_words,
+    server_command,
+    settings_options,
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -100,21 +99,12 @@ def _binding(binding: WorkerBinding) -> list[Option]:
     return options
 
 
-def _settings(s: EngineSettings, memory_option: str) -> list[Option]:
-    """What the plan priced, as vLLM's options (vllm/engine/arg_utils.py)."""
-    out = [Option(("--max-num-seqs", str(s.max_seqs)), f"the requests in flight per replica the plan priced ({s.why})"),
-           Option(("--max-model-len", str(s.max_model_len)), "prompt + generated tokens the plan priced: vLLM "
-                  "admits no longer request and checks at start-up that one fits the KV cache (plan with your longest "
-                  "requests' --prompt-len/--gen-len)"),
-           Option(("--dtype", dtype_of(s.dtype).name), f"the activation dtype the plan priced ({s.dtype})"),
-           Option((memory_option, f"{s.memory_fraction:g}"), "the share of GPU memory for weights and KV cache the "
-                  "plan's memory check used (vLLM's default)")]
-    if s.fp8_kv:
-        out.append(Option(("--kv-cache-dtype", "fp8"), "the plan priced an fp8 KV cache"))
-    if s.weights == "fp8":
-        out.append(Option(("--quantization", "fp8"), "the plan priced fp8 weights: vLLM quantises a bf16 checkpoint "
-                          "at load, and reads an fp8 one as it is"))
-    return out
+# What the plan priced, as vLLM's options (vllm/engine/arg_utils.py).
+SETTINGS = SettingsFlags(
+    "--max-num-seqs", "--max-model-len", "prompt + generated tokens the plan priced: vLLM admits no longer request and "
+    "checks at start-up that one fits the KV cache (plan with your longest requests' --prompt-len/--gen-len)",
+    "the share of GPU memory for weights and KV cache the plan's memory check used (vLLM's default)", "fp8",
+    "the plan priced fp8 weights: vLLM quantises a bf16 checkpoint at load, and reads an fp8 one as it is")
 
 
 def _cpu_env(spec: LaunchSpec, node: int, options: ServeOptions) -> list[EnvVar]:
@@ -172,13 +162,9 @@ def engine_launch(engine: Engine, spec: LaunchSpec, options: ServeOptions) -> En
             env, bound, node_notes = gpu_node(spec, node, options, _binding, "VLLM_HOST_IP")
             chosen, notes = chosen + bound, notes + node_notes
             entry = [options.python, "-m", CLI_MODULE, "serve", options.checkpoint]
-        if options.settings is not None:
-            chosen += _settings(options.settings, engine.memory.option)
-        chosen += http_options(options, node.index)
-        if nnodes > 1:
-            chosen += _nodes(spec, node.index)
-        argv = (*entry, *option_words(chosen), *options.extra_args)
-        commands.append(NodeCommand(node.index, argv, tuple(env), serves=node.index == 0, options=tuple(chosen)))
+        commands.append(server_command(node.index, entry, env, chosen, options=options,
+                                       memory_option=engine.memory.option, flags=SETTINGS,
+                                       nodes=_nodes(spec, node.index) if nnodes > 1 else []))
     notes += [EP_NOTE] if spec.layout.ep > 1 else []
     return EngineLaunch(engine, spec, options, tuple(commands), device_mapping(spec, DEVICE_MAPPING), tuple(notes))
 
@@ -219,7 +205,7 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
                             "side-channel ports each worker is given")
     chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
     if options.settings is not None:
-        chosen += _settings(options.settings, engine.memory.option)
+        chosen += settings_options(options.settings, engine.memory.option, SETTINGS)
     config = json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))
     chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
                       if slot.multi_node else "loopback: the router on this node reaches it there"),
