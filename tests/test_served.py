@@ -153,7 +153,7 @@ def test_every_engine_profile_has_a_scheduler_with_a_source():
     # the empirical TTFT factor is the V1 profile's alone (fitted on vLLM 0.12.0 rows), with its source
     assert {str(e): e.scheduler.ttft_factor for e in ENGINES if e.scheduler.ttft_factor} == {
         "vllm@0.32": TtftFactor(2.0)}
-    assert "empirical" in resolve("vllm").sources["scheduler.ttft_factor"]
+    assert "empirical" in resolve("vllm").sources["scheduler.ttft_factor.divisor"]
     assert resolve("topoplan").scheduler.mode == "static"
 
 

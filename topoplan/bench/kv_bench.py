@@ -30,7 +30,8 @@ from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.machine import CPU_LINK, cpu_topology
 from topoplan.models import ModelSpec
-from topoplan.plan.calibration import Calibration, LinkCalibration, load_calibration
+from topoplan.plan.calibration import Calibration, LinkCalibration
+from topoplan.plan.calibration_file import load_calibration
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.disagg_types import KvRoute, KvTransfer, Worker
 from topoplan.plan.kv_transfer import price_transfer

@@ -55,7 +55,7 @@ class Scheduler:
     mode: str  # "mixed" | "separate" | "static"
     budgets: tuple[Budget, ...] = ()
     waves: bool = False  # "mixed": a closed loop's requests reach it in waves (topoplan.plan.served.wave_ttft)
-    ttft_factor: TtftFactor | None = None  # "mixed": empirical TTFT multiplier (sources["scheduler.ttft_factor"])
+    ttft_factor: TtftFactor | None = None  # "mixed": empirical TTFT multiplier (sources["scheduler.ttft_factor.*"])
 
     def budget(self, gpu: str, memory_bytes: float) -> Budget:
         """The defaults the engine picks on this GPU (catalog name, memory); unbounded where it sets none."""

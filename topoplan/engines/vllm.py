@@ -78,13 +78,17 @@ V1 = Engine(
                              "(PR #17885), else 2048 and 256; not in waves: its measured closed-loop TTFT "
                              "(tests/data/engine_measurements.json, fit rows too) is below the least mean a "
                              "wave of C prompts arriving together allows, (C + 1) / 2 prefills",
-        "scheduler.ttft_factor": "empirical, not a mechanism: vLLM 0.12.0's measured TTFT on H100 Qwen3-32B bf16 "
+        "scheduler.ttft_factor.divisor": "empirical, not a mechanism: vLLM 0.12.0's measured TTFT on H100 Qwen3-32B "
+                                 "bf16 "
                                  "(aiconfigurator 0.12 silicon_sample.csv) is 2.2-3.6x the modelled wait at every "
                                  "TP, C and length, and no scheduler mechanism found explains it (docs/planner.md "
                                  "section 4); aiconfigurator's own form (sdk/backends/vllm_backend.py "
                                  "_ttft_queuing_factor, 1 + log2(C) / 8) with the divisor refitted by "
                                  "benchmarks/engine_fit.py on the 6 fitting rows (prompt 1024 / gen 1024, C8/C16, "
                                  "TP2/4/8): 2.0; its per-layer dispatch term (0.8 ms) fails leave-one-out there",
+        "scheduler.ttft_factor.saturates_at": "C is capped at 256, where aiconfigurator's factor "
+                                              "(1 + log2(b) / 8, at most 2) saturates (sdk/backends/vllm_backend.py "
+                                              "_ttft_queuing_factor)",
         "allreduce.world_sizes": "vllm/distributed/device_communicators/custom_all_reduce.py "
                                  "_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]; needs full NVLink beyond 2 GPUs",
         "allreduce.max_bytes": "custom_all_reduce.py CustomAllreduce max_size = 8192 * 1024",
