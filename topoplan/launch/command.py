@@ -110,6 +110,12 @@ def load_saved_plan(path: str, rank: int | None, given: dict[str, object]) -> Sa
     return load_plan(path, rank)
 
 
+def plan_options_given(given: dict[str, Any]) -> tuple[str, ...]:
+    """The workload and limit options (plan's, which launch takes for --rank N and --disagg) the command line gave,
+    from its parsed values: refused where nothing is planned (--layout) or the plan is a file's."""
+    return (*given_options(Workload, given), *given_options(Limits, given))
+
+
 def parse_hosts(text: str | None) -> tuple[str, ...] | None:
     """`--hosts a,b,c` -> ("a", "b", "c"); None when not given. Checked against --nodes by LaunchRequest."""
     if text is None:
@@ -207,7 +213,7 @@ class LaunchRequest:
         supplies the options that priced it; --port is the runner's rendezvous port or a serving engine's HTTP
         port, whose rendezvous port is --master-port; --host defaults by the launcher `fmt`."""
         saved = None
-        planned = (*given_options(Workload, given), *given_options(Limits, given))
+        planned = plan_options_given(given)
         if plan_file is not None:
             saved = load_saved_plan(plan_file, given.get("rank"), given={
                 "--model": given.get("model"), "--topo": given.get("topo"), "--gpu": given.get("gpu"),
