@@ -264,6 +264,7 @@ def test_disagg_table_fits_the_terminal(width, args):
     out = result.stdout
     assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
     assert "disaggregation" in out and "searched " in out
+    assert "launch --disagg --rank N" in out and "candidates" in out
 
 
 @settings(max_examples=400, deadline=None)

@@ -173,3 +173,17 @@ def test_launch_help_lists_each_workload_and_limit_option_once() -> None:
     done = CliRunner().invoke(app, ["launch", "--help"], env={"COLUMNS": "200"})
     assert done.exit_code == 0
     assert "--max-tpot-ms" in done.stdout and "candidates" in done.stdout
+
+
+def test_plan_disagg_table_numbers_the_candidates_as_launch_rank_takes_them() -> None:
+    """The table lists the placed candidates in `--json`'s `candidates` order, numbered from 1: what --rank N
+    indexes."""
+    base = ["plan", "--disagg", "--engine", "sglang", "--topo", H200, "--gpu", "h200", "--model", "llama-3.1-70b",
+            *DISAGG]
+    candidates = invoke(*base, "--json")["disagg"]["candidates"]
+    done = CliRunner().invoke(app, base, env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    table = done.stdout.split("launch --disagg --rank N` launches #N")[1]
+    rows = [line.split() for line in table.splitlines() if line.strip()[:1].isdigit()][:len(candidates)]
+    assert [(int(r[0]), r[1]) for r in rows] == [(n, f"{c['ratio'][0]}:{c['ratio'][1]}")
+                                                 for n, c in enumerate(candidates, start=1)]
