@@ -187,3 +187,15 @@ def test_plan_disagg_table_numbers_the_candidates_as_launch_rank_takes_them() ->
     rows = [line.split() for line in table.splitlines() if line.strip()[:1].isdigit()][:len(candidates)]
     assert [(int(r[0]), r[1]) for r in rows] == [(n, f"{c['ratio'][0]}:{c['ratio'][1]}")
                                                  for n, c in enumerate(candidates, start=1)]
+
+
+def test_a_python_caller_giving_a_layout_and_a_workload_is_refused_too() -> None:
+    """LaunchRequest built in Python: a fixed layout with a workload that nothing would price is refused, as on the
+    command line."""
+    from topoplan.errors import TopoplanError
+    from topoplan.launch.command import LaunchRequest
+    from topoplan.layout import Layout
+    from topoplan.plan.cost import Workload
+
+    with pytest.raises(TopoplanError, match="is launched without a plan, so a workload or limits would change"):
+        LaunchRequest(layout=Layout.parse("tp=2"), workload=Workload(prompt_len=4096))

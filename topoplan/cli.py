@@ -253,8 +253,9 @@ class LaunchView:
         "--preflight", help="The script first runs `topoplan doctor --for` on its host and stops with its one line "
         "when the layout is blocked there (docs/doctor.md)."))
     disagg: bool = field(default=False, metadata=option(
-        "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` and write each prefill and decode worker's "
-        "server and the router (docs/launch-engines.md)."))
+        "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` with the same workload and limit options "
+        "and write each prefill and decode worker's server and the router; --rank N: its N-th candidate "
+        "(docs/launch-engines.md)."))
     pd: str | None = field(default=None, metadata=option(
         "--pd", metavar="P:D", help="With --disagg: the prefill:decode worker counts, e.g. 1:3 (default: searched)."))
 
