@@ -127,8 +127,8 @@ def test_pd_is_honoured_and_saved(tmp_path):
     assert [w["name"] for w in d["workers"]] == ["prefill0", "prefill1", "decode0"]
     record = json.loads(saved.read_text())["request"]
     assert record["disagg"] == {"pd": [2, 1], "connector": "whole"} and record["model"] == "70b"
-    request, result = load_disagg(str(saved))  # what `launch --disagg --plan FILE` reads
-    assert request.model == "70b" and result.chosen.ratio == (2, 1)
+    request, result, deployment = load_disagg(str(saved))  # what `launch --disagg --plan FILE` reads
+    assert request.model == "70b" and result.chosen.ratio == (2, 1) and deployment is result.chosen
     assert [w.gpus for w in result.chosen.workers] == [tuple(w["gpus"]) for w in d["workers"]]
     document = json.loads(saved.read_text())
     document["disagg"]["decode_layout"] = "tp=8,pp=1,dp=1"
@@ -264,6 +264,7 @@ def test_disagg_table_fits_the_terminal(width, args):
     out = result.stdout
     assert "prefill0" in out and "decode0" in out and "KV transfer:" in out and "aggregated tp" in out
     assert "disaggregation" in out and "searched " in out
+    assert "launch --disagg --rank N" in out and "candidates" in out
 
 
 @settings(max_examples=400, deadline=None)

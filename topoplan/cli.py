@@ -253,8 +253,9 @@ class LaunchView:
         "--preflight", help="The script first runs `topoplan doctor --for` on its host and stops with its one line "
         "when the layout is blocked there (docs/doctor.md)."))
     disagg: bool = field(default=False, metadata=option(
-        "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` and write each prefill and decode worker's "
-        "server and the router (docs/launch-engines.md)."))
+        "--disagg", help="--engine sglang|vllm: plan as `plan --disagg` with the same workload and limit options "
+        "and write each prefill and decode worker's server and the router; --rank N: its N-th candidate "
+        "(docs/launch-engines.md)."))
     pd: str | None = field(default=None, metadata=option(
         "--pd", metavar="P:D", help="With --disagg: the prefill:decode worker counts, e.g. 1:3 (default: searched)."))
 
@@ -297,30 +298,32 @@ def launch(given: dict[str, Any], view: LaunchView) -> None:
 
 
 def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
-    """`launch --engine sglang|vllm --disagg [--plan FILE]`: the disaggregated plan's workers and router
+    """`launch --engine sglang|vllm --disagg [--plan FILE] [--rank N]`: the disaggregated plan's workers and router
     (topoplan.launch.engines.disagg), written as --format shell, srun, sbatch, json or lws. The options that choose
     one aggregated layout or bind it otherwise are refused: the disaggregated plan places and binds its workers."""
     from topoplan.atomic import write_atomic
     from topoplan.engines import resolve
-    from topoplan.launch.command import parse_hosts
+    from topoplan.launch.command import parse_hosts, plan_options_given
     from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, ServeOptions
     from topoplan.launch.engines.disagg import check_disagg_engine, disagg_launch_for, saved_disagg_launch
     from topoplan.launch.engines.disagg_scripts import render_disagg
     from topoplan.launch.launcher_options import LauncherOptions
     from topoplan.launch.runtime_addr import default_serve_host
+    from topoplan.option_fields import build
     from topoplan.plan.frontend import PlanRequest
 
     fmt, g = view.format.value, given.get
     engine = g("engine") or "topoplan"
-    refused = {"--layout": g("layout"), "--rank": g("rank") not in (None, 1),
-               "--device cpu": g("device", "gpu") != "gpu", "--p2p": g("p2p"), "--master-port": view.master_port,
+    refused = {"--layout": g("layout"), "--device cpu": g("device", "gpu") != "gpu", "--p2p": g("p2p"),
+               "--master-port": view.master_port,
                "--mem-policy": g("mem_policy", "preferred") != "preferred",
                "--objective": g("objective", "latency") != "latency", "--prompt": g("prompts") or g("prompt_ids"),
                "--this-machine": g("this_machine"), "--preflight": view.preflight, "--pod-memory": g("pod_memory"),
                "--allow-run-as-root": g("allow_run_as_root")}
     if view.plan_file is not None:  # the file holds what priced it
         refused.update({"--model": g("model"), "--topo": g("topo"), "--gpu": g("gpu"), "--pd": view.pd,
-                        "--nodes": g("nodes", 1) != 1, "--engine": engine != "topoplan"})
+                        "--nodes": g("nodes", 1) != 1, "--engine": engine != "topoplan",
+                        **dict.fromkeys(plan_options_given(given), True)})
     else:
         check_disagg_engine(resolve(engine))
     clash = [name for name, value in refused.items() if value]
@@ -336,9 +339,9 @@ def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
         extra_args=tuple(g("command") or ()), ifname=g("ifname"))
     launcher = LauncherOptions(g("partition"), g("account"), g("time"), g("job_name"), False, g("image"))
     hosts = parse_hosts(g("hosts"))
-    served = saved_disagg_launch(view.plan_file, options, hosts, launcher) if view.plan_file else \
-        disagg_launch_for(PlanRequest(model=g("model"), topo=g("topo"), gpu=g("gpu"), nodes=g("nodes") or 1,
-                                      engine=resolve(engine)), view.pd, options, hosts, launcher)
+    rank = 1 if g("rank") is None else g("rank")  # the rank-th of `plan --disagg`'s candidates (1: its choice)
+    served = saved_disagg_launch(view.plan_file, options, hosts, launcher, rank) if view.plan_file else \
+        disagg_launch_for(build(PlanRequest, {**given, "engine": engine}), view.pd, options, hosts, launcher, rank)
     text = render_disagg(served, fmt)
     warn(served.plan.warnings)
     if view.explain:

@@ -73,6 +73,12 @@ def default_of(f: dataclasses.Field, opt: Opt) -> Any:
     return f.default
 
 
+def given_options(cls: type, values: dict[str, Any]) -> list[str]:
+    """The flag of each of `cls`'s options (nested ones' included) whose parsed value in `values` (by field name)
+    is not the option's default: what a command line gave, where giving the default is the same as leaving it out."""
+    return [opt.names[0] for f, opt in options_of(cls) if f.name in values and values[f.name] != default_of(f, opt)]
+
+
 def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
     """`cls` from parsed option values (by field name; a missing one takes the option's default), through each
     option's `parse`, nested dataclasses first, and `extra` arguments for fields that are no options; the

@@ -24,15 +24,18 @@ from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.netif import check_ifname, interface_to
 from topoplan.launch.runtime_addr import default_serve_host
 from topoplan.launch.spec import LaunchSpec, build_spec, check_device, check_hosts
-from topoplan.layout import Layout, RankPlacement, check_nodes
+from topoplan.layout import Layout, check_nodes
 from topoplan.model_aliases import ALIAS_HELP
 from topoplan.models import BUILTIN_MODELS
-from topoplan.option_fields import argument, build, nested, option
+from topoplan.option_fields import argument, build, given_options, nested, option
+from topoplan.plan.cost import Workload, settle_workload
+from topoplan.plan.rank import Limits
 from topoplan.rank_env import DEFAULT_MASTER_PORT
 from topoplan.run_options import parse_ids
 from topoplan.topology.model import Topology
 
-if TYPE_CHECKING:  # the planner loads only for --rank and --plan (start-up time)
+if TYPE_CHECKING:  # the planner's search loads only for --rank and --plan (start-up time)
+    from topoplan.plan.frontend import PlanRequest
     from topoplan.plan.saved import SavedRow
 
 DEFAULT_PROMPT_IDS = "1,2,3"  # token ids every vocabulary has, so the default command runs for any checkpoint
@@ -80,8 +83,8 @@ def runner_command(layout: Layout, model: str | None, checkpoint: str | None = N
 
 
 def engine_settings(saved: SavedRow) -> EngineSettings:
-    """What the saved plan's row assumed of the engine: its served concurrency (else its batch) per replica, the
-    workload's lengths and dtypes, and the engine's memory share at the row's TP degree."""
+    """What the plan's row (saved, or planned for --rank N) assumed of the engine: its served concurrency (else its
+    batch) per replica, the workload's lengths and dtypes, and the engine's memory share at the row's TP degree."""
     from topoplan.plan.engine_costs import memory_policy
 
     plan, cost = saved.plan, saved.row.cost
@@ -107,6 +110,12 @@ def load_saved_plan(path: str, rank: int | None, given: dict[str, object]) -> Sa
     return load_plan(path, rank)
 
 
+def plan_options_given(given: dict[str, Any]) -> tuple[str, ...]:
+    """The workload and limit options (plan's, which launch takes for --rank N and --disagg) the command line gave,
+    from its parsed values: refused where nothing is planned (--layout) or the plan is a file's."""
+    return (*given_options(Workload, given), *given_options(Limits, given))
+
+
 def parse_hosts(text: str | None) -> tuple[str, ...] | None:
     """`--hosts a,b,c` -> ("a", "b", "c"); None when not given. Checked against --nodes by LaunchRequest."""
     if text is None:
@@ -130,8 +139,10 @@ class LaunchRequest:
     layout: Layout | None = field(default=None, metadata=option(
         "--layout", type=str, parse=Layout.parse, help="tp=N,pp=N,dp=N, placed by the planner's placement."))
     rank: int | None = field(default=None, metadata=option(
-        "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same --model, --topo, --gpu, --nodes and "
-        "--objective."))
+        "--rank", help="Launch row N of `topoplan plan` (1 = best) for the same --model, --topo, --gpu, --nodes, "
+        "--engine, --objective, workload (--batch, --prompt-len, --gen-len, --dtype, --kv-dtype) and limits "
+        "(--max-ttft-ms, --max-tpot-ms); a serving engine is given the row's batch, lengths and dtypes. With "
+        "--disagg: the N-th deployment of `plan --disagg --json`'s `candidates` (1 = the chosen one)."))
     model: str | None = field(default=None, metadata=option(  # planner model; also the runner's if built-in
         "--model", "-m", help=f"Planner model: catalog name, alias ({ALIAS_HELP}) or a path to a HF config.json. Also "
         "the runner's model when it is a built-in (tiny, small)."))
@@ -144,6 +155,8 @@ class LaunchRequest:
                                                           "text, which names no GPU)."))
     objective: str = field(default="latency", metadata=option("--objective", help="Plan objective for --rank: "
                                                               "latency or throughput."))
+    workload: Workload = field(default_factory=Workload, metadata=nested())  # plan's --batch, --prompt-len, ...
+    limits: Limits = field(default_factory=Limits, metadata=nested())  # plan's --max-ttft-ms, --max-tpot-ms
     nodes: int = field(default=1, metadata=option("--nodes", help="Identical nodes to spread the layout over."))
     hosts: tuple[str, ...] | None = field(default=None, metadata=option(  # one per node, node 0 first
         "--hosts", type=str, parse=parse_hosts, help="Host names, one per node, node 0 first: a,b."))
@@ -185,6 +198,9 @@ class LaunchRequest:
     kv_cache_gib: int = field(default=1, metadata=option("--kv-cache-gib", help="--device cpu: vLLM's KV cache in GiB "
                                                          "(VLLM_CPU_KVCACHE_SPACE)."))
     saved: SavedRow | None = None  # `--plan FILE --rank N` (topoplan.plan.saved): the row and what priced it
+    dtype_given: bool = True  # as PlanRequest's: --dtype was given, not a default a quantised checkpoint replaces
+    search_batch: bool | None = None  # as PlanRequest's: price each layout at its best batch
+    plan_options: tuple[str, ...] = ()  # the workload and limit options the command line gave (--prompt-len, ...)
     ifname: str | None = field(default=None, metadata=option(  # the interface that reaches the other nodes
         "--ifname", metavar="IF", help="Several nodes: the network interface that reaches the other nodes, for "
         "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (default with --this-machine: the one routing to the first --hosts; "
@@ -197,11 +213,13 @@ class LaunchRequest:
         supplies the options that priced it; --port is the runner's rendezvous port or a serving engine's HTTP
         port, whose rendezvous port is --master-port; --host defaults by the launcher `fmt`."""
         saved = None
+        planned = plan_options_given(given)
         if plan_file is not None:
             saved = load_saved_plan(plan_file, given.get("rank"), given={
                 "--model": given.get("model"), "--topo": given.get("topo"), "--gpu": given.get("gpu"),
                 "--layout": given.get("layout"), "--engine": given.get("engine"),
-                "--objective": given.get("objective", "latency") != "latency", "--nodes": given.get("nodes", 1) != 1})
+                "--objective": given.get("objective", "latency") != "latency", "--nodes": given.get("nodes", 1) != 1,
+                **dict.fromkeys(planned, True)})
             asked = saved.request
             given = {**given, "model": asked.model, "topo": asked.topo, "gpu": asked.gpu,
                      "objective": asked.objective, "engine": str(asked.engine), "nodes": saved.row.nodes}
@@ -211,8 +229,15 @@ class LaunchRequest:
         port, host = given.get("port"), given.get("host")
         return build(cls, {**given, "port": (master_port if engine.serves else port) or DEFAULT_MASTER_PORT,
                            "host": host if host is not None else default_serve_host(fmt, DEFAULT_HOST)},
-                     engine=engine, saved=saved,
+                     engine=engine, saved=saved, plan_options=planned,
                      serve_port=port if engine.serves and port is not None else DEFAULT_SERVE_PORT)
+
+    @classmethod
+    def from_cli(cls, kwargs: dict[str, Any]) -> LaunchRequest:
+        """From topoplan.option_fields.build: the workload settled as `plan` settles it (topoplan.plan.cost.
+        settle_workload), so --rank N plans what `plan` would."""
+        return cls(**{**kwargs, "launcher": LauncherOptions(**kwargs["launcher"]), "limits": Limits(**kwargs["limits"]),
+                      **settle_workload(kwargs["workload"], kwargs["objective"])})
 
     @property
     def serving(self) -> bool:
@@ -228,6 +253,11 @@ class LaunchRequest:
             raise TopoplanError(f"--rank {self.rank}: expected a row number of `topoplan plan`, counted from 1 "
                                 "(the best)")
         object.__setattr__(self, "engine", resolve(self.engine))  # NAME or NAME@VERSION from Python callers
+        if self.layout is not None and (self.plan_options or self.workload != Workload() or self.limits != Limits()):
+            own = "the engine's own options (e.g. --max-model-len)" if self.serving else "your own COMMAND"
+            raise TopoplanError(f"--layout {self.layout} is launched without a plan, so "
+                                f"{', '.join(self.plan_options) or 'a workload or limits'} would change nothing: "
+                                f"launch the plan's row they price with --rank N, or pass {own} after --")
         if self.ifname is not None:
             check_ifname(self.ifname)
         self._check_engine_options()
@@ -271,12 +301,24 @@ class LaunchRequest:
                                 "--rank")
         self.serve_options()  # its own checks (host, port, ...)
 
-    def serve_options(self) -> ServeOptions:
+    def serve_options(self, row: SavedRow | None = None) -> ServeOptions:
+        """How the engine serves; `row` (the plan's row it launches, see plan_row) gives its batch, lengths and
+        dtypes (None: the engine's own defaults, as for --layout)."""
         return ServeOptions(checkpoint=self.checkpoint or "", host=self.host, port=self.serve_port,
                             python=self.engine_python, device=self.device, kv_cache_gib=self.kv_cache_gib,
-                            extra_args=self.command,
-                            settings=engine_settings(self.saved) if self.saved is not None else None,
+                            extra_args=self.command, settings=engine_settings(row) if row is not None else None,
                             ifname=self.network_interface())
+
+    def plan_request(self) -> PlanRequest:
+        """The `topoplan plan` request whose row --rank N launches: the same model, machine, engine, objective,
+        workload and limits."""
+        from topoplan.plan.frontend import PlanRequest
+
+        if self.model is None:
+            raise TopoplanError("--rank N picks a row of `topoplan plan`, which needs --model")
+        return PlanRequest(model=self.model, topo=self.topo, gpu=self.gpu, nodes=self.nodes, workload=self.workload,
+                           objective=self.objective, engine=self.engine, limits=self.limits,
+                           search_batch=self.search_batch, dtype_given=self.dtype_given)
 
     def network_interface(self) -> str | None:
         """--ifname; else, on the machine itself (--this-machine) with node 0 named, the interface this machine
@@ -315,32 +357,35 @@ def read_launch_topology(topo: str | None, p2p: str | None) -> Topology:
     return load_topology(topo, p2p)
 
 
-def planned_placement(*, topo: str | None, model: str | None, gpu: str | None, nodes: int, objective: str,
-                      rank: int, engine: Engine) -> tuple[Layout, list[RankPlacement]]:
-    """Layout and placement of the `rank`-th row of `topoplan plan --engine ENGINE` for the same model, machine and
-    objective (and the planner's default workload): the rows an engine's plan ranks are its own."""
-    from topoplan.plan.frontend import PlanRequest, plan_for
-    from topoplan.plan.placement import expand
+def plan_row(request: LaunchRequest) -> SavedRow | None:
+    """The plan's row the launch runs: `--plan FILE`'s row, or row --rank N of `topoplan plan` for the request's
+    model, machine, engine, objective, workload and limits (the rows an engine's plan ranks are its own); None
+    for --layout, which is not planned."""
+    from topoplan.plan.frontend import plan_for
+    from topoplan.plan.saved import SavedRow
 
-    if model is None:
-        raise TopoplanError("--rank N picks a row of `topoplan plan`, which needs --model")
-    result = plan_for(PlanRequest(model=model, topo=topo, gpu=gpu, nodes=nodes, objective=objective, engine=engine))
-    if not 1 <= rank <= len(result.layouts):
-        raise TopoplanError(f"--rank {rank}: the plan has {len(result.layouts)} layout(s), numbered from 1")
-    entry = result.layouts[rank - 1]
+    r = request
+    if r.saved is not None or r.rank is None:
+        return r.saved
+    asked = r.plan_request()
+    result = plan_for(asked)
+    if not 1 <= r.rank <= len(result.layouts):
+        raise TopoplanError(f"--rank {r.rank}: the plan has {len(result.layouts)} layout(s), numbered from 1")
+    entry = result.layouts[r.rank - 1]
     if not entry.cost.fits:
-        raise TopoplanError(f"--rank {rank}: layout {entry.cost.layout} does not fit {model} in GPU memory "
+        raise TopoplanError(f"--rank {r.rank}: layout {entry.cost.layout} does not fit {asked.model} in GPU memory "
                             "(see `topoplan plan`)")
-    if entry.nodes != nodes:
-        raise TopoplanError(f"--rank {rank}: layout {entry.cost.layout} runs on {entry.nodes} of the {nodes} nodes; "
-                            f"launch it with --nodes {entry.nodes} (and that many --hosts)")
-    return entry.cost.layout, expand(entry.cost.layout, nodes, entry.order)
+    if entry.nodes != r.nodes:
+        raise TopoplanError(f"--rank {r.rank}: layout {entry.cost.layout} runs on {entry.nodes} of the {r.nodes} "
+                            f"nodes; launch it with --nodes {entry.nodes} (and that many --hosts)")
+    return SavedRow(asked, result, entry)
 
 
-def launch_spec(request: LaunchRequest) -> LaunchSpec:
-    """Read the topology, take the layout (--layout, placed by the planner's placement, or --rank N of the
-    plan), and build the spec. Without --topo the machine itself is read, and its /sys too."""
-    from topoplan.plan.placement import place
+def launch_spec(request: LaunchRequest, row: SavedRow | None = None) -> LaunchSpec:
+    """Read the topology, take the layout (--layout, placed by the planner's placement, or the plan's `row`:
+    plan_row's, worked out here when not given), and build the spec. Without --topo the machine itself is read,
+    and its /sys too."""
+    from topoplan.plan.placement import expand, place
 
     r = request
     if r.device == "cpu":
@@ -353,15 +398,11 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
                                 f"have {r.nodes * len(topology.gpus)} ({len(topology.gpus)} per node); add --nodes "
                                 "or shrink the layout", source=topology.source or None)
         placements = place(topology, chosen, r.nodes)
-    elif r.saved is not None:  # `--plan FILE --rank N`: the saved row, planned again and checked
-        from topoplan.plan.placement import expand
-
-        chosen = r.saved.row.cost.layout
-        placements = expand(chosen, r.saved.row.nodes, r.saved.row.order)
-    else:
-        chosen, placements = planned_placement(topo=r.topo, model=r.model, gpu=r.gpu, nodes=r.nodes,
-                                               objective=r.objective, rank=r.rank,  # type: ignore[arg-type]
-                                               engine=r.engine)
+    else:  # --rank N of a fresh plan, or of `--plan FILE` (planned again and checked)
+        row = row or plan_row(r)
+        assert row is not None  # LaunchRequest: --layout or --rank N
+        chosen = row.row.cost.layout
+        placements = expand(chosen, row.row.nodes, row.row.order)
     facts = CpuFacts.read_sysfs() if r.this_machine or r.topo is None else None
     if facts is not None:
         facts.check_online([c for g in topology.gpus for c in g.cpus or ()], topology.source or None)
@@ -400,4 +441,6 @@ def engine_launch_for(request: LaunchRequest, fmt: str = "shell") -> EngineLaunc
     from topoplan.launch.engines import engine_launch
     from topoplan.launch.runtime_addr import head_at_run_time
 
-    return engine_launch(request.engine, head_at_run_time(launch_spec(request), fmt), request.serve_options())
+    row = plan_row(request) if request.device == "gpu" else None
+    return engine_launch(request.engine, head_at_run_time(launch_spec(request, row), fmt),
+                         request.serve_options(row))

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 from topoplan.dtypes import KV_DTYPES, PLAN_DTYPES, DType, checked_dtype, dtype_of
 from topoplan.engines.engine import MemoryPolicy
@@ -50,7 +51,7 @@ TOKEN_ID_BYTES = 8  # a sampled token id (int64) sent back along the pipeline
 class Workload:
     """What is asked of the deployment: per-replica batch, sequence lengths, weight and KV-cache dtypes."""
 
-    # --batch and --dtype default to None on the command line: PlanRequest.from_cli settles them
+    # --batch and --dtype default to None on the command line: settle_workload settles them
     batch: int = field(default=1, metadata=option("--batch", default=None, help="Sequences per DP replica (default 1; "
                                                   "with --objective throughput the default is the largest batch each "
                                                   "layout fits, within the limits)."))
@@ -79,6 +80,17 @@ class Workload:
     @property
     def kv(self) -> DType:
         return dtype_of(self.kv_dtype) if self.kv_dtype else self.weights.activations
+
+
+def settle_workload(given: dict[str, Any], objective: str) -> dict[str, Any]:
+    """The request fields the workload options settle (PlanRequest's and LaunchRequest's alike, so `launch` plans
+    what `plan` plans): --batch and --dtype default to "not given" (None) on the command line: batch 1, or each
+    layout's best batch for the throughput objective (`search_batch`); bf16, or what a quantised checkpoint stores
+    (`dtype_given` False)."""
+    workload = Workload(**{**given, "batch": 1 if given["batch"] is None else given["batch"],
+                           "dtype": given["dtype"] or "bf16"})
+    return {"workload": workload, "dtype_given": given["dtype"] is not None,
+            "search_batch": objective == "throughput" and given["batch"] is None}
 
 
 @dataclass

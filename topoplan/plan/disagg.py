@@ -94,7 +94,7 @@ class Aggregated:
 class DisaggResult:
     """What `plan --disagg` found: the chosen deployment, the candidates it beat, and the aggregated one."""
 
-    chosen: DisaggPlan
+    deployments: tuple[DisaggPlan, ...]  # each placed candidate's deployment, in `candidates`' order
     candidates: tuple[Candidate, ...]  # the placed candidates, best first (the chosen one first)
     searched: int  # (prefill layout, decode layout, P:D) combinations weighed
     aggregated: Aggregated | None  # None: no aggregated layout fits
@@ -103,6 +103,18 @@ class DisaggResult:
     plan: Plan  # the normal plan (model, device, topology, workload, engine, limits it was made for)
     connector: str
     slo_miss: str = ""  # the chosen deployment misses a latency limit even at one request in flight
+
+    @property
+    def chosen(self) -> DisaggPlan:
+        return self.deployments[0]
+
+    def deployment(self, rank: int) -> DisaggPlan:
+        """The `rank`-th placed candidate's deployment (1 = the chosen one): `plan --disagg --json`'s
+        `candidates[rank - 1]`, which `launch --disagg --rank N` launches."""
+        if not 1 <= rank <= len(self.deployments):
+            raise TopoplanError(f"--rank {rank}: plan --disagg placed {len(self.deployments)} deployment(s) (its "
+                                "JSON `candidates`), numbered from 1")
+        return self.deployments[rank - 1]
 
 
 @dataclass
@@ -404,19 +416,24 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     if not placed:
         raise TopoplanError(errors[0])
     placed.sort(key=lambda cw: cw[0].key())
-    best, workers = placed[0]
+    best = placed[0][0]
     agg = _aggregated(plan)
     verdict, pays = _verdict(best, agg)
+    return DisaggResult(tuple(_deployment(search, c, workers) for c, workers in placed), tuple(c for c, _ in placed),
+                        searched, agg, verdict, pays, plan, connector, best.slo_miss)
+
+
+def _deployment(search: _Search, c: Candidate, workers: tuple[Worker, ...]) -> DisaggPlan:
+    """A placed candidate as a deployment: its workers, transfer and served figures, with its notes and warnings."""
+    plan = search.plan
     limits_note = () if plan.limits.bounded else (
         "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
         "set a limit to bound TPOT",)
     far = route_warnings(workers)  # matters where the KV cache leaves the node; on one node, a note
     crossing = len({w.node for w in workers}) > 1
-    chosen = DisaggPlan(best.prefill.layout, best.decode.layout, workers, best.transfer, best.served,
-                        (*_notes(search, best, workers), *(() if crossing else far)),
-                        (*plan.warnings, *limits_note, *(far if crossing else ())))
-    return DisaggResult(chosen, tuple(c for c, _ in placed), searched, agg, verdict, pays, plan, connector,
-                        best.slo_miss)
+    return DisaggPlan(c.prefill.layout, c.decode.layout, workers, c.transfer, c.served,
+                      (*_notes(search, c, workers), *(() if crossing else far)),
+                      (*plan.warnings, *limits_note, *(far if crossing else ())))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """`plan --disagg` as rich tables: the workers (role, layout, node, GPUs, CPUs, NICs), the priced KV transfer, the
-served figures beside the best aggregated layout, and the verdict."""
+served figures beside the best aggregated layout, the verdict, and the placed candidates numbered as `launch --disagg
+--rank N` takes them."""
 
 from __future__ import annotations
 
@@ -46,9 +47,17 @@ def disagg_table(result: DisaggResult) -> RenderableType:
         served.add_row(f"aggregated {layout_label(agg.layout)}" + (" [red]*" if agg.slo_miss else ""),
                        f"{agg.ttft_ms:.1f}", f"{agg.tpot_ms:.2f}", f"{agg.output_tokens_per_s_per_gpu:.1f}",
                        f"{agg.concurrency} per replica")
+    ranked = Table(title="placed candidates, best first: `launch --disagg --rank N` launches #N (--json: candidates)",
+                   title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("#", "P:D", "prefill", "decode", "TTFT ms", "TPOT ms", "tok/s/GPU"):
+        ranked.add_column(name, justify="left" if name in ("P:D", "prefill", "decode") else "right")
+    for n, c in enumerate(result.candidates, start=1):
+        ranked.add_row(f"{n}", f"{c.ratio[0]}:{c.ratio[1]}" + (" [red]*" if c.slo_miss else ""),
+                       layout_label(c.prefill.layout), layout_label(c.decode.layout), f"{c.served.ttft_ms:.1f}",
+                       f"{c.served.tpot_ms:.2f}", f"{c.served.output_tokens_per_s_per_gpu:.1f}")
     lines = [Text(inert(result.verdict), style="bold")]
     if result.slo_miss:
         lines.append(Text(f"* misses {result.slo_miss} even at one request in flight"))
     lines.append(Text(f"searched {result.searched} (prefill layout, decode layout, P:D) combinations; "
                       f"tok/s/GPU over all {base.nodes * len(base.topology.gpus)} GPUs"))
-    return Group(workers, transfer, served, *lines, *(Text(inert(f"- {note}")) for note in plan.notes))
+    return Group(workers, transfer, served, *lines, ranked, *(Text(inert(f"- {note}")) for note in plan.notes))

@@ -21,7 +21,7 @@ from topoplan.plan import aic_estimator
 from topoplan.plan.aic_estimator import ESTIMATORS
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.calibration_file import load_calibration
-from topoplan.plan.cost import Workload
+from topoplan.plan.cost import Workload, settle_workload
 from topoplan.plan.device import DeviceSpec
 from topoplan.plan.engine_costs import engine_calibration
 from topoplan.plan.rank import Limits, Plan, check_search, plan
@@ -93,13 +93,9 @@ class PlanRequest:
         """From the command line (topoplan.option_fields.build), where --batch and --dtype default to "not given":
         batch 1, or each layout's best batch for the throughput objective; bf16, or what a quantised checkpoint
         stores. The engine is resolved first, as the request's first check."""
-        work, limits = kwargs["workload"], kwargs["limits"]
         engine = resolve(kwargs["engine"])
-        workload = Workload(**{**work, "batch": 1 if work["batch"] is None else work["batch"],
-                               "dtype": work["dtype"] or "bf16"})
-        return cls(**{**kwargs, "engine": engine, "workload": workload, "limits": Limits(**limits),
-                      "dtype_given": work["dtype"] is not None,
-                      "search_batch": kwargs["objective"] == "throughput" and work["batch"] is None})
+        return cls(**{**kwargs, "engine": engine, "limits": Limits(**kwargs["limits"]),
+                      **settle_workload(kwargs["workload"], kwargs["objective"])})
 
 
 def device_for(topology: Topology, nic_gbps: float | None = None) -> DeviceSpec:

@@ -20,6 +20,7 @@ from topoplan.jsonfile import read_json
 from topoplan.limits import read_capped
 from topoplan.plan.cost import Workload
 from topoplan.plan.disagg import DisaggRequest, DisaggResult, disagg_for
+from topoplan.plan.disagg_types import DisaggPlan
 from topoplan.plan.frontend import PlanRequest, plan_for
 from topoplan.plan.rank import Limits, Plan, RankedLayout
 
@@ -106,9 +107,10 @@ def load_plan(path: str, rank: int) -> SavedRow:
     return SavedRow(request, plan, row)
 
 
-def load_disagg(path: str) -> tuple[PlanRequest, DisaggResult]:
-    """The disaggregated deployment saved by `plan --disagg -o FILE`, planned again from its record and checked
-    against it (the same P:D and worker layouts), with the request that priced it."""
+def load_disagg(path: str, rank: int = 1) -> tuple[PlanRequest, DisaggResult, DisaggPlan]:
+    """The disaggregated plan saved by `plan --disagg -o FILE`, planned again from its record and checked against
+    it (the same chosen P:D and worker layouts, and the same `rank`-th of its `candidates`), with the request that
+    priced it and its `rank`-th deployment (1: the chosen one)."""
     document = read_json(path, "a plan from `topoplan plan --disagg -o FILE`")
     record = document.get(RECORD_KEY) if isinstance(document, dict) else None
     request = _request(record, path)
@@ -131,4 +133,15 @@ def load_disagg(path: str) -> tuple[PlanRequest, DisaggResult]:
     if now != then:
         raise TopoplanError(f"stale plan: the deployment is now {now}, the file says {then}; run `topoplan plan "
                             "--disagg ... -o FILE` again", source=path)
-    return request, result
+    listed = saved.get("candidates")
+    if not isinstance(listed, list) or not 1 <= rank <= len(listed):
+        raise TopoplanError(f"--rank {rank}: the saved plan lists {len(listed) if isinstance(listed, list) else 0} "
+                            "disaggregated candidate(s), numbered from 1", source=path)
+    deployment = result.deployment(rank)
+    now = {"prefill_layout": str(deployment.prefill), "decode_layout": str(deployment.decode),
+           "ratio": list(deployment.ratio)}
+    then = {key: listed[rank - 1].get(key) for key in now} if isinstance(listed[rank - 1], dict) else listed[rank - 1]
+    if now != then:
+        raise TopoplanError(f"stale plan: candidate {rank} is now {now}, the file says {then}; run `topoplan plan "
+                            "--disagg ... -o FILE` again", source=path)
+    return request, result, deployment

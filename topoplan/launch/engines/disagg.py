@@ -36,8 +36,8 @@ from topoplan.plan.disagg_types import DisaggPlan, Worker
 from topoplan.topology.model import Topology
 
 if TYPE_CHECKING:  # the planner loads only when a plan is made (start-up time)
-    from topoplan.plan.disagg import DisaggResult
     from topoplan.plan.frontend import PlanRequest
+    from topoplan.plan.rank import Plan
 
 DISAGG_ENGINES = ("sglang", "vllm")
 NODE_ADDR = "@TOPOPLAN_NODE{node}_ADDR@"  # node n's address, filled per format (see the module docstring)
@@ -236,17 +236,17 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
                         topology.vendor, launcher, tuple([*plan.notes, *plan.warnings, *notes]))
 
 
-def role_settings(result: DisaggResult) -> dict[str, EngineSettings]:
-    """What the disaggregated plan priced for each role's workers, as the engine's settings: the requests each
-    worker holds in flight, the workload's lengths and dtypes, the engine's memory share at the role's TP degree."""
+def role_settings(plan: Plan, deployment: DisaggPlan) -> dict[str, EngineSettings]:
+    """What the disaggregated `deployment` of `plan` priced for each role's workers, as the engine's settings: the
+    requests each worker holds in flight, the workload's lengths and dtypes, the engine's memory share at the
+    role's TP degree."""
     from topoplan.plan.engine_costs import memory_policy
 
-    plan, served = result.plan, result.chosen.served
-    work = plan.workload
+    served, work = deployment.served, plan.workload
     policy = memory_policy(plan.engine, plan.calibration)
     out = {}
-    for role, layout, seqs in (("prefill", result.chosen.prefill, served.prefill_concurrency),
-                               ("decode", result.chosen.decode, served.decode_concurrency)):
+    for role, layout, seqs in (("prefill", deployment.prefill, served.prefill_concurrency),
+                               ("decode", deployment.decode, served.decode_concurrency)):
         out[role] = EngineSettings(max_seqs=max(1, seqs), max_model_len=work.prompt_len + work.gen_len,
                                    dtype=plan.device.activation_dtype(work.weights), kv_dtype=work.kv.short,
                                    weights=work.dtype, memory_fraction=round(policy.fraction_for(layout.tp), 4),
@@ -257,26 +257,28 @@ def role_settings(result: DisaggResult) -> dict[str, EngineSettings]:
 
 def disagg_launch_for(request: PlanRequest, pd: str | None, options: ServeOptions,
                       hosts: tuple[str, ...] | None = None, launcher: LauncherOptions = LauncherOptions(),
-                      ) -> DisaggLaunch:
-    """`launch --engine sglang|vllm --disagg`: plan as `plan --disagg` does (topoplan.plan.disagg), then write its
-    chosen deployment's workers and router with the settings it priced."""
+                      rank: int = 1) -> DisaggLaunch:
+    """`launch --engine sglang|vllm --disagg [--rank N]`: plan as `plan --disagg` does (topoplan.plan.disagg), then
+    write its `rank`-th placed deployment (1: the chosen one; `plan --disagg --json`'s `candidates` order) with
+    the settings it priced."""
     from topoplan.plan.disagg import DisaggRequest, disagg_for
 
     check_disagg_engine(request.engine)
     asked = DisaggRequest.parse(pd)
     result = disagg_for(request, asked.pd, asked.connector)
-    return disagg_launch(result.chosen, result.plan.topology, request.engine, options, hosts, launcher,
-                         role_settings(result))
+    deployment = result.deployment(rank)
+    return disagg_launch(deployment, result.plan.topology, request.engine, options, hosts, launcher,
+                         role_settings(result.plan, deployment))
 
 
 def saved_disagg_launch(path: str, options: ServeOptions, hosts: tuple[str, ...] | None = None,
-                        launcher: LauncherOptions = LauncherOptions()) -> DisaggLaunch:
-    """`launch --disagg --plan FILE`: the deployment `plan --disagg -o FILE` chose, planned again from the request
-    the file records (every option that priced it: workload, limits, engine, topology) and refused when it no
-    longer matches the file (topoplan.plan.saved.load_disagg)."""
+                        launcher: LauncherOptions = LauncherOptions(), rank: int = 1) -> DisaggLaunch:
+    """`launch --disagg --plan FILE [--rank N]`: the `rank`-th deployment of `plan --disagg -o FILE` (1: the one it
+    chose), planned again from the request the file records (every option that priced it: workload, limits,
+    engine, topology) and refused when it no longer matches the file (topoplan.plan.saved.load_disagg)."""
     from topoplan.plan.saved import load_disagg
 
-    request, result = load_disagg(path)
+    request, result, deployment = load_disagg(path, rank)
     check_disagg_engine(request.engine)
-    return disagg_launch(result.chosen, result.plan.topology, request.engine, options, hosts, launcher,
-                         role_settings(result))
+    return disagg_launch(deployment, result.plan.topology, request.engine, options, hosts, launcher,
+                         role_settings(result.plan, deployment))
