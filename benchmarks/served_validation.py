@@ -10,11 +10,18 @@ worst |error| per engine, fitting rows (role 'fit', which the engine profiles' c
 checking rows apart. Where the optional extra is installed (pip install 'topoplan[aiconfigurator]'), each metric
 also gets aiconfigurator's own in-flight ("agg") estimate of the row and its error (AIC_COLUMNS).
 
-    python benchmarks/served_validation.py [--summary]
+With --silicon (needs the extra), every agg row of silicon_sample.csv for the engine versions, GPU, models and
+dtypes of the data file instead: the same runs at more concurrencies (C16-C128), as extrapolation checks. A row
+of the data file keeps its role; the others are "extra C<concurrency>" (no aiconfigurator columns: its agg
+estimate is the plain run above).
+
+    python benchmarks/served_validation.py [--summary] [--silicon]
 """
 
 from __future__ import annotations
 
+import csv
+import importlib.resources
 import importlib.util
 import json
 import logging
@@ -38,11 +45,36 @@ METRICS = ("TPOT", "TTFT", "tok/s")
 AIC_COLUMNS = importlib.util.find_spec(aic_estimator.PACKAGE) is not None  # the optional extra is installed
 
 
-def served_rows(only: Engine | None = None) -> list[dict]:
-    """Each published row with our served figures beside the measured ones; with `only`, the rows of that
-    profile alone, priced with it (benchmarks/engine_fit.py prices variants of a profile)."""
+def point(r: dict) -> tuple:
+    """What identifies a run: engine version, model, dtype, GPU, TP, concurrency, prompt and output lengths."""
+    return r["engine"], r["model"], r["dtype"], r["gpu"], r["tp"], r["concurrency"], r["prompt"], r["gen"]
+
+
+def silicon_rows() -> list[dict]:
+    """silicon_sample.csv's agg rows of the engine versions, GPUs, models and dtypes in the data file, as its rows:
+    a run the data file has keeps its role, the others are "extra C<concurrency>"."""
+    roles = {point(r): r["role"] for r in PUBLISHED["rows"]}
+    wanted = {(r["engine"], r["gpu"], r["model"], r["dtype"]) for r in PUBLISHED["rows"]}
+    text = importlib.resources.files(aic_estimator.PACKAGE).joinpath("systems/silicon_sample.csv").read_text()
     out = []
-    for r in PUBLISHED["rows"]:
+    for r in csv.DictReader(text.splitlines()):
+        if r["mode"] != "agg":
+            continue
+        row = {"engine": f"{r['backend']}@{r['backend_version']}", "gpu": r["system"],
+               "model": r["model_path"].split("/")[-1].removesuffix("-Instruct"), "dtype": r["precision"] or "bf16",
+               "tp": int(r["tp_size"]), "pp": int(r["pp_size"]), "concurrency": int(r["batch_size"]),
+               "prompt": int(r["isl"]), "gen": int(r["osl"]), "ttft_ms": float(r["silicon_ttft_ms"]),
+               "tpot_ms": float(r["silicon_tpot_ms"])}
+        if (row["engine"], row["gpu"], row["model"], row["dtype"]) in wanted:
+            out.append({**row, "role": roles.get(point(row), f"extra C{row['concurrency']}")})
+    return out
+
+
+def served_rows(only: Engine | None = None, rows: list[dict] | None = None) -> list[dict]:
+    """Each published row (or each of `rows`) with our served figures beside the measured ones; with `only`, the
+    rows of that profile alone, priced with it (benchmarks/engine_fit.py prices variants of a profile)."""
+    out = []
+    for r in PUBLISHED["rows"] if rows is None else rows:
         profile, gpu = resolve(r["engine"]), r["gpu"].replace("_", "-")
         if only is not None:
             if str(profile) != str(only):
@@ -55,6 +87,7 @@ def served_rows(only: Engine | None = None) -> list[dict]:
         c, gen = r["concurrency"], r["gen"]
         measured_rate = c * gen / (r["ttft_ms"] + (gen - 1) * r["tpot_ms"]) * 1e3
         out.append({**r, "profile": str(profile), "scheduler": result.serving.scheduler.mode,
+                    "max_batch": result.layouts[0].cost.max_batch,  # requests its KV cache holds, whole output each
                     "measured": {"TPOT": r["tpot_ms"], "TTFT": r["ttft_ms"], "tok/s": measured_rate},
                     "ours": {"TPOT": ours.tpot_ms, "TTFT": ours.ttft_ms, "tok/s": ours.output_tokens_per_s}})
     return out
@@ -101,25 +134,27 @@ def aic_cells(r: dict, m: str) -> str:
 
 
 def main() -> None:
-    rows = served_rows()
-    for r in rows if AIC_COLUMNS else ():
+    silicon = "--silicon" in sys.argv
+    rows = served_rows(rows=silicon_rows() if silicon else None)
+    for r in rows if AIC_COLUMNS and not silicon else ():
         r["aic"] = aiconfigurator_agg(r)
-    aic_head = " | aiconfigurator's | error" if AIC_COLUMNS else ""
+    aic_head = " | aiconfigurator's | error" if AIC_COLUMNS and not silicon else ""
     if "--summary" not in sys.argv:
         print("| source | engine | profile (scheduler) | point | role | " + " | ".join(
             f"{m} measured | ours | error{aic_head}" for m in METRICS) + " |")
-        print("|---" * (5 + (5 if AIC_COLUMNS else 3) * len(METRICS)) + "|")
+        print("|---" * (5 + (5 if aic_head else 3) * len(METRICS)) + "|")
         for r in rows:
             point = f"{r['model']} {r['dtype']} {r['gpu']} TP{r['tp']} C{r['concurrency']} {r['prompt']}/{r['gen']}"
             cells = " | ".join(f"{r['measured'][m]:.1f} | {r['ours'][m]:.1f} | {100 * error(r, m):+.0f}%"
-                               f"{aic_cells(r, m)}" for m in METRICS)
+                               f"{aic_cells(r, m) if 'aic' in r else ''}" for m in METRICS)
             print(f"| {SOURCE} | {r['engine']} | {r['profile']} ({r['scheduler']}) | {point} | {r['role']} | "
                   f"{cells} |")
         print()
     print("| profile | role | rows | " + " | ".join(f"{m} mean abs error | worst" for m in METRICS) + " |")
     print("|---" * (3 + 2 * len(METRICS)) + "|")
     for profile in sorted({r["profile"] for r in rows}):
-        for role in ("fit", "check"):
+        extra = sorted({r["role"] for r in rows} - {"fit", "check"}, key=lambda role: int(role.split("C")[-1]))
+        for role in ("fit", "check", *extra):
             mine = [r for r in rows if r["profile"] == profile and r["role"] == role]
             if not mine:
                 continue

@@ -238,3 +238,53 @@ def test_served_figures_against_published_serving_runs():
     assert mean([r for r in rows if r["profile"] == "trtllm@1.0" and r["model"] == "Qwen3-32B"], "TTFT") < 0.15
     vllm = [r for r in rows if r["profile"] == "vllm@0.32"]
     assert mean(vllm, "TTFT") < 0.11 and max(abs(error(r, "TTFT")) for r in vllm) < 0.21
+
+
+def test_ttft_output_slope_tells_the_trtllm_runs_apart():
+    """benchmarks/ttft_output_slope.py: the least-squares line TTFT = a + b x L (L = TTFT + (gen - 1) x TPOT, the
+    measured request latency) over a group's output lengths. TensorRT-LLM 1.0 Llama-3.1-8B TP1 C8, prompt 1024:
+    (L, TTFT) = (1199.888, 191), (2242.995, 318), (4340.087, 550); means 2594.32 and 353; Sxy = 582,112,
+    Sxx = 5,115,581: b = 0.11379, C x b = 0.910, a = 353 - 0.11379 x 2594.32 = 57.8 ms. Every Llama-3.1-8B group
+    of that engine version waits about one request's worth (C x b 0.87-1.12), every Qwen3-32B fp8 group and every
+    vLLM group none (|C x b| < 0.1), and memory holds at least 4 x C requests with their whole output reserved in
+    every TensorRT-LLM group, so its GUARANTEED_NO_EVICT admission makes no request wait (docs/planner.md §6)."""
+    from benchmarks.ttft_output_slope import groups, served_rows, slope, waiting_share
+
+    assert slope([(0.0, 10.0), (10.0, 20.0), (20.0, 30.0)]) == pytest.approx((10.0, 1.0))
+    found = groups(served_rows())
+    a, share = waiting_share(found[("trtllm@1.0.0rc3", "Llama-3.1-8B", "bf16", "h100_sxm", 1, 8, 1024)])
+    assert a == pytest.approx(57.8, abs=0.1) and share == pytest.approx(0.910, abs=0.001)
+    shares = {key: waiting_share(rows)[1] for key, rows in found.items()}
+    llama = [s for k, s in shares.items() if k[0] == "trtllm@1.0.0rc3" and k[1] == "Llama-3.1-8B"]
+    qwen = [s for k, s in shares.items() if k[0] == "trtllm@1.0.0rc3" and k[1] == "Qwen3-32B"]
+    vllm = [s for k, s in shares.items() if k[0].startswith("vllm")]
+    assert len(llama) == len(qwen) == 12 and all(0.85 < s < 1.15 for s in llama)
+    assert all(abs(s) < 0.1 for s in qwen + vllm) and len(vllm) == 12
+    assert all(r["max_batch"] >= 4 * r["concurrency"] for rows in found.values() for r in rows
+               if r["engine"].startswith("trtllm"))
+
+
+def test_trtllm_replay_packs_whole_prompts_beside_the_decodes():
+    """benchmarks/trtllm_closed_loop.replay on LinearSteps, budget 1500, prompts of 1000, 3 tokens out, 2 in flight:
+    step 1 (t = 0) holds one prompt (the second does not fit the 500 left): 10 + 50 = 60 ms; step 2 one decode and
+    the second prompt: 60.1 ms, its first token at 120.1; step 3 two decodes, 10.2 ms: the first request ends at
+    130.3 and its replacement arrives; step 4 packs it beside the other's last decode: 60.1 ms; step 5 the same
+    for the second's replacement (arrived at 190.4)."""
+    from benchmarks.trtllm_closed_loop import replay
+
+    assert replay(LinearSteps(), 1500, 1000, 3, 2, 4) == pytest.approx([60, 120.1, 60.1, 60.1])
+
+
+def test_silicon_rows_keep_the_data_files_roles():
+    """served_validation --silicon: silicon_sample.csv's agg rows of the data file's engine versions, GPU, models
+    and dtypes; each run of tests/data/engine_measurements.json is among them with its role and figures, the
+    others are extrapolation rows named by their concurrency (TensorRT-LLM: 72 at C16, both models)."""
+    pytest.importorskip("aiconfigurator_core")
+    from benchmarks.served_validation import PUBLISHED, point, silicon_rows
+
+    rows = {point(r): r for r in silicon_rows()}
+    for r in PUBLISHED["rows"]:
+        assert rows[point(r)]["role"] == r["role"]
+        assert rows[point(r)]["ttft_ms"] == pytest.approx(r["ttft_ms"], rel=1e-3)
+    extra = [r for r in rows.values() if r["engine"] == "trtllm@1.0.0rc3" and r["concurrency"] == 16]
+    assert len(extra) == 72 and {r["role"] for r in extra} == {"extra C16"}
