@@ -30,6 +30,8 @@ DGX_A100 = "fixtures/topo/00_dgx-a100-8gpu-nv12-10nic-gpu-rows-only.txt"
 OCI_A100 = "fixtures/topo/26_oci-bm-gpu4-a100-8gpu-nv12-18nic-nps4.txt"
 H100_NVL_2NIC = "fixtures/topo/17_h100-nvl-8gpu-nv12-pairs-2nic.txt"
 AZURE_NO_NIC = "fixtures/topo/18_azure-nc96ads-a100v4-4gpu-nv12-pairs-4numa.txt"
+AIC_LLAMA = "fixtures/aic/llama70b-h200-sglang-disagg-best_config_topn.csv"  # row 1: 2 x tp2 prefill, 1 x tp4 decode
+AIC_DSV3 = "fixtures/aic/deepseek-v3-h200-sglang-disagg-best_config_topn.csv"  # 1 x tp8 ep8, 1 x tp1 dp8 ep8
 
 # Each GPU's nearest NIC, read off the fixture text by hand (the NIC columns of the GPU rows, NIC legend names).
 # Fixture 41: one PIX NIC per GPU. Fixture 00: each GPU pair sits behind a switch with two NICs (PXB), the pair
@@ -126,7 +128,8 @@ def test_pd_is_honoured_and_saved(tmp_path):
     assert d["ratio"] == {"prefill": 2, "decode": 1}
     assert [w["name"] for w in d["workers"]] == ["prefill0", "prefill1", "decode0"]
     record = json.loads(saved.read_text())["request"]
-    assert record["disagg"] == {"pd": [2, 1], "connector": "whole"} and record["model"] == "70b"
+    assert record["disagg"] == {"pd": [2, 1], "connector": "whole", "roles": None, "roles_from": None}
+    assert record["model"] == "70b"
     request, result = load_disagg(str(saved))  # what `launch --disagg --plan FILE` reads
     assert request.model == "70b" and result.chosen.ratio == (2, 1)
     assert [w.gpus for w in result.chosen.workers] == [tuple(w["gpus"]) for w in d["workers"]]
@@ -279,3 +282,85 @@ def test_best_split_is_the_best_of_every_pd(g, gp, gd, rp, rd):
     most = max(min(p * rp, d * rd) for p, d in every)
     assert best is not None and best[0] * gp + best[1] * gd <= g and weighed <= 12
     assert min(best[0] * rp, best[1] * rd) == pytest.approx(most, rel=1e-12)
+
+
+def test_aiconfigurator_fixtures_have_its_columns():
+    """The fixtures are in the format `aiconfigurator cli` writes: ColumnsDisagg, in order."""
+    common = pytest.importorskip("aiconfigurator_core.sdk.common")
+    for fixture in (AIC_LLAMA, AIC_DSV3):
+        with open(fixture, encoding="utf-8") as handle:
+            assert handle.readline().rstrip("\n").split(",") == common.ColumnsDisagg
+
+
+def test_pd_from_places_aiconfigurators_deployment(tmp_path):
+    """Row 1 of the Llama fixture: 2 prefill workers of tp2 and 1 decode worker of tp4 on the 8 GPUs; topoplan
+    only places and prices them (searched: the one combination)."""
+    saved = tmp_path / "plan.json"
+    d = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang", "--pd-from", AIC_LLAMA,
+                    "-o", str(saved))["disagg"]
+    assert d["ratio"] == {"prefill": 2, "decode": 1} and d["searched"] == 1
+    assert (d["prefill_layout"], d["decode_layout"]) == ("tp=2,pp=1,dp=1", "tp=4,pp=1,dp=1")
+    assert [(w["name"], len(w["gpus"])) for w in d["workers"]] == [("prefill0", 2), ("prefill1", 2), ("decode0", 4)]
+    used = slots(d["workers"])
+    assert len(used) == len(set(used)) == 8
+    for w in d["workers"]:
+        for r in w["routes"]:
+            assert (r["nic_name"], r["link"]) == NEAREST[H200][r["gpu"]]
+    assert any(n.startswith(f"P:D and worker layouts from {AIC_LLAMA} (aiconfigurator: model "
+                            "meta-llama/Meta-Llama-3.1-70B") for n in d["notes"])
+    record = json.loads(saved.read_text())["request"]["disagg"]
+    assert record["pd"] == [2, 1] and record["roles"] == ["tp=2,pp=1,dp=1", "tp=4,pp=1,dp=1"]
+    _, result = load_disagg(str(saved))  # launch --plan FILE: the same deployment, without the CSV
+    assert result.chosen.ratio == (2, 1) and (result.chosen.prefill, result.chosen.decode) == (Layout(2), Layout(4))
+
+
+def test_pd_from_reads_a_run_folder_and_attention_dp(tmp_path):
+    """A run's folder stands for its disagg/best_config_topn.csv. DeepSeek-V3's decode worker is aiconfigurator's
+    tp1 x dp8 with moe_ep 8: topoplan's attention DP (dp 8, ep 8). A request's MLA latent lands on one attention
+    replica (one GPU at tp1): one slice of the whole latent, over the NICs (prefill on node 0, decode on node 1)."""
+    run = tmp_path / "run" / "disagg"
+    run.mkdir(parents=True)
+    (run / "best_config_topn.csv").write_bytes(open(AIC_DSV3, "rb").read())
+    d = disagg_json("-m", "DeepSeek-V3", "--dtype", "fp8", "--topo", H200, "--gpu", "h200", "--nodes", "2",
+                    "--engine", "sglang", "--prompt-len", "4096", "--pd-from", str(tmp_path / "run"))["disagg"]
+    p, dec = d["workers"]
+    assert (p["layout"], dec["layout"]) == ({"tp": 8, "pp": 1, "dp": 1, "ep": 8}, {"tp": 1, "pp": 1, "dp": 8, "ep": 8})
+    assert (p["node"], dec["node"]) == (0, 1) and len(dec["gpus"]) == 8
+    t = d["transfer"]
+    assert t["bytes_per_request"] == DSV3_KV_PER_TOKEN * 4096 and "1 slice(s)" in t["path"]
+    assert t["gbps"] == pytest.approx(38.4, rel=0.05)  # the whole latent through one PCIe Gen5 hop (38.4 GB/s)
+
+
+AGG_HEADER = "model,isl,osl,tp,pp,dp,moe_tp,moe_ep\nQwen/Qwen3-32B,4000,500,2,1,1,1,1\n"
+
+
+@pytest.mark.parametrize("write, extra, expected", [
+    (None, (), "no best_config_topn.csv in it"),  # an empty folder
+    (AGG_HEADER, (), "no column (p)workers (an aggregated result?)"),
+    (b"\x00\xff\xfe binary", (), "not UTF-8 text"),
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n", (),
+     "no rows"),
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(p)cp,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n"
+     "1,4,1,1,1,1,2,1,4,1,1,1,1\n", (), "context parallelism"),
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n"
+     "1,four,1,1,1,1,1,4,1,1,1,1\n", (), "column (p)tp is 'four'; expected a whole number"),
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n"
+     "1,4,1,1,1,1,1,1,1,8,8,1\n", (), "decode: (d)dp 8 without the experts over every GPU"),
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n"
+     "1,8,1,1,1,1,1,8,1,1,1,1\n", (), "they need 16 GPUs; 1 node(s) x 8 GPUs have 8"),  # one 8-GPU node
+    ("(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep\n"
+     "1,4,1,1,1,1,1,4,1,1,1,1\n", ("--pd", "1:1"), "--pd and --pd-from both give the P:D"),
+])
+def test_pd_from_refuses_foreign_files_in_one_line(tmp_path, write, extra, expected):
+    path = tmp_path / "result.csv"
+    if write is None:
+        path = tmp_path / "empty-run"
+        path.mkdir()
+    else:
+        path.write_bytes(write if isinstance(write, bytes) else write.encode())
+    run = topoplan("plan", "--disagg", "-m", "70b", "--topo", H200, "--gpu", "h200", "--pd-from", str(path), *extra)
+    assert run.returncode == 2, run.stdout
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("topoplan: error: ") and expected in lines[0], run.stderr
+    if "--pd" not in extra:
+        assert str(path) in lines[0]  # names the file it read

@@ -96,9 +96,17 @@ class _Slice:
         return self.nbytes / (self.gbps * 1e3) + sum(hop.alpha_us for hop, _ in self.hops)
 
 
+def _replica(worker: Worker) -> tuple[KvRoute, ...]:
+    """The routes of the GPUs one request's KV cache lives on: one replica's tp x pp ranks (the first, in rank
+    order); a worker with attention DP (dp > 1) holds each request on one of its replicas only."""
+    return worker.routes[:worker.layout.tp * worker.layout.pp]
+
+
 def _pairs(src: Worker, dst: Worker) -> list[tuple[KvRoute, KvRoute]]:
-    """(prefill GPU, decode GPU) per decode rank: rank i pulls from the prefill rank i mod the prefill's GPUs."""
-    return [(src.routes[i % len(src.routes)], route) for i, route in enumerate(dst.routes)]
+    """(prefill GPU, decode GPU) per decode rank of the replica the request lands on: rank i pulls from the
+    prefill replica's rank i mod its GPUs."""
+    sender = _replica(src)
+    return [(sender[i % len(sender)], route) for i, route in enumerate(_replica(dst))]
 
 
 def _need_nic(route: KvRoute, worker: Worker) -> str:
@@ -133,6 +141,7 @@ def price_transfer(pricer: LinkPricer, model: ModelSpec, prompt_tokens: int, kv_
     through `routes`, the GPUs' nearest NICs), under `connector`; `prefill_ms` is how long the prefill that the
     per-layer connector overlaps takes. Each decode GPU receives the cache its TP rank keeps for its stage's
     layers (ModelSpec.kv_bytes_per_token at the decode TP: heads split, or the MLA latent whole on every rank).
+    A worker with attention DP (dp > 1) sends and receives each request on one of its replicas (tp x pp GPUs).
     `setup_us`: the connector's fixed cost per request, paid once after the last byte (0 for a bare transfer, as
     `bench --kv-transfer` measures)."""
     if connector not in CONNECTORS:
@@ -146,5 +155,6 @@ def price_transfer(pricer: LinkPricer, model: ModelSpec, prompt_tokens: int, kv_
     path = f"{slowest.describe()} at {slowest.gbps:.1f} GB/s, {len(slices)} slice(s) at once"
     moved = slowest.us / 1e3
     exposed = ms if connector == "whole" else max(0.0, moved - prefill_ms) + moved / model.layers + setup_us / 1e3
-    # every decode GPU receives its slice at once (a worker spanning nodes: each node's slices on its own NICs)
-    return KvTransfer(total, path, per_gpu * dst.layout.world / moving_s / 1e9, ms, exposed, connector)
+    # every decode GPU of the replica receives its slice at once (a worker spanning nodes: each node's slices on
+    # its own NICs)
+    return KvTransfer(total, path, per_gpu * len(slices) / moving_s / 1e9, ms, exposed, connector)
