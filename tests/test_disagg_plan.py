@@ -364,3 +364,36 @@ def test_pd_from_refuses_foreign_files_in_one_line(tmp_path, write, extra, expec
     assert len(lines) == 1 and lines[0].startswith("topoplan: error: ") and expected in lines[0], run.stderr
     if "--pd" not in extra:
         assert str(path) in lines[0]  # names the file it read
+
+
+def test_kv_connector_option_reaches_the_price_table_json_and_record(tmp_path):
+    """--kv-connector per-layer: the same 2.60 ms transfer as the whole-cache test above (TP8 -> TP8 across nodes,
+    2048 tokens), of which the TTFT pays only the last layer's share and the setup: 2.20 / 80 + 0.40 ms (the
+    prompt's prefill outlasts the bytes); the table says so, and the saved plan keeps it for launch --plan."""
+    args = ("-m", "70b", "--topo", H200, "--gpu", "h200", "--nodes", "2", "--pd", "1:1", "--tp", "8",
+            "--prompt-len", "2048")
+    saved = tmp_path / "plan.json"
+    t = disagg_json(*args, "--kv-connector", "per-layer", "-o", str(saved))["disagg"]["transfer"]
+    moved = LLAMA70_KV_PER_TOKEN // 8 * 2048 / 38.4e9 * 1e3 + 0.018
+    assert t["connector"] == "per-layer" and t["ms"] == pytest.approx(moved + 0.4, rel=1e-3)
+    assert t["exposed_ms"] == pytest.approx(moved / 80 + 0.4, rel=1e-3)
+    assert json.loads(saved.read_text())["request"]["disagg"]["connector"] == "per-layer"
+    _, result = load_disagg(str(saved))
+    assert result.connector == result.chosen.transfer.connector == "per-layer"
+    table = topoplan("plan", *args, "--kv-connector", "per-layer")  # implies --disagg, as --pd does
+    assert table.returncode == 0 and "0.43 ms in the TTFT (per-layer connector)" in table.stdout
+    assert "KV connector per-layer: each layer leaves as the prefill finishes it" in " ".join(table.stdout.split())
+    whole = disagg_json(*args)["disagg"]["transfer"]
+    assert whole["connector"] == "whole" and whole["exposed_ms"] == whole["ms"] == pytest.approx(t["ms"])
+
+
+def test_kv_connector_choices_are_the_planners():
+    """cli.py lists the choices without importing the planner (start-up time): they must stay CONNECTORS."""
+    from dataclasses import fields
+
+    from topoplan.cli import PlanView
+    from topoplan.plan.kv_transfer import CONNECTORS
+
+    assert next(f for f in fields(PlanView) if f.name == "kv_connector").metadata["cli"].choices == CONNECTORS
+    run = topoplan("plan", "-m", "70b", "--topo", H200, "--gpu", "h200", "--kv-connector", "nccl")
+    assert run.returncode == 2 and "'nccl' is not one of 'whole', 'per-layer'" in run.stderr
