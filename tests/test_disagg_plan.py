@@ -98,7 +98,8 @@ def test_llama70b_one_node_disjoint_gpus_and_nearest_nics(fixture, gpu):
             assert r["nic_name"] in TIES.get(fixture, {r["gpu"]: {r["nic_name"]}})[r["gpu"]]
         assert w["layout"]["tp"] * w["layout"]["pp"] == len(w["gpus"])
     assert d["transfer"]["bytes_per_request"] == LLAMA70_KV_PER_TOKEN * 2048
-    assert d["transfer"]["path"].startswith("NV")  # one node: the KV cache crosses NVLink, not a NIC
+    # SGLang's Mooncake backend speaks RDMA only: even on one node the KV cache leaves by each GPU's NIC
+    assert "mlx5_" in d["transfer"]["path"] and not d["transfer"]["path"].startswith("NV")
     served = d["served"]
     assert served["ttft_ms"] <= 2000 and served["tpot_ms"] <= 50 and "slo_miss" not in d
     assert served["output_tokens_per_s_per_gpu"] * 8 == pytest.approx(served["output_tokens_per_s"], rel=1e-4)
@@ -397,3 +398,34 @@ def test_kv_connector_choices_are_the_planners():
     assert next(f for f in fields(PlanView) if f.name == "kv_connector").metadata["cli"].choices == CONNECTORS
     run = topoplan("plan", "-m", "70b", "--topo", H200, "--gpu", "h200", "--kv-connector", "nccl")
     assert run.returncode == 2 and "'nccl' is not one of 'whole', 'per-layer'" in run.stderr
+
+
+def test_same_node_transfer_path_is_the_engines():
+    """One H200 node, a TP4 prefill on one socket and a TP4 decode on the other, a 2048-token Llama-3.1-70B prompt:
+    each decode GPU receives 640 MiB / 4. SGLang's Mooncake (protocol rdma) sends it out through the sending GPU's
+    PIX NIC and back in: 167,772,160 B / 38.4 GB/s (the PCIe Gen5 hop, the slowest) + (5 + 8 + 5) us + the 0.40 ms
+    setup = 4.787 ms. vLLM's NIXL/UCX copies it over NVLink (CUDA IPC): NV18, several times faster."""
+    args = ("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "1:1", "--tp", "4", "--prompt-len", "2048")
+    sglang = disagg_json(*args, "--engine", "sglang")["disagg"]
+    vllm = disagg_json(*args, "--engine", "vllm")["disagg"]
+    per_gpu = LLAMA70_KV_PER_TOKEN // 4 * 2048
+    assert sglang["transfer"]["ms"] == pytest.approx(per_gpu / 38.4e9 * 1e3 + 0.018 + 0.4, rel=1e-3)
+    assert sglang["transfer"]["path"].startswith("PIX hop GPU") and "mlx5_" in sglang["transfer"]["path"]
+    assert vllm["transfer"]["path"].startswith("NV18 GPU")
+    assert vllm["transfer"]["ms"] < sglang["transfer"]["ms"] / 3
+    assert any("goes out through the sending GPUs' NICs" in n for n in sglang["notes"])
+    assert any("over the GPU-GPU link (CUDA IPC)" in n for n in vllm["notes"])
+    for d in (sglang, vllm):  # the same placement either way: one socket each
+        assert [w["gpus"] for w in d["workers"]] in ([[f"GPU{i}" for i in range(4)], [f"GPU{i}" for i in range(4, 8)]],
+                                                     [[f"GPU{i}" for i in range(4, 8)], [f"GPU{i}" for i in range(4)]])
+
+
+def test_engine_kv_paths_have_sources():
+    """The same-node path is an engine fact with its source, not a branch on the engine's name."""
+    from topoplan.engines import resolve
+    from topoplan.engines.engine import GPU_LINK, VIA_NIC
+
+    assert resolve("sglang").kv_transfer.same_node == VIA_NIC
+    assert resolve("vllm").kv_transfer.same_node == resolve("trtllm").kv_transfer.same_node == GPU_LINK
+    for name in ("sglang", "vllm", "trtllm"):
+        assert len(resolve(name).kv_transfer.source) > 80

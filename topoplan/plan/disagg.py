@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from topoplan.engines.engine import VIA_NIC
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.plan.collectives import LinkPricer
@@ -159,7 +160,8 @@ class _Search:
             w = self.plan.workload
             alone = self.steps[src.layout].prefill_ms(1)  # the prompt's own prefill: what per-layer overlaps
             self.transfers[key] = price_transfer(self.pricer, self.plan.model, w.prompt_len, w.kv.short, src, dst,
-                                                 self.connector, alone)
+                                                 self.connector, alone,
+                                                 same_node=self.plan.engine.kv_transfer.same_node)
         return self.transfers[key]
 
 
@@ -376,6 +378,12 @@ def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[st
         notes.append(f"{w.name} on node {w.node}{f'-{w.node + w.nodes - 1}' if w.nodes > 1 else ''}: "
                      f"{','.join(w.gpus)}, NUMA {','.join(map(str, w.numa_nodes)) or '?'}, KV via "
                      f"{','.join(nics) or 'no NIC'}")
+    if any(s.node == t.node for s in workers if s.role == "prefill" for t in workers if t.role == "decode"):
+        engine = search.plan.engine
+        notes.append(f"{engine.name}'s KV transfer between workers of one node goes " + (
+            "out through the sending GPUs' NICs and back in (its backend speaks RDMA only)"
+            if engine.kv_transfer.same_node == VIA_NIC else "over the GPU-GPU link (CUDA IPC)") +
+            ", as priced (docs/planner.md, section 10)")
     notes.append(f"KV connector {c.transfer.connector}: " + (
         "the whole cache leaves after the prefill (SGLang's and vLLM NixlConnector's default), all in the TTFT"
         if c.transfer.connector == "whole" else "each layer leaves as the prefill finishes it; only what outlasts "
@@ -446,8 +454,8 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None, connecto
     limits_note = () if plan.limits.bounded else (
         "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
         "set a limit to bound TPOT",)
-    far = route_warnings(workers)  # matters where the KV cache leaves the node; on one node, a note
-    crossing = len({w.node for w in workers}) > 1
+    far = route_warnings(workers)  # matters where the KV cache reaches a NIC; where it never does, a note
+    crossing = len({w.node for w in workers}) > 1 or engine.kv_transfer.same_node == VIA_NIC
     chosen = DisaggPlan(best.prefill.layout, best.decode.layout, workers, best.transfer, best.served,
                         (*_notes(search, best, workers), *(() if crossing else far),
                          *((f"P:D and worker layouts from {roles_from}",) if roles else ())),
