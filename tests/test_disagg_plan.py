@@ -429,3 +429,26 @@ def test_engine_kv_paths_have_sources():
     assert resolve("vllm").kv_transfer.same_node == resolve("trtllm").kv_transfer.same_node == GPU_LINK
     for name in ("sglang", "vllm", "trtllm"):
         assert len(resolve(name).kv_transfer.source) > 80
+
+
+def test_deepseek_v3_two_nodes_takes_attention_dp_workers():
+    """DeepSeek-V3 fp8 on two 8-GPU H200 nodes with SGLang, 4096/512 tokens, TTFT <= 3 s, TPOT <= 60 ms: one node
+    prefills, the other decodes, and the decode worker is SGLang's published DeepSeek decode recipe, DP attention
+    with the experts over all 8 GPUs (tp1 x dp8, ep8: --tp-size 8 --dp-size 8 --enable-dp-attention --ep-size 8);
+    its TPOT is that of one attention replica at its share of the requests. A dense model never gets dp > 1
+    inside a worker, and --ep 1 rules attention DP out (TP8 then)."""
+    args = ("-m", "DeepSeek-V3", "--dtype", "fp8", "--topo", H200, "--gpu", "h200", "--nodes", "2", "--engine",
+            "sglang", "--prompt-len", "4096", "--gen-len", "512", "--max-ttft-ms", "3000", "--max-tpot-ms", "60")
+    d = disagg_json(*args)["disagg"]
+    assert d["ratio"] == {"prefill": 1, "decode": 1} and "slo_miss" not in d
+    p, dec = d["workers"]
+    assert (p["node"], dec["node"]) == (0, 1) and len(p["gpus"]) == len(dec["gpus"]) == 8
+    assert dec["layout"] == {"tp": 1, "pp": 1, "dp": 8, "ep": 8}
+    assert d["served"]["tpot_ms"] <= 60 and d["served"]["ttft_ms"] <= 3000
+    assert any("per replica x 8 (attention DP)" in n for n in d["notes"])
+    assert "1 slice(s)" in d["transfer"]["path"]  # a request's latent lands on one attention replica: one GPU
+    tp_only = disagg_json(*args, "--ep", "1")["disagg"]
+    assert all(w["layout"]["dp"] == 1 and w["layout"]["ep"] == 1 for w in tp_only["workers"])
+    dense = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang")["disagg"]
+    assert all(c["prefill_layout"].split(",")[2] == c["decode_layout"].split(",")[2] == "dp=1"
+               for c in dense["candidates"])

@@ -191,12 +191,30 @@ def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
                                         dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
+        layouts += _attention_dp(search, request, k, span)
         found = [option for layout in layouts if span == 1 or layout.world == span * k
                  if (option := search.priced(layout, placer.local_order(layout, span), span)) is not None]
         if found:
             return found
     raise TopoplanError(f"no worker layout of {plan.model.name} fits in GPU memory on up to {plan.nodes} node(s) x "
                         f"{k} {plan.device.name} GPUs (pass more --nodes, a smaller --dtype or --kv-dtype)")
+
+
+def _attention_dp(search: _Search, request: PlanRequest, k: int, span: int) -> list[Layout]:
+    """An MoE model's workers with attention DP inside them (dp > 1 replicas of tp each, the experts over all
+    tp x dp GPUs of a stage: SGLang --enable-dp-attention, vLLM --data-parallel-size with expert parallel, TensorRT-LLM
+    enable_attention_dp): one server, so one worker, where the engine runs that layout (Parallelism.runs). Other
+    dp > 1 layouts are more workers, which the P:D already counts. --dp fixes the degree, --ep 1 rules them out."""
+    plan = search.plan
+    if not plan.model.is_moe or request.dp == 1 or request.ep == 1:
+        return []
+    try:
+        layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
+                                    dp=request.dp, ep=request.ep, rules=plan.engine.parallelism,
+                                    engine=str(plan.engine))
+    except TopoplanError:
+        return []
+    return [layout for layout in layouts if layout.dp > 1 and layout.ep == layout.tp * layout.dp]
 
 
 def _fixed(search: _Search, role: str, layout: Layout, source: str) -> RoleOption:
