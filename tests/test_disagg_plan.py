@@ -309,6 +309,11 @@ def test_pd_from_places_aiconfigurators_deployment(tmp_path):
             assert (r["nic_name"], r["link"]) == NEAREST[H200][r["gpu"]]
     assert any(n.startswith(f"P:D and worker layouts from {AIC_LLAMA} (aiconfigurator: model "
                             "meta-llama/Meta-Llama-3.1-70B") for n in d["notes"])
+    assert ("aiconfigurator sized this P:D for 4000 prompt and 500 generated tokens; this plan prices 512 and 128 "
+            "(pass --prompt-len 4000 --gen-len 500 to price what it chose)") in d["warnings"]
+    same = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang", "--pd-from", AIC_LLAMA,
+                       "--prompt-len", "4000", "--gen-len", "500")["disagg"]
+    assert same["ratio"] == d["ratio"] and not any("aiconfigurator sized" in w for w in same["warnings"])
     record = json.loads(saved.read_text())["request"]["disagg"]
     assert record["pd"] == [2, 1] and record["roles"] == ["tp=2,pp=1,dp=1", "tp=4,pp=1,dp=1"]
     _, result = load_disagg(str(saved))  # launch --plan FILE: the same deployment, without the CSV

@@ -41,6 +41,7 @@ class AicDisagg:
     decode: Layout
     source: str  # the CSV file read
     about: str  # the row's model, backend, system, ISL/OSL, in words (a note beside the plan)
+    sized_for: tuple[int, int] | None = None  # the row's (isl, osl): the workload aiconfigurator sized it for
 
 
 def _file(path: str) -> Path:
@@ -116,4 +117,6 @@ def read_aic_disagg(path: str) -> AicDisagg:
     prefill, decode = (_layout(row, role, source, line) for role in ROLES)
     about = ", ".join(f"{k} {row[k]}" for k in ("model", "(p)backend", "(p)system", "isl", "osl", "num_total_gpus")
                       if (row.get(k) or "").strip())
-    return AicDisagg(pd, prefill, decode, str(source), about)
+    lengths = [(row.get(k) or "").strip() for k in ("isl", "osl")]
+    sized = (int(lengths[0]), int(lengths[1])) if all(t.isdigit() and len(t) < 9 for t in lengths) else None
+    return AicDisagg(pd, prefill, decode, str(source), about, sized)

@@ -492,6 +492,7 @@ class DisaggRequest:
     connector: str = DEFAULT_CONNECTOR
     roles: tuple[Layout, Layout] | None = None  # (prefill, decode) worker layouts
     roles_from: str | None = None  # where `roles` came from, in words (the aiconfigurator file and its row)
+    sized_for: tuple[int, int] | None = None  # (prompt, generated) tokens the file's deployment was sized for
 
     def __post_init__(self) -> None:
         if self.connector not in CONNECTORS:
@@ -508,7 +509,8 @@ class DisaggRequest:
             from topoplan.plan.aic_result import read_aic_disagg
 
             aic = read_aic_disagg(pd_from)
-            return cls(aic.pd, connector, (aic.prefill, aic.decode), f"{aic.source} (aiconfigurator: {aic.about})")
+            return cls(aic.pd, connector, (aic.prefill, aic.decode), f"{aic.source} (aiconfigurator: {aic.about})",
+                       aic.sized_for)
         if pd is None:
             return cls(None, connector)
         match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
@@ -517,8 +519,16 @@ class DisaggRequest:
         return cls((int(match.group(1)), int(match.group(2))), connector)
 
     def plan(self, request: PlanRequest) -> DisaggResult:
-        """disagg_for with what this asks."""
-        return disagg_for(request, self.pd, self.connector, self.roles, self.roles_from or "the request")
+        """disagg_for with what this asks; a warning where the deployment was sized for other lengths than the
+        request prices (its P:D is then aiconfigurator's answer to another question)."""
+        result = disagg_for(request, self.pd, self.connector, self.roles, self.roles_from or "the request")
+        w = result.plan.workload
+        if self.sized_for is None or self.sized_for == (w.prompt_len, w.gen_len):
+            return result
+        isl, osl = self.sized_for
+        warning = (f"aiconfigurator sized this P:D for {isl} prompt and {osl} generated tokens; this plan prices "
+                   f"{w.prompt_len} and {w.gen_len} (pass --prompt-len {isl} --gen-len {osl} to price what it chose)")
+        return replace(result, chosen=replace(result.chosen, warnings=(*result.chosen.warnings, warning)))
 
     def record(self) -> dict[str, Any]:
         """As a saved plan's request records it."""
