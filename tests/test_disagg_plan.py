@@ -457,3 +457,23 @@ def test_deepseek_v3_two_nodes_takes_attention_dp_workers():
     dense = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang")["disagg"]
     assert all(c["prefill_layout"].split(",")[2] == c["decode_layout"].split(",")[2] == "dp=1"
                for c in dense["candidates"])
+
+
+HEADER = "(p)workers,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(d)workers,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep,(p)cp\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(max_size=300), st.lists(st.sampled_from(["0", "1", "2", "8", "8.0", "-1", "", "x", "1e9",
+                                                                    '"', "\x00", "nan"]), min_size=13, max_size=13)))
+def test_aiconfigurator_reader_returns_a_deployment_or_one_error(tmp_path_factory, content):
+    """Any file: a deployment whose counts and layouts are whole and positive, or one TopoplanError line."""
+    from topoplan.plan.aic_result import read_aic_disagg
+
+    path = tmp_path_factory.mktemp("aic") / "result.csv"
+    path.write_bytes(content if isinstance(content, bytes) else (HEADER + ",".join(content) + "\n").encode())
+    try:
+        aic = read_aic_disagg(str(path))
+    except TopoplanError as error:
+        assert "\n" not in str(error) and str(path) in str(error)
+    else:
+        assert min(aic.pd) >= 1 and all(layout.world >= 1 for layout in (aic.prefill, aic.decode))
