@@ -144,6 +144,13 @@ class PlanView:
     pd: str | None = field(default=None, metadata=option(
         "--pd", metavar="P:D", help="With --disagg: fix the prefill:decode worker counts, e.g. 1:3 (default: searched "
         "for the limits)."))
+    pd_from: str | None = field(default=None, metadata=option(
+        "--pd-from", metavar="FILE", help="With --disagg: take the P:D and each role's worker layout from "
+        "aiconfigurator's result (its disagg/best_config_topn.csv, first row, or the run's folder) and place and "
+        "price that deployment here."))
+    kv_connector: str | None = field(default=None, metadata=option(
+        "--kv-connector", choices=("whole", "per-layer"), help="With --disagg: how the KV cache is sent (default "
+        "whole: after the prefill, SGLang's and vLLM NixlConnector's way; per-layer: as each layer is done)."))
 
     def __post_init__(self) -> None:
         if self.top < 0:
@@ -161,7 +168,7 @@ def plan_command(request: PlanRequest, view: PlanView) -> None:
     from topoplan.terminal import emit
 
     top = view.top or None
-    if view.disagg or view.pd is not None:
+    if view.disagg or any(v is not None for v in (view.pd, view.pd_from, view.kv_connector)):
         plan_disagg(request, view)
         return
     if view.device == "cpu":
@@ -198,7 +205,7 @@ def plan_disagg(request: PlanRequest, view: PlanView) -> None:
     disaggregated tables (topoplan.plan.disagg)."""
     from rich.console import Console
 
-    from topoplan.plan.disagg import DisaggRequest, disagg_for
+    from topoplan.plan.disagg import DEFAULT_CONNECTOR, DisaggRequest
     from topoplan.plan.disagg_json import disagg_json
     from topoplan.plan.disagg_table import disagg_table
     from topoplan.plan.rank import plan_json
@@ -207,8 +214,8 @@ def plan_disagg(request: PlanRequest, view: PlanView) -> None:
 
     if view.device != "gpu":
         raise TopoplanError("--disagg plans GPU workers; --device cpu has no prefill/decode split")
-    asked = DisaggRequest.parse(view.pd)
-    result = disagg_for(request, asked.pd, asked.connector)
+    asked = DisaggRequest.parse(view.pd, view.kv_connector or DEFAULT_CONNECTOR, view.pd_from)
+    result = asked.plan(request)
     document = {**plan_json(result.plan, view.top or None), "disagg": disagg_json(result),
                 RECORD_KEY: request_record(request, asked)}
     if view.output is not None:

@@ -139,6 +139,20 @@ class Overheads:
     collective_base_us: float  # fixed cost of one NCCL call in the engine's step
 
 
+GPU_LINK, VIA_NIC = "gpu-link", "nic"  # KvTransferPath.same_node
+
+
+@dataclass(frozen=True)
+class KvTransferPath:
+    """How the engine's default KV transfer backend (its P/D disaggregation) moves a request's cache between a
+    prefill and a decode worker on the same node: over the GPU-GPU link (CUDA IPC: NVLink where there is one, else
+    PCIe peer-to-peer) or out through the sending GPU's RDMA NIC and back in through the receiver's (the backend
+    speaks RDMA only, whatever the distance). Across nodes every backend goes through the NICs."""
+
+    same_node: str = GPU_LINK  # GPU_LINK | VIA_NIC
+    source: str = "the engine has no P/D disaggregation of its own; priced as a CUDA-IPC copy"
+
+
 @dataclass(frozen=True)
 class Engine:
     """One engine between two versions: what the planner prices, the rules it puts on layouts, and how it is
@@ -168,6 +182,8 @@ class Engine:
     pinned: str | None = field(default=None, compare=False)
     # how its scheduler batches requests (topoplan.engines.scheduling): what the served model prices
     scheduler: Scheduler = STATIC
+    # the path of a same-node KV transfer under its default P/D backend (plan --disagg)
+    kv_transfer: KvTransferPath = KvTransferPath()
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"

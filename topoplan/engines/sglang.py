@@ -3,7 +3,15 @@ took from vLLM (sgl-kernel), a static memory fraction that shrinks with the TP s
 
 from __future__ import annotations
 
-from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import (
+    VIA_NIC,
+    AllReducePath,
+    Engine,
+    KvTransferPath,
+    MemoryPolicy,
+    Overheads,
+    Parallelism,
+)
 from topoplan.engines.scheduling import Budget, Scheduler
 from topoplan.engines.vllm import AIC
 
@@ -56,6 +64,14 @@ V0_5 = Engine(
     },
     notes="Fewer published TP sweeps than vLLM or TensorRT-LLM: one (NVIDIA's aiconfigurator silicon samples).",
     scheduler=Scheduler("separate", (Budget(160, 16384, None), Budget(35, 8192, None), Budget(0, 2048, None))),
+    kv_transfer=KvTransferPath(VIA_NIC, "python/sglang/srt/disaggregation/mooncake/transfer_engine.py: the default "
+                               "backend (mooncake) initializes Mooncake's transfer engine with protocol \"rdma\" "
+                               "(MOONCAKE_PROTOCOL's default), which installs only its RdmaTransport "
+                               "(mooncake-transfer-engine transfer_engine.cpp: the transport follows the protocol "
+                               "string), so a same-node transfer leaves by the sending GPU's RDMA device and comes "
+                               "back in by the receiver's; NVLink only with SGLANG_MOONCAKE_CUSTOM_MEM_POOL="
+                               "INTRA_NODE_NVLINK and MC_INTRANODE_NVLINK (docs/advanced_features/"
+                               "pd_disaggregation.md), which topoplan does not set"),
     launcher="sglang", launch_release="0.5",  # tests/data/engines/sglang-0.5.23-options.json
 )
 

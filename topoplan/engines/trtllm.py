@@ -4,7 +4,15 @@ the memory left free once the weights are loaded."""
 
 from __future__ import annotations
 
-from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import (
+    GPU_LINK,
+    AllReducePath,
+    Engine,
+    KvTransferPath,
+    MemoryPolicy,
+    Overheads,
+    Parallelism,
+)
 from topoplan.engines.scheduling import Budget, Scheduler
 from topoplan.engines.vllm import AIC
 
@@ -63,6 +71,9 @@ V1 = Engine(
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
     scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),), waves=True),
+    kv_transfer=KvTransferPath(GPU_LINK, "NVIDIA Dynamo's backends/trtllm/kv-cache-transfer.md: TensorRT-LLM's cache "
+                               "transceiver moves the KV cache with NIXL over UCX by default, as vLLM's NixlConnector "
+                               "(UCX's CUDA IPC within a host); not checked against its own source"),
     launcher="trtllm", launch_release="1.0",  # tests/data/engines/trtllm-serve-options.json (1.x main)
 )
 

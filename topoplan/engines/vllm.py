@@ -8,7 +8,15 @@ process (vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Red
 
 from __future__ import annotations
 
-from topoplan.engines.engine import AllReducePath, Engine, MemoryPolicy, Overheads, Parallelism
+from topoplan.engines.engine import (
+    GPU_LINK,
+    AllReducePath,
+    Engine,
+    KvTransferPath,
+    MemoryPolicy,
+    Overheads,
+    Parallelism,
+)
 from topoplan.engines.scheduling import Budget, Scheduler, TtftFactor
 
 NAME = "vllm"  # the engine's name on the command line (--engine vllm, vllm@VERSION)
@@ -121,6 +129,13 @@ V1 = Engine(
           "NVLink mesh, PP and DP over its own multiprocessing executor or Ray.",
     scheduler=Scheduler("mixed", (Budget(70, 8192, 1024, excludes=("a100",)), Budget(0, 2048, 256)),
                         ttft_factor=TtftFactor(2.0)),
+    kv_transfer=KvTransferPath(GPU_LINK, "vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py: the "
+                               "NixlConnector's NIXL agent uses its UCX backend, and vLLM's NixlConnector usage guide "
+                               "runs prefill and decode on two GPUs of one host with UCX_TLS=all (cuda_ipc among them; "
+                               "its example of narrowing them is \"rc,ud,sm,^cuda_ipc\"): UCX moves GPU memory "
+                               "between processes of one host by CUDA IPC, over NVLink where the GPUs have it. Not "
+                               "between containers that cannot share CUDA IPC handles (Kubernetes pods: NVIDIA "
+                               "Dynamo's disagg-communication-guide.md), where it takes the RDMA NICs"),
     launcher="vllm", driver="vllm_cpu", launch_release="0.32",  # tests/test_engine_lines.py: vLLM 0.32's parser
 )
 

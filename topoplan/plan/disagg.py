@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from topoplan.engines.engine import VIA_NIC
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
 from topoplan.plan.collectives import LinkPricer
@@ -140,21 +141,22 @@ class _Search:
         return self.plan.workload.gen_len
 
     def prefill_served(self, option: RoleOption, c: int) -> tuple[float, float]:
-        """(TTFT ms, requests/s) of one prefill worker at `c` prompts in flight: prefill-only steps, the engine's
-        token budget per step, a request leaving once its first token is out."""
+        """(TTFT ms, requests/s) of one prefill worker at `c` prompts in flight per replica: prefill-only steps, the
+        engine's token budget per step, a request leaving once its first token is out; a worker with attention DP
+        runs layout.dp such replicas."""
         key = ("prefill", option.layout, option.where, c)
         if key not in self.figures:
             served = separate(option.steps, self.serving.budget, self.plan.workload.prompt_len, 1, c)
-            self.figures[key] = (served.ttft_ms, served.requests_per_s)
+            self.figures[key] = (served.ttft_ms, served.requests_per_s * option.layout.dp)
         return self.figures[key]
 
     def decode_served(self, option: RoleOption, c: int) -> tuple[float, float]:
-        """(TPOT ms, requests/s) of one decode worker at `c` sequences in flight: decode-only steps, each request
-        staying gen - 1 steps (its first token came from the prefill)."""
+        """(TPOT ms, requests/s) of one decode worker at `c` sequences in flight per replica: decode-only steps,
+        each request staying gen - 1 steps (its first token came from the prefill); layout.dp replicas."""
         key = ("decode", option.layout, option.where, c)
         if key not in self.figures:
             tpot = option.steps.step_ms(c)
-            self.figures[key] = (tpot, c / (max(self.gen - 1, 1) * tpot) * 1e3)
+            self.figures[key] = (tpot, c * option.layout.dp / (max(self.gen - 1, 1) * tpot) * 1e3)
         return self.figures[key]
 
     def priced(self, layout: Layout, order: tuple[str, ...], span: int) -> RoleOption | None:
@@ -170,7 +172,8 @@ class _Search:
             w = self.plan.workload
             alone = self.steps[src.layout].prefill_ms(1)  # the prompt's own prefill: what per-layer overlaps
             self.transfers[key] = price_transfer(self.pricer, self.plan.model, w.prompt_len, w.kv.short, src, dst,
-                                                 self.connector, alone)
+                                                 self.connector, alone,
+                                                 same_node=self.plan.engine.kv_transfer.same_node)
         return self.transfers[key]
 
 
@@ -200,12 +203,52 @@ def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
                                         dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
+        layouts += _attention_dp(search, request, k, span)
         found = [option for layout in layouts if span == 1 or layout.world == span * k
                  if (option := search.priced(layout, placer.local_order(layout, span), span)) is not None]
         if found:
             return found
     raise TopoplanError(f"no worker layout of {plan.model.name} fits in GPU memory on up to {plan.nodes} node(s) x "
                         f"{k} {plan.device.name} GPUs (pass more --nodes, a smaller --dtype or --kv-dtype)")
+
+
+def _attention_dp(search: _Search, request: PlanRequest, k: int, span: int) -> list[Layout]:
+    """An MoE model's workers with attention DP inside them (dp > 1 replicas of tp each, the experts over all
+    tp x dp GPUs of a stage: SGLang --enable-dp-attention, vLLM --data-parallel-size with expert parallel, TensorRT-LLM
+    enable_attention_dp): one server, so one worker, where the engine runs that layout (Parallelism.runs). Other
+    dp > 1 layouts are more workers, which the P:D already counts. --dp fixes the degree, --ep 1 rules them out."""
+    plan = search.plan
+    if not plan.model.is_moe or request.dp == 1 or request.ep == 1:
+        return []
+    try:
+        layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
+                                    dp=request.dp, ep=request.ep, rules=plan.engine.parallelism,
+                                    engine=str(plan.engine))
+    except TopoplanError:
+        return []
+    return [layout for layout in layouts if layout.dp > 1 and layout.ep == layout.tp * layout.dp]
+
+
+def _fixed(search: _Search, role: str, layout: Layout, source: str) -> RoleOption:
+    """The one worker layout a role was given (an aiconfigurator result), checked against this machine and engine
+    as the search's own are, and priced."""
+    plan, engine = search.plan, search.plan.engine
+    k = len(plan.topology.gpus)
+    span = -(-layout.world // k)
+    where = f"{role} workers' {layout} (from {source})"
+    if span > plan.nodes or (span > 1 and layout.world % span):
+        raise TopoplanError(f"{where} needs {layout.world} GPUs; {plan.nodes} node(s) x {k} {plan.device.name} GPUs "
+                            "hold no such worker (pass --nodes)")
+    try:
+        enumerate_layouts(plan.model, k, span, tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep,
+                          rules=engine.parallelism, engine=str(engine))
+    except TopoplanError as error:
+        raise TopoplanError(f"{where}: {error}") from None
+    option = search.priced(layout, NodePlacer(plan.topology).local_order(layout, span), span)
+    if option is None:
+        raise TopoplanError(f"{where} does not fit in {plan.device.name} memory with {plan.workload.dtype} weights "
+                            f"and a {plan.workload.kv.short} KV cache")
+    return option
 
 
 def _alone(search: _Search, role: str, layout: Layout) -> Worker:
@@ -354,15 +397,23 @@ def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[st
     p, d = c.ratio
     rp = search.prefill_served(c.prefill, c.served.prefill_concurrency)[1]
     rd = search.decode_served(c.decode, c.served.decode_concurrency)[1]
+    per = {role: f" per replica x {o.layout.dp} (attention DP)" if o.layout.dp > 1 else ""
+           for role, o in (("prefill", c.prefill), ("decode", c.decode))}
     notes = [f"{p}P:{d}D: a prefill worker ({c.prefill.layout}) serves {rp:.2f} requests/s at "
-             f"{c.served.prefill_concurrency} in flight, a decode worker ({c.decode.layout}) {rd:.2f} at "
-             f"{c.served.decode_concurrency}; the deployment {c.served.output_tokens_per_s / search.gen:.2f} "
-             f"requests/s on {search.gpus} GPUs"]
+             f"{c.served.prefill_concurrency} in flight{per['prefill']}, a decode worker ({c.decode.layout}) "
+             f"{rd:.2f} at {c.served.decode_concurrency}{per['decode']}; the deployment "
+             f"{c.served.output_tokens_per_s / search.gen:.2f} requests/s on {search.gpus} GPUs"]
     for w in workers:
         nics = list(dict.fromkeys(r.nic_name or r.nic for r in w.routes if r.nic))  # in GPU order, once each
         notes.append(f"{w.name} on node {w.node}{f'-{w.node + w.nodes - 1}' if w.nodes > 1 else ''}: "
                      f"{','.join(w.gpus)}, NUMA {','.join(map(str, w.numa_nodes)) or '?'}, KV via "
                      f"{','.join(nics) or 'no NIC'}")
+    if any(s.node == t.node for s in workers if s.role == "prefill" for t in workers if t.role == "decode"):
+        engine = search.plan.engine
+        notes.append(f"{engine.name}'s KV transfer between workers of one node goes " + (
+            "out through the sending GPUs' NICs and back in (its backend speaks RDMA only)"
+            if engine.kv_transfer.same_node == VIA_NIC else "over the GPU-GPU link (CUDA IPC)") +
+            ", as priced (docs/planner.md, section 10)")
     notes.append(f"KV connector {c.transfer.connector}: " + (
         "the whole cache leaves after the prefill (SGLang's and vLLM NixlConnector's default), all in the TTFT"
         if c.transfer.connector == "whole" else "each layer leaves as the prefill finishes it; only what outlasts "
@@ -370,10 +421,11 @@ def _notes(search: _Search, c: Candidate, workers: Sequence[Worker]) -> tuple[st
     return tuple(notes)
 
 
-def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
-               connector: str = DEFAULT_CONNECTOR) -> DisaggResult:
+def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None, connector: str = DEFAULT_CONNECTOR,
+               roles: tuple[Layout, Layout] | None = None, roles_from: str = "the request") -> DisaggResult:
     """Plan a disaggregated deployment for `request` (its model, topology, nodes, workload, engine and limits):
-    `pd` fixes the P:D (else searched), `connector` how the KV cache is sent ("whole" or "per-layer")."""
+    `pd` fixes the P:D (else searched), `connector` how the KV cache is sent ("whole" or "per-layer"), `roles`
+    the prefill and decode worker layouts (else searched; `roles_from` names where they came from in errors)."""
     DisaggRequest(pd, connector)  # checks them
     plan = plan_for(replace(request, objective="throughput", search_batch=True))
     if plan.serving is None:
@@ -383,13 +435,18 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
     gpus = len(plan.topology.gpus) * plan.nodes
     search = _Search(plan, plan.serving, pricer, costs, connector, gpus)
-    options = _options(search, request)
+    if roles is None:
+        prefills = decodes = _options(search, request)
+    else:
+        prefills = [_fixed(search, "prefill", roles[0], roles_from)]
+        decodes = [_fixed(search, "decode", roles[1], roles_from)]
+    options = [*prefills, *decodes]
     search.steps.update((o.layout, o.steps) for o in options)
     first: list[Candidate] = []
     searched = 0
     k = len(plan.topology.gpus)
-    for p in options:
-        for d in options:
+    for p in prefills:
+        for d in decodes:
             if p.gpus + d.gpus > gpus:
                 continue
             transfer = _representative(search, p, d, plan.nodes > 1)
@@ -397,6 +454,11 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
             ratios, weighed = _ratios(search, p, d, pd, cp, cd)
             searched += weighed
             first.extend(_price(search, p, d, ratio, transfer) for ratio in ratios)
+    if not first and roles is not None:
+        np_, nd = pd or (1, 1)
+        raise TopoplanError(f"too few GPUs for {np_} prefill ({roles[0]}) and {nd} decode ({roles[1]}) workers from "
+                            f"{roles_from}: they need {np_ * prefills[0].gpus + nd * decodes[0].gpus} GPUs; "
+                            f"{plan.nodes} node(s) x {k} GPUs have {gpus} (pass --nodes)")
     if not first:
         smallest = min(o.gpus for o in options)
         want = f"--pd {pd[0]}:{pd[1]} needs at least {pd[0] * smallest + pd[1] * smallest}" if pd else \
@@ -419,40 +481,56 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
     best = placed[0][0]
     agg = _aggregated(plan)
     verdict, pays = _verdict(best, agg)
-    return DisaggResult(tuple(_deployment(search, c, workers) for c, workers in placed), tuple(c for c, _ in placed),
+    given = roles_from if roles is not None else None
+    return DisaggResult(tuple(_deployment(search, c, workers, given) for c, workers in placed),
+                        tuple(c for c, _ in placed),
                         searched, agg, verdict, pays, plan, connector, best.slo_miss)
 
 
-def _deployment(search: _Search, c: Candidate, workers: tuple[Worker, ...]) -> DisaggPlan:
-    """A placed candidate as a deployment: its workers, transfer and served figures, with its notes and warnings."""
+def _deployment(search: _Search, c: Candidate, workers: tuple[Worker, ...], roles_from: str | None) -> DisaggPlan:
+    """A placed candidate as a deployment: its workers, transfer and served figures, with its notes and warnings
+    (`roles_from`: where its P:D and layouts came from, when they were given rather than searched)."""
     plan = search.plan
     limits_note = () if plan.limits.bounded else (
         "no --max-ttft-ms or --max-tpot-ms: decode workers hold as many requests as memory and the engine allow; "
         "set a limit to bound TPOT",)
-    far = route_warnings(workers)  # matters where the KV cache leaves the node; on one node, a note
-    crossing = len({w.node for w in workers}) > 1
+    far = route_warnings(workers)  # matters where the KV cache reaches a NIC; where it never does, a note
+    crossing = len({w.node for w in workers}) > 1 or plan.engine.kv_transfer.same_node == VIA_NIC
     return DisaggPlan(c.prefill.layout, c.decode.layout, workers, c.transfer, c.served,
-                      (*_notes(search, c, workers), *(() if crossing else far)),
+                      (*_notes(search, c, workers), *(() if crossing else far),
+                       *((f"P:D and worker layouts from {roles_from}",) if roles_from else ())),
                       (*plan.warnings, *limits_note, *(far if crossing else ())))
 
 
 @dataclass(frozen=True)
 class DisaggRequest:
-    """What `plan --disagg` asks beyond a PlanRequest: the P:D (None: searched) and how the KV cache is sent;
-    checked when built."""
+    """What `plan --disagg` asks beyond a PlanRequest: the P:D (None: searched), how the KV cache is sent, and the
+    prefill and decode worker layouts (None: searched; an aiconfigurator result gives both, and the P:D); checked
+    when built."""
 
     pd: tuple[int, int] | None = None
     connector: str = DEFAULT_CONNECTOR
+    roles: tuple[Layout, Layout] | None = None  # (prefill, decode) worker layouts
+    roles_from: str | None = None  # where `roles` came from, in words (the aiconfigurator file and its row)
+    sized_for: tuple[int, int] | None = None  # (prompt, generated) tokens the file's deployment was sized for
 
     def __post_init__(self) -> None:
         if self.connector not in CONNECTORS:
-            raise TopoplanError(f"KV connector {self.connector!r}: expected one of {', '.join(CONNECTORS)}")
+            raise TopoplanError(f"--kv-connector {self.connector!r}: expected one of {', '.join(CONNECTORS)}")
         if self.pd is not None and min(self.pd) < 1:
             raise TopoplanError(f"--pd {self.pd[0]}:{self.pd[1]}: needs at least one prefill and one decode worker")
 
     @classmethod
-    def parse(cls, pd: str | None, connector: str = DEFAULT_CONNECTOR) -> DisaggRequest:
-        """From `--pd P:D` (None: searched)."""
+    def parse(cls, pd: str | None, connector: str = DEFAULT_CONNECTOR, pd_from: str | None = None) -> DisaggRequest:
+        """From `--pd P:D` (None: searched) or `--pd-from FILE` (aiconfigurator's result: P:D and both layouts)."""
+        if pd_from is not None:
+            if pd is not None:
+                raise TopoplanError("--pd and --pd-from both give the P:D; pass one")
+            from topoplan.plan.aic_result import read_aic_disagg
+
+            aic = read_aic_disagg(pd_from)
+            return cls(aic.pd, connector, (aic.prefill, aic.decode), f"{aic.source} (aiconfigurator: {aic.about})",
+                       aic.sized_for)
         if pd is None:
             return cls(None, connector)
         match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
@@ -460,6 +538,20 @@ class DisaggRequest:
             raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
         return cls((int(match.group(1)), int(match.group(2))), connector)
 
+    def plan(self, request: PlanRequest) -> DisaggResult:
+        """disagg_for with what this asks; a warning where the deployment was sized for other lengths than the
+        request prices (its P:D is then aiconfigurator's answer to another question)."""
+        result = disagg_for(request, self.pd, self.connector, self.roles, self.roles_from or "the request")
+        w = result.plan.workload
+        if self.sized_for is None or self.sized_for == (w.prompt_len, w.gen_len):
+            return result
+        isl, osl = self.sized_for
+        warning = (f"aiconfigurator sized this P:D for {isl} prompt and {osl} generated tokens; this plan prices "
+                   f"{w.prompt_len} and {w.gen_len} (pass --prompt-len {isl} --gen-len {osl} to price what it chose)")
+        return replace(result, chosen=replace(result.chosen, warnings=(*result.chosen.warnings, warning)))
+
     def record(self) -> dict[str, Any]:
         """As a saved plan's request records it."""
-        return {"pd": list(self.pd) if self.pd else None, "connector": self.connector}
+        return {"pd": list(self.pd) if self.pd else None, "connector": self.connector,
+                "roles": [str(layout) for layout in self.roles] if self.roles else None,
+                "roles_from": self.roles_from}

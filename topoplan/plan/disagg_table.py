@@ -28,10 +28,9 @@ def disagg_table(result: DisaggResult) -> RenderableType:
         nodes = f"{worker.node}" + (f"-{worker.node + worker.nodes - 1}" if worker.nodes > 1 else "")
         nics = " ".join(r.nic_name or r.nic or "none" for r in worker.routes)
         links = "/".join(sorted({r.link for r in worker.routes if r.link}))
-        label = f"tp{worker.layout.tp} pp{worker.layout.pp}" + (f" ep{worker.layout.ep}" if worker.layout.ep > 1
-                                                                else "")
-        workers.add_row(worker.name, label, nodes, ",".join(g.removeprefix("GPU") for g in worker.gpus),
-                        compact_cpus(worker.cpus), ",".join(map(str, worker.numa_nodes)) or "?",
+        workers.add_row(worker.name, layout_label(worker.layout), nodes,
+                        ",".join(g.removeprefix("GPU") for g in worker.gpus), compact_cpus(worker.cpus),
+                        ",".join(map(str, worker.numa_nodes)) or "?",
                         inert(f"{nics} ({links})" if links else nics))
     t = plan.transfer
     transfer = Text(f"KV transfer: {t.bytes_per_request / 2**20:.1f} MiB a request over {t.path}: {t.ms:.2f} ms, "

@@ -67,8 +67,8 @@ class DisaggServed:
     tpot_ms: float
     output_tokens_per_s: float
     output_tokens_per_s_per_gpu: float
-    prefill_concurrency: int  # requests in flight per prefill worker
-    decode_concurrency: int  # per decode worker
+    prefill_concurrency: int  # requests in flight per prefill worker (per replica of one with attention DP)
+    decode_concurrency: int  # per decode worker (per replica, likewise)
 
 
 @dataclass(frozen=True)

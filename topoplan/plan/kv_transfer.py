@@ -4,7 +4,9 @@ Bytes: every layer's cache for the prompt, as the model stores it (ModelSpec.kv_
 KV head for GQA, the compressed latent plus the shared RoPE key for MLA models such as DeepSeek-V3).
 
 Path, per decode GPU (each receives its own slice, from the prefill GPU of the same rank, all slices at once):
-  same node   -> the GPU-GPU link (NVLink, or the PCIe path code), priced as LinkPricer prices that hop;
+  same node   -> the GPU-GPU link (NVLink, or the PCIe path code), priced as LinkPricer prices that hop, where the
+  engine's backend copies by CUDA IPC (vLLM's NIXL/UCX); through the NICs as across nodes where it speaks RDMA only
+  (SGLang's Mooncake): Engine.kv_transfer;
   across nodes -> prefill GPU -> its nearest NIC (the PCIe path code: PIX/PXB/NODE, or SYS, which crosses the
   socket link) -> the network at the NIC's speed -> the decode GPU's nearest NIC -> the decode GPU.
 A slice's bandwidth is the slowest of its hops, each shared by the slices that cross it at once; its time is
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from topoplan.engines.engine import GPU_LINK
 from topoplan.errors import TopoplanError
 from topoplan.models import ModelSpec
 from topoplan.plan.calibration import NET
@@ -96,9 +99,17 @@ class _Slice:
         return self.nbytes / (self.gbps * 1e3) + sum(hop.alpha_us for hop, _ in self.hops)
 
 
+def _replica(worker: Worker) -> tuple[KvRoute, ...]:
+    """The routes of the GPUs one request's KV cache lives on: one replica's tp x pp ranks (the first, in rank
+    order); a worker with attention DP (dp > 1) holds each request on one of its replicas only."""
+    return worker.routes[:worker.layout.tp * worker.layout.pp]
+
+
 def _pairs(src: Worker, dst: Worker) -> list[tuple[KvRoute, KvRoute]]:
-    """(prefill GPU, decode GPU) per decode rank: rank i pulls from the prefill rank i mod the prefill's GPUs."""
-    return [(src.routes[i % len(src.routes)], route) for i, route in enumerate(dst.routes)]
+    """(prefill GPU, decode GPU) per decode rank of the replica the request lands on: rank i pulls from the
+    prefill replica's rank i mod its GPUs."""
+    sender = _replica(src)
+    return [(sender[i % len(sender)], route) for i, route in enumerate(_replica(dst))]
 
 
 def _need_nic(route: KvRoute, worker: Worker) -> str:
@@ -109,10 +120,10 @@ def _need_nic(route: KvRoute, worker: Worker) -> str:
     return route.nic
 
 
-def _slices(pricer: LinkPricer, src: Worker, dst: Worker, per_gpu: float) -> list[_Slice]:
+def _slices(pricer: LinkPricer, src: Worker, dst: Worker, per_gpu: float, same_node: str) -> list[_Slice]:
     pairs = _pairs(src, dst)
     senders = Counter(s.gpu for s, _ in pairs)
-    if src.node == dst.node:
+    if src.node == dst.node and (same_node == GPU_LINK or not all(s.nic and d.nic for s, d in pairs)):
         return [_Slice(s, d, per_gpu, ((pricer.hop((0, s.gpu), (0, d.gpu)), senders[s.gpu]),)) for s, d in pairs]
     out_nic = Counter(_need_nic(s, src) for s, _ in pairs)
     in_nic = Counter(_need_nic(d, dst) for _, d in pairs)
@@ -128,23 +139,27 @@ def _slices(pricer: LinkPricer, src: Worker, dst: Worker, per_gpu: float) -> lis
 
 def price_transfer(pricer: LinkPricer, model: ModelSpec, prompt_tokens: int, kv_dtype: str, src: Worker,
                    dst: Worker, connector: str = "whole", prefill_ms: float = 0.0,
-                   setup_us: float = CONNECTOR_SETUP_US) -> KvTransfer:
+                   setup_us: float = CONNECTOR_SETUP_US, same_node: str = GPU_LINK) -> KvTransfer:
     """The KV cache of one request moved from prefill worker `src` to decode worker `dst` (each GPU's traffic
     through `routes`, the GPUs' nearest NICs), under `connector`; `prefill_ms` is how long the prefill that the
     per-layer connector overlaps takes. Each decode GPU receives the cache its TP rank keeps for its stage's
     layers (ModelSpec.kv_bytes_per_token at the decode TP: heads split, or the MLA latent whole on every rank).
+    A worker with attention DP (dp > 1) sends and receives each request on one of its replicas (tp x pp GPUs).
+    `same_node`: the engine's path between workers of one node (Engine.kv_transfer.same_node): the GPU-GPU link, or
+    out and back in through the GPUs' NICs as across nodes (where every GPU lists one; else the GPU link).
     `setup_us`: the connector's fixed cost per request, paid once after the last byte (0 for a bare transfer, as
     `bench --kv-transfer` measures)."""
     if connector not in CONNECTORS:
         raise TopoplanError(f"KV connector {connector!r}: expected one of {', '.join(CONNECTORS)}")
     total = kv_bytes_per_request(model, prompt_tokens, kv_dtype)
     per_gpu = model.kv_bytes_per_token(kv_dtype, dst.layout.tp) * prompt_tokens / dst.layout.pp
-    slices = _slices(pricer, src, dst, per_gpu)
+    slices = _slices(pricer, src, dst, per_gpu, same_node)
     slowest = max(slices, key=lambda s: s.us)
     ms = (slowest.us + setup_us) / 1e3
     moving_s = max(slowest.us - sum(hop.alpha_us for hop, _ in slowest.hops), 1e-3) / 1e6
     path = f"{slowest.describe()} at {slowest.gbps:.1f} GB/s, {len(slices)} slice(s) at once"
     moved = slowest.us / 1e3
     exposed = ms if connector == "whole" else max(0.0, moved - prefill_ms) + moved / model.layers + setup_us / 1e3
-    # every decode GPU receives its slice at once (a worker spanning nodes: each node's slices on its own NICs)
-    return KvTransfer(total, path, per_gpu * dst.layout.world / moving_s / 1e9, ms, exposed, connector)
+    # every decode GPU of the replica receives its slice at once (a worker spanning nodes: each node's slices on
+    # its own NICs)
+    return KvTransfer(total, path, per_gpu * len(slices) / moving_s / 1e9, ms, exposed, connector)

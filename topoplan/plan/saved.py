@@ -17,9 +17,10 @@ from typing import Any
 from topoplan import __version__
 from topoplan.errors import TopoplanError
 from topoplan.jsonfile import read_json
+from topoplan.layout import Layout
 from topoplan.limits import read_capped
 from topoplan.plan.cost import Workload
-from topoplan.plan.disagg import DisaggRequest, DisaggResult, disagg_for
+from topoplan.plan.disagg import DisaggRequest, DisaggResult
 from topoplan.plan.disagg_types import DisaggPlan
 from topoplan.plan.frontend import PlanRequest, plan_for
 from topoplan.plan.rank import Limits, Plan, RankedLayout
@@ -118,13 +119,15 @@ def load_disagg(path: str, rank: int = 1) -> tuple[PlanRequest, DisaggResult, Di
     asked, saved = record.get("disagg"), document.get("disagg")  # type: ignore[union-attr]
     if not isinstance(asked, dict) or not isinstance(saved, dict):
         raise TopoplanError("no `disagg` record: not a plan written by `topoplan plan --disagg -o FILE`", source=path)
-    pd = asked.get("pd")
+    pd, roles = asked.get("pd"), asked.get("roles")
     try:
         disagg = DisaggRequest(tuple(pd) if isinstance(pd, list) else None,  # type: ignore[arg-type]
-                               asked.get("connector", DisaggRequest().connector))
-    except TypeError as error:
+                               asked.get("connector", DisaggRequest().connector),
+                               tuple(Layout.parse(r) for r in roles) if isinstance(roles, list) else None,  # type: ignore
+                               asked.get("roles_from"))
+    except (TypeError, AttributeError) as error:
         raise TopoplanError(f"`disagg` does not describe a disaggregated request ({error})", source=path) from None
-    result = disagg_for(request, disagg.pd, disagg.connector)
+    result = disagg.plan(request)
     chosen = result.chosen
     now = {"prefill": chosen.ratio[0], "decode": chosen.ratio[1], "prefill_layout": str(chosen.prefill),
            "decode_layout": str(chosen.decode)}
