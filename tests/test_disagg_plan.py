@@ -317,7 +317,7 @@ def test_pd_from_places_aiconfigurators_deployment(tmp_path):
     assert same["ratio"] == d["ratio"] and not any("aiconfigurator sized" in w for w in same["warnings"])
     record = json.loads(saved.read_text())["request"]["disagg"]
     assert record["pd"] == [2, 1] and record["roles"] == ["tp=2,pp=1,dp=1", "tp=4,pp=1,dp=1"]
-    _, result = load_disagg(str(saved))  # launch --plan FILE: the same deployment, without the CSV
+    _, result, _ = load_disagg(str(saved))  # launch --plan FILE: the same deployment, without the CSV
     assert result.chosen.ratio == (2, 1) and (result.chosen.prefill, result.chosen.decode) == (Layout(2), Layout(4))
 
 
@@ -385,7 +385,7 @@ def test_kv_connector_option_reaches_the_price_table_json_and_record(tmp_path):
     assert t["connector"] == "per-layer" and t["ms"] == pytest.approx(moved + 0.4, rel=1e-3)
     assert t["exposed_ms"] == pytest.approx(moved / 80 + 0.4, rel=1e-3)
     assert json.loads(saved.read_text())["request"]["disagg"]["connector"] == "per-layer"
-    _, result = load_disagg(str(saved))
+    _, result, _ = load_disagg(str(saved))
     assert result.connector == result.chosen.transfer.connector == "per-layer"
     table = topoplan("plan", *args, "--kv-connector", "per-layer")  # implies --disagg, as --pd does
     assert table.returncode == 0 and "0.43 ms in the TTFT (per-layer connector)" in table.stdout

@@ -548,7 +548,8 @@ class DisaggRequest:
         isl, osl = self.sized_for
         warning = (f"aiconfigurator sized this P:D for {isl} prompt and {osl} generated tokens; this plan prices "
                    f"{w.prompt_len} and {w.gen_len} (pass --prompt-len {isl} --gen-len {osl} to price what it chose)")
-        return replace(result, chosen=replace(result.chosen, warnings=(*result.chosen.warnings, warning)))
+        return replace(result, deployments=tuple(replace(d, warnings=(*d.warnings, warning))
+                                                 for d in result.deployments))
 
     def record(self) -> dict[str, Any]:
         """As a saved plan's request records it."""
