@@ -133,6 +133,21 @@ def test_prefill_and_decode_share_no_gpu() -> None:
         assert not (visible[0] | visible[1]) & visible[2]
 
 
+
+def test_a_worker_over_gpus_without_listed_cpus_binds_numa_nodes_only() -> None:
+    """Fixture 41 lists CPUs 0,2,4,6,8,10 for GPU0-3 and none for GPU4-7: a TP8 worker (DeepSeek-V3 fp8 over two
+    nodes plans 1P:1D of TP8) is launched, not refused for 8 ranks sharing 6 CPUs, and GPU4-7 are not bound to
+    socket 0's CPUs: the worker binds each GPU's NUMA node (0 0 0 0 1 1 1 1) and no CPU list, and says why."""
+    whole = [f"GPU{i}" for i in range(8)]
+    served = launch("vllm", H200, [("prefill", whole, 0), ("decode", whole, 1)])
+    for worker in served.workers:
+        argv = list(worker.argv)
+        assert after(argv, "--numa-bind-nodes")[:8] == ["0", "0", "0", "0", "1", "1", "1", "1"]
+        assert "--numa-bind-cpus" not in argv
+    assert any("no CPU affinity for GPU4, GPU5, GPU6, GPU7" in note for note in served.notes)
+    sglang = launch("sglang", H200, [("prefill", whole, 0), ("decode", whole, 1)])
+    assert after(list(sglang.workers[0].argv), "--numa-node")[:8] == ["0", "0", "0", "0", "1", "1", "1", "1"]
+
 # --- vLLM -------------------------------------------------------------------------------------------------------------
 
 VLLM_DISAGG_PARSE = """
