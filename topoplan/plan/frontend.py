@@ -16,9 +16,9 @@ from topoplan.hardware import infer_gpu_family, lookup_gpu
 from topoplan.machine import load_topology
 from topoplan.model_aliases import ALIAS_HELP
 from topoplan.models import ModelSpec, find_model
+from topoplan.option_fields import nested, option
 from topoplan.plan import aic_estimator
 from topoplan.plan.aic_estimator import ESTIMATORS
-from topoplan.option_fields import nested, option
 from topoplan.plan.calibration import Calibration, load_calibration
 from topoplan.plan.cost import Workload
 from topoplan.plan.device import DeviceSpec

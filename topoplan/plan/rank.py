@@ -19,8 +19,8 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout, RankGrid, check_nodes, layer_split_json
 from topoplan.models import ModelSpec, check_context
-from topoplan.plan.aic_estimator import AicKernels, KernelCostModel
 from topoplan.option_fields import option
+from topoplan.plan.aic_estimator import AicKernels, KernelCostModel
 from topoplan.plan.calibration import Calibration
 from topoplan.plan.collectives import LinkPricer, Ring
 from topoplan.plan.cost import CostModel, LayoutCost, Workload, replica_rings
