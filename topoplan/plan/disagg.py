@@ -21,6 +21,8 @@ from typing import Any
 
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
+from topoplan.plan import aic_estimator
+from topoplan.plan.aic_estimator import KernelCostModel
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import CostModel, ReplicaSteps, replica_rings
 from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
@@ -176,6 +178,18 @@ def _largest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
+def _costs(request: PlanRequest, plan: Plan, pricer: LinkPricer) -> CostModel:
+    """The workers' cost model: the aggregated plan's, so that `--estimator aiconfigurator` prices the workers'
+    kernels as it priced the layouts they are compared with (its data loads once per process)."""
+    args = (plan.model, plan.device, plan.workload, plan.calibration, pricer,
+            memory_policy(plan.engine, plan.calibration))
+    if request.estimator != "aiconfigurator":
+        return CostModel(*args)
+    kernels = aic_estimator.load(plan.model, plan.device.name, plan.engine, plan.workload.dtype,
+                                 plan.workload.kv.short)
+    return KernelCostModel(*args, kernels=kernels)
+
+
 def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     """Every worker layout that fits in memory, priced once: those within a node, or, when none fits there,
     those on the fewest whole nodes that hold one (a worker never spans nodes unless it must). Each is priced on
@@ -185,7 +199,8 @@ def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     for span in range(1, plan.nodes + 1):
         try:
             layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
-                                        dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
+                                        dp=1, ep=1 if isinstance(search.costs, KernelCostModel) else request.ep,
+                                        rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
         found = [option for layout in layouts if span == 1 or layout.world == span * k
@@ -368,7 +383,7 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None,
         raise TopoplanError("plan --disagg needs the served model (a GPU plan), not the CPU planner")
     engine, cal = plan.engine, plan.calibration
     pricer = LinkPricer(plan.topology, cal, plan.device.nic_gbps, plan.device.nvlink_domain_gpus, engine.allreduce)
-    costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
+    costs = _costs(request, plan, pricer)
     gpus = len(plan.topology.gpus) * plan.nodes
     search = _Search(plan, plan.serving, pricer, costs, connector, gpus)
     options = _options(search, request)
