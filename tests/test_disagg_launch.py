@@ -376,6 +376,15 @@ def test_ports_that_collide_are_refused() -> None:
         launch("vllm", H200, H200_1P1D, port=65534)
 
 
+def test_a_host_named_twice_is_refused_as_in_the_other_launches() -> None:
+    """Two nodes on one host would start both nodes' workers on the same GPUs: refused as `launch --layout` does."""
+    plan = hand_plan(H200, TWO_NODES)
+    with pytest.raises(TopoplanError, match="names a more than once"):
+        disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"), ("a", "a"))
+    served = disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"), ("a", "b"))
+    assert [p.address for p in served.workers] == ["a", "b"]
+
+
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:
     with pytest.raises(TopoplanError, match="checked against its own parser"):
         launch("sglang@0.4.6", H200, H200_1P1D)

@@ -32,6 +32,7 @@ from topoplan.launch.engines.common import DEFAULT_HOST, EngineSettings, Option,
 from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import ALL_INTERFACES, HOST_IP
+from topoplan.launch.spec import check_hosts
 from topoplan.plan.disagg_types import DisaggPlan, Worker
 from topoplan.topology.model import Topology
 
@@ -203,6 +204,8 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     shares = _cpu_shares(plan, topology)
     if hosts is not None and len(hosts) != nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s), but the disaggregated plan uses {nodes} node(s)")
+    if hosts is not None:
+        hosts = check_hosts(hosts, nodes)  # distinct: two nodes on one host would share its GPUs
     known: tuple[str | None, ...] = hosts or (None,) * nodes
     module = import_module(f"topoplan.launch.engines.{engine.launcher}")
     multi_node = nodes > 1
