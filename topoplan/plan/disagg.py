@@ -455,7 +455,7 @@ class DisaggRequest:
             return cls(None, connector)
         match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
         if match is None:
-            raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
+            raise TopoplanError(f"--pd {pd[:20]!r}: expected P:D, prefill and decode worker counts like 1:3")
         return cls((int(match.group(1)), int(match.group(2))), connector)
 
     def record(self) -> dict[str, Any]:
