@@ -385,6 +385,15 @@ def test_a_host_named_twice_is_refused_as_in_the_other_launches() -> None:
     assert [p.address for p in served.workers] == ["a", "b"]
 
 
+def test_an_ifname_that_is_not_an_interface_name_is_refused() -> None:
+    """--ifname lands inside a double-quoted shell word (`"${TOPOPLAN_IFNAME:-...}"`): `$(...)` would run when the
+    script does. Refused in one line as `launch --layout` refuses it; a real name is written as given."""
+    with pytest.raises(TopoplanError, match="expected a network interface name"):
+        launch("vllm", H200, TWO_NODES, ifname="$(touch /tmp/x)")
+    script = render_disagg(launch("vllm", H200, TWO_NODES, ifname="ens1f0"), "shell")
+    assert 'export TOPOPLAN_IFNAME="${TOPOPLAN_IFNAME:-ens1f0}"' in script
+
+
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:
     with pytest.raises(TopoplanError, match="checked against its own parser"):
         launch("sglang@0.4.6", H200, H200_1P1D)
