@@ -394,6 +394,21 @@ def test_an_ifname_that_is_not_an_interface_name_is_refused() -> None:
     assert 'export TOPOPLAN_IFNAME="${TOPOPLAN_IFNAME:-ens1f0}"' in script
 
 
+def test_host_names_are_data_in_the_script_not_shell_syntax(tmp_path: Path) -> None:
+    """--hosts lands in the node address defaults: a name like `$(touch FILE)` is kept as text (it ran when the
+    script did), and a node address set in the environment still wins over the --hosts default."""
+    mark = tmp_path / "ran"
+    hostile = f"$(touch${{IFS}}{mark})"
+    plan = hand_plan(H200, TWO_NODES)
+    served = disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"),
+                           (hostile, "b"))
+    lines = "\n".join(line for line in render_disagg(served, "shell").splitlines() if "# --hosts: node" in line)
+    probe = 'printf "%s|%s" "$TOPOPLAN_NODE0_ADDR" "$TOPOPLAN_NODE1_ADDR"'
+    done = subprocess.run(["bash", "-c", f"{lines}\n{probe}"], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "TOPOPLAN_NODE1_ADDR": "10.0.0.2"})
+    assert done.stdout == f"{hostile}|10.0.0.2" and not mark.exists()
+
+
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:
     with pytest.raises(TopoplanError, match="checked against its own parser"):
         launch("sglang@0.4.6", H200, H200_1P1D)
