@@ -302,6 +302,15 @@ def test_cli_refuses_disagg_for_other_engines_in_one_line(tmp_path: Path) -> Non
         assert "--disagg" in done.stderr and "not" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_cli_refuses_port_0_as_the_engine_launch_does(tmp_path: Path) -> None:
+    """--port 0 is no TCP port: one line, exit 2 (it became 8000 without a word)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--disagg", "--model",
+                           "llama-3.1-70b", "--topo", str(H200), "--gpu", "h200", "--checkpoint", "/m", "--port", "0"],
+                          capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stderr) == (2, "topoplan: error: --port 0 is not a TCP port (1..65535)\n")
+
+
 def test_cli_launch_disagg_end_to_end_through_the_planner(tmp_path: Path) -> None:
     """`launch --engine sglang --disagg` plans as `plan --disagg` and writes its chosen workers: on the H200 box every
     GPU i's KV leaves by mlx5_i (PIX), prefill and decode GPUs are disjoint and cover what the plan placed, and
