@@ -20,6 +20,7 @@ import pytest
 
 from topoplan.engines import resolve
 from topoplan.errors import TopoplanError
+from topoplan.layout import Layout
 from topoplan.models import find_model
 from topoplan.plan import aic_estimator
 from topoplan.plan.aic_estimator import pick_version
@@ -278,3 +279,20 @@ def test_served_figures_agree_with_aiconfigurators_agg_estimate(aic, engine, ver
     served = result.layouts[0].cost.served
     assert served.replica.tpot_ms == pytest.approx(agg["tpot"], rel=0.10)
     assert served.replica.output_tokens_per_s / tp == pytest.approx(agg["tokens/s/gpu"], rel=0.10)
+
+
+def test_disagg_workers_are_priced_by_the_estimator_asked_for(aic):
+    """`plan --disagg --estimator aiconfigurator` compares its deployment with the aggregated layouts aiconfigurator
+    priced, so its workers' kernels are aiconfigurator's too: the same 1P:1D of TP4 workers serves another TPOT
+    than under the built-in estimator (they were equal: the workers were priced built-in), and a MoE model's
+    workers keep experts TP-sharded (ep 1), the only split that estimator prices."""
+    from topoplan.plan.disagg import disagg_for
+
+    fixed = dict(model="70b", topo=H200, gpu="h200", engine="vllm", tp=4, pp=1)
+    builtin = disagg_for(PlanRequest(**fixed), (1, 1)).chosen
+    priced = disagg_for(PlanRequest(**fixed, estimator="aiconfigurator"), (1, 1)).chosen
+    assert [w.layout for w in priced.workers] == [Layout(tp=4), Layout(tp=4)] == [w.layout for w in builtin.workers]
+    assert priced.served.tpot_ms != pytest.approx(builtin.served.tpot_ms, rel=0.01)
+    moe = disagg_for(PlanRequest(model="mixtral", topo=H200, gpu="h200", engine="vllm",
+                                 estimator="aiconfigurator")).chosen
+    assert all(w.layout.ep == 1 for w in moe.workers)

@@ -87,6 +87,12 @@ def command_app(*sources, body) -> typer.Typer:
     return app
 
 
+@dataclass(frozen=True)
+class Marked:
+    extra: str = field(default="", metadata=option("--extra", help="Needs pip install 'topoplan[aiconfigurator]'."))
+    style: str = field(default="", metadata=option("--style", help="Literal [bold]x[/bold]."))
+
+
 def test_a_command_takes_its_dataclasses_options():
     seen = []
     app = command_app(Ask, body=lambda ask: seen.append(ask))
@@ -104,6 +110,13 @@ def test_help_lists_each_option_with_its_default_and_choices():
         assert expected in text, expected
     assert "[default: 1]" in text  # --parts: the text the parse reads
     assert "--internal" not in text and "--count" in text and "[default: None]" not in text
+
+
+def test_help_shows_square_brackets_as_written():
+    """Help text is plain text, not rich markup: `plan --help` said "pip install 'topoplan'" for --estimator, its
+    "[aiconfigurator]" taken for a markup tag and dropped."""
+    text = runner.invoke(command_app(Marked, body=lambda marked: None), ["go", "--help"], terminal_width=200).stdout
+    assert "pip install 'topoplan[aiconfigurator]'" in text and "[bold]x[/bold]" in text
 
 
 def test_a_failed_check_is_one_line_and_exit_2():

@@ -133,6 +133,21 @@ def test_prefill_and_decode_share_no_gpu() -> None:
         assert not (visible[0] | visible[1]) & visible[2]
 
 
+
+def test_a_worker_over_gpus_without_listed_cpus_binds_numa_nodes_only() -> None:
+    """Fixture 41 lists CPUs 0,2,4,6,8,10 for GPU0-3 and none for GPU4-7: a TP8 worker (DeepSeek-V3 fp8 over two
+    nodes plans 1P:1D of TP8) is launched, not refused for 8 ranks sharing 6 CPUs, and GPU4-7 are not bound to
+    socket 0's CPUs: the worker binds each GPU's NUMA node (0 0 0 0 1 1 1 1) and no CPU list, and says why."""
+    whole = [f"GPU{i}" for i in range(8)]
+    served = launch("vllm", H200, [("prefill", whole, 0), ("decode", whole, 1)])
+    for worker in served.workers:
+        argv = list(worker.argv)
+        assert after(argv, "--numa-bind-nodes")[:8] == ["0", "0", "0", "0", "1", "1", "1", "1"]
+        assert "--numa-bind-cpus" not in argv
+    assert any("no CPU affinity for GPU4, GPU5, GPU6, GPU7" in note for note in served.notes)
+    sglang = launch("sglang", H200, [("prefill", whole, 0), ("decode", whole, 1)])
+    assert after(list(sglang.workers[0].argv), "--numa-node")[:8] == ["0", "0", "0", "0", "1", "1", "1", "1"]
+
 # --- vLLM -------------------------------------------------------------------------------------------------------------
 
 VLLM_DISAGG_PARSE = """
@@ -287,6 +302,15 @@ def test_cli_refuses_disagg_for_other_engines_in_one_line(tmp_path: Path) -> Non
         assert "--disagg" in done.stderr and "not" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_cli_refuses_port_0_as_the_engine_launch_does(tmp_path: Path) -> None:
+    """--port 0 is no TCP port: one line, exit 2 (it became 8000 without a word)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--engine", "vllm", "--disagg", "--model",
+                           "llama-3.1-70b", "--topo", str(H200), "--gpu", "h200", "--checkpoint", "/m", "--port", "0"],
+                          capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stderr) == (2, "topoplan: error: --port 0 is not a TCP port (1..65535)\n")
+
+
 def test_cli_launch_disagg_end_to_end_through_the_planner(tmp_path: Path) -> None:
     """`launch --engine sglang --disagg` plans as `plan --disagg` and writes its chosen workers: on the H200 box every
     GPU i's KV leaves by mlx5_i (PIX), prefill and decode GPUs are disjoint and cover what the plan placed, and
@@ -359,6 +383,39 @@ def test_ports_that_collide_are_refused() -> None:
     assert launch("vllm", H200, H200_1P1D, port=8997).router.port == 8997  # vLLM's side channels start at 5600
     with pytest.raises(TopoplanError, match="past 65535"):
         launch("vllm", H200, H200_1P1D, port=65534)
+
+
+def test_a_host_named_twice_is_refused_as_in_the_other_launches() -> None:
+    """Two nodes on one host would start both nodes' workers on the same GPUs: refused as `launch --layout` does."""
+    plan = hand_plan(H200, TWO_NODES)
+    with pytest.raises(TopoplanError, match="names a more than once"):
+        disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"), ("a", "a"))
+    served = disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"), ("a", "b"))
+    assert [p.address for p in served.workers] == ["a", "b"]
+
+
+def test_an_ifname_that_is_not_an_interface_name_is_refused() -> None:
+    """--ifname lands inside a double-quoted shell word (`"${TOPOPLAN_IFNAME:-...}"`): `$(...)` would run when the
+    script does. Refused in one line as `launch --layout` refuses it; a real name is written as given."""
+    with pytest.raises(TopoplanError, match="expected a network interface name"):
+        launch("vllm", H200, TWO_NODES, ifname="$(touch /tmp/x)")
+    script = render_disagg(launch("vllm", H200, TWO_NODES, ifname="ens1f0"), "shell")
+    assert 'export TOPOPLAN_IFNAME="${TOPOPLAN_IFNAME:-ens1f0}"' in script
+
+
+def test_host_names_are_data_in_the_script_not_shell_syntax(tmp_path: Path) -> None:
+    """--hosts lands in the node address defaults: a name like `$(touch FILE)` is kept as text (it ran when the
+    script did), and a node address set in the environment still wins over the --hosts default."""
+    mark = tmp_path / "ran"
+    hostile = f"$(touch${{IFS}}{mark})"
+    plan = hand_plan(H200, TWO_NODES)
+    served = disagg_launch(plan, load_topology(str(H200)), resolve("vllm"), ServeOptions(checkpoint="/m"),
+                           (hostile, "b"))
+    lines = "\n".join(line for line in render_disagg(served, "shell").splitlines() if "# --hosts: node" in line)
+    probe = 'printf "%s|%s" "$TOPOPLAN_NODE0_ADDR" "$TOPOPLAN_NODE1_ADDR"'
+    done = subprocess.run(["bash", "-c", f"{lines}\n{probe}"], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "TOPOPLAN_NODE1_ADDR": "10.0.0.2"})
+    assert done.stdout == f"{hostile}|10.0.0.2" and not mark.exists()
 
 
 def test_an_engine_release_whose_options_are_not_written_is_refused() -> None:

@@ -256,6 +256,13 @@ def test_pd_text_is_counts_or_one_error(text):
         assert asked.pd is not None and min(asked.pd) >= 1 and max(asked.pd) < 10**6
 
 
+def test_a_long_pd_is_quoted_whole_in_its_error():
+    """The value is cut to 20 characters inside its quotes (it lost the closing quote: '9999...9: expected)."""
+    with pytest.raises(TopoplanError) as error:
+        DisaggRequest.parse("9" * 25 + ":1")
+    assert str(error.value).startswith(f"--pd '{'9' * 20}': expected P:D")
+
+
 @pytest.mark.parametrize("width", (80, 200))
 @pytest.mark.parametrize("args", [
     ("-m", "70b", "--topo", H200, "--gpu", "h200", "--engine", "sglang"),

@@ -342,7 +342,8 @@ def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
                             "prices) or --plan FILE (a plan saved by `plan --disagg -o FILE`)")
     host = g("host")
     options = ServeOptions(checkpoint=g("checkpoint"), host=host if host is not None else default_serve_host(
-        fmt, DEFAULT_HOST), port=g("port") or DEFAULT_SERVE_PORT, python=g("engine_python") or "python3",
+        fmt, DEFAULT_HOST), port=DEFAULT_SERVE_PORT if g("port") is None else g("port"),
+        python=g("engine_python") or "python3",
         extra_args=tuple(g("command") or ()), ifname=g("ifname"))
     launcher = LauncherOptions(g("partition"), g("account"), g("time"), g("job_name"), False, g("image"))
     hosts = parse_hosts(g("hosts"))

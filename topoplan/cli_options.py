@@ -46,7 +46,8 @@ def parameters(cls: type) -> list[inspect.Parameter]:
     params = []
     for f, opt in options_of(cls):
         kind = typer.Argument if opt.argument else typer.Option
-        info = kind(default_of(f, opt), *opt.names, help=opt.help, metavar=opt.metavar, **opt.extra)
+        plain = opt.help.replace("[", "\\[")  # typer renders help as rich markup: "[extra]" would vanish as a tag
+        info = kind(default_of(f, opt), *opt.names, help=plain, metavar=opt.metavar, **opt.extra)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info,
                                         annotation=_cli_type(f, opt)))
     return params

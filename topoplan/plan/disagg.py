@@ -22,6 +22,8 @@ from typing import Any
 from topoplan.engines.engine import VIA_NIC
 from topoplan.errors import TopoplanError
 from topoplan.layout import Layout
+from topoplan.plan import aic_estimator
+from topoplan.plan.aic_estimator import KernelCostModel
 from topoplan.plan.collectives import LinkPricer
 from topoplan.plan.cost import CostModel, ReplicaSteps, replica_rings
 from topoplan.plan.disagg_placement import RolePlan, WorkerPlacer, route_warnings
@@ -191,6 +193,18 @@ def _largest(ok: Callable[[int], bool], top: int) -> int:
     return low
 
 
+def _costs(request: PlanRequest, plan: Plan, pricer: LinkPricer) -> CostModel:
+    """The workers' cost model: the aggregated plan's, so that `--estimator aiconfigurator` prices the workers'
+    kernels as it priced the layouts they are compared with (its data loads once per process)."""
+    args = (plan.model, plan.device, plan.workload, plan.calibration, pricer,
+            memory_policy(plan.engine, plan.calibration))
+    if request.estimator != "aiconfigurator":
+        return CostModel(*args)
+    kernels = aic_estimator.load(plan.model, plan.device.name, plan.engine, plan.workload.dtype,
+                                 plan.workload.kv.short)
+    return KernelCostModel(*args, kernels=kernels)
+
+
 def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     """Every worker layout that fits in memory, priced once: those within a node, or, when none fits there,
     those on the fewest whole nodes that hold one (a worker never spans nodes unless it must). Each is priced on
@@ -200,7 +214,8 @@ def _options(search: _Search, request: PlanRequest) -> list[RoleOption]:
     for span in range(1, plan.nodes + 1):
         try:
             layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
-                                        dp=1, ep=request.ep, rules=engine.parallelism, engine=str(engine))
+                                        dp=1, ep=1 if isinstance(search.costs, KernelCostModel) else request.ep,
+                                        rules=engine.parallelism, engine=str(engine))
         except TopoplanError:
             continue
         layouts += _attention_dp(search, request, k, span)
@@ -216,9 +231,10 @@ def _attention_dp(search: _Search, request: PlanRequest, k: int, span: int) -> l
     """An MoE model's workers with attention DP inside them (dp > 1 replicas of tp each, the experts over all
     tp x dp GPUs of a stage: SGLang --enable-dp-attention, vLLM --data-parallel-size with expert parallel, TensorRT-LLM
     enable_attention_dp): one server, so one worker, where the engine runs that layout (Parallelism.runs). Other
-    dp > 1 layouts are more workers, which the P:D already counts. --dp fixes the degree, --ep 1 rules them out."""
+    dp > 1 layouts are more workers, which the P:D already counts. --dp fixes the degree, --ep 1 rules them out, and
+    so does the aiconfigurator estimator, which prices MoE layers TP-sharded only."""
     plan = search.plan
-    if not plan.model.is_moe or request.dp == 1 or request.ep == 1:
+    if not plan.model.is_moe or request.dp == 1 or request.ep == 1 or isinstance(search.costs, KernelCostModel):
         return []
     try:
         layouts = enumerate_layouts(plan.model, k, span, max_tp=request.max_tp, tp=request.tp, pp=request.pp,
@@ -432,7 +448,7 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None, connecto
         raise TopoplanError("plan --disagg needs the served model (a GPU plan), not the CPU planner")
     engine, cal = plan.engine, plan.calibration
     pricer = LinkPricer(plan.topology, cal, plan.device.nic_gbps, plan.device.nvlink_domain_gpus, engine.allreduce)
-    costs = CostModel(plan.model, plan.device, plan.workload, cal, pricer, memory_policy(engine, cal))
+    costs = _costs(request, plan, pricer)
     gpus = len(plan.topology.gpus) * plan.nodes
     search = _Search(plan, plan.serving, pricer, costs, connector, gpus)
     if roles is None:
@@ -535,7 +551,7 @@ class DisaggRequest:
             return cls(None, connector)
         match = re.fullmatch(r"\s*(\d{1,6})\s*:\s*(\d{1,6})\s*", pd, re.ASCII)  # 6 digits: counts, not numbers
         if match is None:
-            raise TopoplanError(f"--pd {pd!r:.20}: expected P:D, prefill and decode worker counts like 1:3")
+            raise TopoplanError(f"--pd {pd[:20]!r}: expected P:D, prefill and decode worker counts like 1:3")
         return cls((int(match.group(1)), int(match.group(2))), connector)
 
     def plan(self, request: PlanRequest) -> DisaggResult:

@@ -28,6 +28,7 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
 from topoplan.launch.nccl_env import EnvVar
+from topoplan.launch.netif import check_ifname
 from topoplan.launch.runtime_addr import HOST_IP, IFNAME
 from topoplan.launch.spec import LaunchSpec, NodeSpec
 from topoplan.limits import check_count
@@ -79,6 +80,8 @@ class ServeOptions:
             raise TopoplanError(f"--port {self.port} is not a TCP port (1..65535)")
         if not self.host or any(ch.isspace() or ord(ch) < 32 for ch in self.host):
             raise TopoplanError(f"--host {self.host!r}: expected an address or host name without spaces")
+        if self.ifname is not None:
+            check_ifname(self.ifname)  # written into a double-quoted shell word: a name, never shell syntax
         check_count("--kv-cache-gib", self.kv_cache_gib)
         if not self.python.strip():
             raise TopoplanError("--engine-python: expected a path to the engine's Python interpreter")

@@ -32,6 +32,7 @@ from topoplan.launch.engines.common import DEFAULT_HOST, EngineSettings, Option,
 from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import ALL_INTERFACES, HOST_IP
+from topoplan.launch.spec import check_hosts
 from topoplan.plan.disagg_types import DisaggPlan, Worker
 from topoplan.topology.model import Topology
 
@@ -127,16 +128,17 @@ class DisaggLaunch:
 def _cpu_shares(plan: DisaggPlan, topology: Topology) -> dict[tuple[int, int], str]:
     """Every worker GPU's CPUs, (worker k, local GPU i) -> a CPU list: each worker's CPUs (the plan's worker.cpus)
     split over its GPUs, each GPU from the CPUs near it, without overlap between the workers of one node
-    (topoplan.cpuset.split_cpus over all of a node's worker GPUs at once: workers of one socket share its cores)."""
+    (topoplan.cpuset.split_cpus over all of a node's worker GPUs at once: workers of one socket share its cores).
+    A worker with a GPU the topology lists no CPUs for gets none: another socket's CPUs are no binding for it."""
     out: dict[tuple[int, int], str] = {}
     for node in sorted({w.node for w in plan.workers}):
         keys, requests = [], {}
         for k, w in enumerate(plan.workers):
-            if w.node != node or not w.cpus:
+            if w.node != node or not w.cpus or not all(topology.gpu(g).cpus for g in w.gpus):
                 continue
             for i, gpu in enumerate(w.gpus):
                 near = set(topology.gpu(gpu).cpus or ())
-                requests[len(keys)] = [c for c in w.cpus if c in near] or list(w.cpus)
+                requests[len(keys)] = [c for c in w.cpus if c in near]
                 keys.append((k, i))
         shares = split_cpus(requests, None, where=f"node {node}'s workers")
         out.update((key, format_cpu_list(shares[n].cpus)) for n, key in enumerate(keys))
@@ -146,13 +148,16 @@ def _cpu_shares(plan: DisaggPlan, topology: Topology) -> dict[tuple[int, int], s
 def _binding(worker: Worker, k: int, topology: Topology, shares: Mapping[tuple[int, int], str],
              ) -> tuple[WorkerBinding | None, str | None]:
     """The worker's per-GPU binding in its local order: each GPU's NUMA node and its CPU share (None: the plan
-    gives the worker no CPUs, as where the source lists no affinity)."""
+    gives the worker no CPUs, as where the source lists no affinity, or lists none for one of its GPUs)."""
     gpus = [topology.gpu(g) for g in worker.gpus]
     if any(g.numa_node is None for g in gpus):
         return None, (f"{worker.name}: the topology names no NUMA node for "
                       f"{', '.join(g.id for g in gpus if g.numa_node is None)}, so the worker is not bound")
-    cpus = tuple(shares[(k, i)] for i in range(len(gpus))) if worker.cpus else None
-    return WorkerBinding(cpus, tuple(g.numa_node for g in gpus)), None  # type: ignore[misc]
+    bare = [g.id for g in gpus if not g.cpus]
+    cpus = tuple(shares[(k, i)] for i in range(len(gpus))) if worker.cpus and not bare else None
+    why_not = (f"{worker.name}: the topology lists no CPU affinity for {', '.join(bare)}, so the worker binds its "
+               "GPUs' NUMA nodes only" if worker.cpus and bare else None)
+    return WorkerBinding(cpus, tuple(g.numa_node for g in gpus)), why_not  # type: ignore[misc]
 
 
 def _slot(worker: Worker, k: int, topology: Topology, options: ServeOptions, multi_node: bool,
@@ -199,6 +204,8 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     shares = _cpu_shares(plan, topology)
     if hosts is not None and len(hosts) != nodes:
         raise TopoplanError(f"--hosts names {len(hosts)} host(s), but the disaggregated plan uses {nodes} node(s)")
+    if hosts is not None:
+        hosts = check_hosts(hosts, nodes)  # distinct: two nodes on one host would share its GPUs
     known: tuple[str | None, ...] = hosts or (None,) * nodes
     module = import_module(f"topoplan.launch.engines.{engine.launcher}")
     multi_node = nodes > 1

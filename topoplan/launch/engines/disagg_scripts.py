@@ -71,7 +71,7 @@ def _address_lines(launch: DisaggLaunch) -> list[str]:
     for node, host in enumerate(launch.hosts):
         var = NODE_ADDR_VAR.format(node=node)
         if host:
-            out.append(f'export {var}="${{{var}:-{host}}}"  # --hosts: node {node}')
+            out.append(f'[ -n "${{{var}:-}}" ] || {var}={shlex.quote(host)}; export {var}  # --hosts: node {node}')
         else:
             out.append(f': "${{{var}:?set {var} to the address of node {node} (or write the lines again with '
                        '--hosts)}"')
