@@ -51,7 +51,8 @@ def hand_plan(topo: Path, workers: list[tuple[str, list[str], int]]) -> DisaggPl
         built.append(Worker(role, seen[role], node, Layout(tp=len(gpus)), tuple(gpus), cpus, numa, tuple(routes)))
         seen[role] += 1
     return DisaggPlan(built[0].layout, built[-1].layout, tuple(built),
-                      KvTransfer(1 << 30, "NIC", 50.0, 20.0, 20.0, "whole"), DisaggServed(500, 30, 1000, 125, 8, 64))
+                      KvTransfer(1 << 30, "NIC", 50.0, 20.0, 20.0, "whole"),
+                      DisaggServed(500, 30, 1000, 125, 8, 64, 16, 128))
 
 
 def launch(engine: str, topo: Path, workers: list[tuple[str, list[str], int]], **options) -> DisaggLaunch:
@@ -495,3 +496,23 @@ def test_cli_launch_disagg_from_a_saved_plan_carries_its_workload_and_refuses_a_
     stale = subprocess.run(base, capture_output=True, text=True, env=env)
     assert stale.returncode == 2 and "stale plan: the deployment is now" in stale.stderr, stale.stderr
     assert len(stale.stderr.strip().splitlines()) == 1
+
+
+def test_each_worker_is_capped_at_the_most_its_role_holds_within_the_limits_not_the_steady_rate():
+    """A worker's --max-running-requests / --max-num-seqs is the most in flight the plan allows it within the
+    limits (served.*_max_concurrency), not the fewest that carry the steady rate: a burst must find room."""
+    shape = ["--model", "70b", "--topo", str(FIXTURES / "41_h200-8gpu-nv18-10nic-container-cpuset-empty-affinity.txt"),
+             "--gpu", "h200", "--prompt-len", "2048", "--gen-len", "256", "--max-ttft-ms", "2000",
+             "--max-tpot-ms", "50"]
+    for engine, cap in (("sglang", "--max-running-requests"), ("vllm", "--max-num-seqs")):
+        planned = subprocess.run([sys.executable, "-m", "topoplan", "plan", "--disagg", "--json", "--engine", engine,
+                                  *shape], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        served = json.loads(planned.stdout)["disagg"]["served"]
+        launched = subprocess.run([sys.executable, "-m", "topoplan", "launch", "--disagg", "--engine", engine,
+                                   "--checkpoint", "/m", "--format", "json", *shape], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120)
+        processes = json.loads(launched.stdout)["processes"]
+        caps = {p["role"]: p["argv"][p["argv"].index(cap) + 1] for p in processes if p["role"] != "router"}
+        assert caps == {"prefill": str(served["prefill_max_concurrency"]),
+                        "decode": str(served["decode_max_concurrency"])}, engine
+        assert served["decode_max_concurrency"] > served["decode_concurrency"]  # the cap leaves headroom here

@@ -485,3 +485,12 @@ def test_aiconfigurator_reader_returns_a_deployment_or_one_error(tmp_path_factor
         assert "\n" not in str(error) and str(path) in str(error)
     else:
         assert min(aic.pd) >= 1 and all(layout.world >= 1 for layout in (aic.prefill, aic.decode))
+
+
+def test_without_an_engine_the_plan_says_the_runner_has_no_split():
+    """plan --disagg with the default engine (the bundled runner) still prices, but says which engines split."""
+    base = ("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "1:1", "--tp", "4")
+    runner = topoplan("plan", "--disagg", *base)
+    assert runner.returncode == 0 and "bundled runner has no prefill/decode split" in runner.stderr
+    engine = topoplan("plan", "--disagg", "--engine", "sglang", *base)
+    assert engine.returncode == 0 and "prefill/decode split" not in engine.stderr

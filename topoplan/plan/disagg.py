@@ -306,12 +306,13 @@ def _served(search: _Search, p: RoleOption, d: RoleOption, ratio: tuple[int, int
     placed candidates only; the first ranking, by R, does not need it)."""
     np_, nd = ratio
     rate = min(np_ * search.prefill_served(p, cp)[1], nd * search.decode_served(d, cd)[1])
+    at_p, at_d = cp, cd
     if steady:
-        cp = _fewest(lambda c: np_ * search.prefill_served(p, c)[1] >= rate * (1 - 1e-9), cp)
-        cd = _fewest(lambda c: nd * search.decode_served(d, c)[1] >= rate * (1 - 1e-9), cd)
+        at_p = _fewest(lambda c: np_ * search.prefill_served(p, c)[1] >= rate * (1 - 1e-9), cp)
+        at_d = _fewest(lambda c: nd * search.decode_served(d, c)[1] >= rate * (1 - 1e-9), cd)
     tokens = rate * search.gen
-    return DisaggServed(search.prefill_served(p, cp)[0] + exposed, search.decode_served(d, cd)[0], tokens,
-                        tokens / search.gpus, cp, cd)
+    return DisaggServed(search.prefill_served(p, at_p)[0] + exposed, search.decode_served(d, at_d)[0], tokens,
+                        tokens / search.gpus, at_p, at_d, cp, cd)
 
 
 def _fewest(ok: Callable[[int], bool], top: int) -> int:
@@ -444,6 +445,10 @@ def disagg_for(request: PlanRequest, pd: tuple[int, int] | None = None, connecto
     the prefill and decode worker layouts (else searched; `roles_from` names where they came from in errors)."""
     DisaggRequest(pd, connector)  # checks them
     plan = plan_for(replace(request, objective="throughput", search_batch=True))
+    if not request.engine.serves:  # priced with the runner's costs; the split itself is an engine's
+        plan = replace(plan, warnings=(*plan.warnings, f"--disagg priced with {request.engine}'s costs, but the "
+                                       "bundled runner has no prefill/decode split: pass --engine sglang, vllm or "
+                                       "trtllm for the engine you will serve with (launch --disagg needs one)"))
     if plan.serving is None:
         raise TopoplanError("plan --disagg needs the served model (a GPU plan), not the CPU planner")
     engine, cal = plan.engine, plan.calibration

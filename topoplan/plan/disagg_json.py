@@ -28,7 +28,9 @@ def disagg_plan_json(plan: DisaggPlan) -> dict[str, Any]:
         "served": {"ttft_ms": round(s.ttft_ms, 3), "tpot_ms": round(s.tpot_ms, 4),
                    "output_tokens_per_s": round(s.output_tokens_per_s, 2),
                    "output_tokens_per_s_per_gpu": round(s.output_tokens_per_s_per_gpu, 3),
-                   "prefill_concurrency": s.prefill_concurrency, "decode_concurrency": s.decode_concurrency},
+                   "prefill_concurrency": s.prefill_concurrency, "decode_concurrency": s.decode_concurrency,
+                   "prefill_max_concurrency": s.prefill_max_concurrency,
+                   "decode_max_concurrency": s.decode_max_concurrency},
         "notes": list(plan.notes), "warnings": list(plan.warnings),
     }
 

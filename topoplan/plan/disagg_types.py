@@ -67,8 +67,11 @@ class DisaggServed:
     tpot_ms: float
     output_tokens_per_s: float
     output_tokens_per_s_per_gpu: float
-    prefill_concurrency: int  # requests in flight per prefill worker (per replica of one with attention DP)
+    prefill_concurrency: int  # requests in flight per prefill worker (per replica of one with attention DP) at
+    # the deployment's steady rate
     decode_concurrency: int  # per decode worker (per replica, likewise)
+    prefill_max_concurrency: int  # the most a prefill worker may hold within the limits: its engine's cap
+    decode_max_concurrency: int  # the most a decode worker may hold within the limits and its memory
 
 
 @dataclass(frozen=True)

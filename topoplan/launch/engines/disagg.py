@@ -245,19 +245,22 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
 
 def role_settings(plan: Plan, deployment: DisaggPlan) -> dict[str, EngineSettings]:
     """What the disaggregated `deployment` of `plan` priced for each role's workers, as the engine's settings: the
-    requests each worker holds in flight, the workload's lengths and dtypes, the engine's memory share at the
-    role's TP degree."""
+    most requests each worker may hold in flight within the limits (its cap: the steady rate needs fewer, and a
+    burst above it finds room), the workload's lengths and dtypes, the engine's memory share at the role's TP
+    degree."""
     from topoplan.plan.engine_costs import memory_policy
 
     served, work = deployment.served, plan.workload
     policy = memory_policy(plan.engine, plan.calibration)
     out = {}
-    for role, layout, seqs in (("prefill", deployment.prefill, served.prefill_concurrency),
-                               ("decode", deployment.decode, served.decode_concurrency)):
+    for role, layout, seqs, steady in (
+            ("prefill", deployment.prefill, served.prefill_max_concurrency, served.prefill_concurrency),
+            ("decode", deployment.decode, served.decode_max_concurrency, served.decode_concurrency)):
         out[role] = EngineSettings(max_seqs=max(1, seqs), max_model_len=work.prompt_len + work.gen_len,
                                    dtype=plan.device.activation_dtype(work.weights), kv_dtype=work.kv.short,
                                    weights=work.dtype, memory_fraction=round(policy.fraction_for(layout.tp), 4),
-                                   why=f"plan --disagg {role} worker {layout}: {seqs} in flight, prompt "
+                                   why=f"plan --disagg {role} worker {layout}: at most {seqs} in flight within "
+                                       f"the limits ({steady} at the deployment's steady rate), prompt "
                                        f"{work.prompt_len} + {work.gen_len} tokens")
     return out
 
