@@ -48,6 +48,15 @@ def test_damage_inside_is_named_not_a_traceback():
         topology_from_recording(data, "machine.json")
 
 
+def test_an_nvml_error_answer_in_a_sysfs_field_is_damage():
+    """NVML answers some fields with {"nvml_error": ...}; sysfs never does, so such an answer where a NIC's name
+    belongs is damage, named, not a dict that reaches the NIC table (it raised AttributeError)."""
+    data = json.loads((GH200.parent / "gb200-nvl72-tray-4gpu.json").read_text())
+    data["sysfs"]["nics"][0]["name"] = {"nvml_error": "GPU_IS_LOST"}
+    with pytest.raises(TopoplanError, match=r"sysfs.nics\[0\].name: expected str, found \{'nvml_error'"):
+        topology_from_recording(data, "machine.json")
+
+
 def test_save_is_all_or_nothing(tmp_path):
     target = tmp_path / "out.json"
     save_recording({"a": 1}, target)

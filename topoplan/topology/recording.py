@@ -91,27 +91,29 @@ NIC_FIELDS = {"name": str, "class": str, "pci_address": str}
 PCI_FIELDS = {"path": _STRS, "numa_node": (int, type(None))}
 
 
-def _check(value: Any, kind: Any, where: str) -> None:
-    """`value` is of `kind` (a type, a tuple of types, or ("list", item type)), or an NVML error answer."""
-    if is_error(value) and isinstance(value["nvml_error"], str):
+def _check(value: Any, kind: Any, where: str, nvml: bool = True) -> None:
+    """`value` is of `kind` (a type, a tuple of types, or ("list", item type)), or, for a field NVML answered
+    (`nvml`), an NVML error answer; sysfs fields have no such answer."""
+    if nvml and is_error(value) and isinstance(value["nvml_error"], str):
         return
     if isinstance(kind, tuple) and kind[:1] == ("list",):
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, found {value!r:.60}")
         for k, item in enumerate(value):
-            _check(item, kind[1], f"{where}[{k}]")
+            _check(item, kind[1], f"{where}[{k}]", nvml)
     elif not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         raise ValueError(f"{where}: expected {getattr(kind, '__name__', kind)}, found {value!r:.60}")
 
 
-def _check_fields(entry: Any, fields: dict[str, Any], where: str, required: tuple[str, ...] = ()) -> None:
-    _check(entry, dict, where)
+def _check_fields(entry: Any, fields: dict[str, Any], where: str, required: tuple[str, ...] = (),
+                  nvml: bool = True) -> None:
+    _check(entry, dict, where, nvml)
     for key in required:
         if key not in entry:
             raise ValueError(f"{where}: no {key!r}")
     for key, value in entry.items():
         if key in fields:
-            _check(value, fields[key], f"{where}.{key}")
+            _check(value, fields[key], f"{where}.{key}", nvml)
 
 
 def check_shape(recording: dict[str, Any]) -> None:
@@ -130,12 +132,12 @@ def check_shape(recording: dict[str, Any]) -> None:
         _check_fields(pair, PAIR_FIELDS, f"nvml.pairs[{k}]", required=("a", "b"))
         for letter, status in pair.get("p2p", {}).items():
             _check(status, int, f"nvml.pairs[{k}].p2p.{letter}")
-    _check(sysfs.get("nics"), ("list", dict), "sysfs.nics")
-    _check(sysfs.get("pci"), dict, "sysfs.pci")
+    _check(sysfs.get("nics"), ("list", dict), "sysfs.nics", nvml=False)
+    _check(sysfs.get("pci"), dict, "sysfs.pci", nvml=False)
     for k, nic in enumerate(sysfs["nics"]):
-        _check_fields(nic, NIC_FIELDS, f"sysfs.nics[{k}]", required=tuple(NIC_FIELDS))
+        _check_fields(nic, NIC_FIELDS, f"sysfs.nics[{k}]", required=tuple(NIC_FIELDS), nvml=False)
     for address, place in sysfs["pci"].items():
-        _check_fields(place, PCI_FIELDS, f"sysfs.pci[{address!r}]", required=tuple(PCI_FIELDS))
+        _check_fields(place, PCI_FIELDS, f"sysfs.pci[{address!r}]", required=tuple(PCI_FIELDS), nvml=False)
     if "cpu" in recording:
         _check_fields(recording["cpu"], {"model_name": (str, type(None))}, "cpu", required=("model_name",))
     check_ranges(recording)
