@@ -54,10 +54,11 @@ def _pod(launch: DisaggLaunch, script: str, leader: bool) -> dict:
         container["readinessProbe"] = readiness_probe(options.port, "ready once the router answers (after every "
                                                       "worker did)")
     container["resources"] = Commented({"limits": limits, "requests": dict(limits)}, "\n".join(notes))
-    capabilities = ["IPC_LOCK", *(["SYS_NICE"] if any(w in NUMA_BINDERS for w in script.split()) else [])]
-    container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, "IPC_LOCK: the KV transfer "
-                                             "engines pin (register) GPU memory for RDMA; SYS_NICE: the engines bind "
-                                             "each worker's memory to its NUMA node")
+    capabilities, why = ["IPC_LOCK"], "IPC_LOCK: the KV transfer engines pin (register) GPU memory for RDMA"
+    if any(w in NUMA_BINDERS for w in script.split()):
+        capabilities.append("SYS_NICE")
+        why += "; SYS_NICE: the engines bind each worker's memory to its NUMA node"
+    container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, why)
     container["volumeMounts"], volumes = storage(options.checkpoint, "NCCL and the engines' worker queues")
     return {"containers": [container], "volumes": volumes}
 
