@@ -228,12 +228,21 @@ def test_per_layer_connector_exposes_only_what_outlasts_the_prefill():
 
 
 def test_library_call_matches_the_cli():
+    """disagg_for(PlanRequest, pd) is what `plan --disagg --pd` prints: the same workers on the same GPUs, the same
+    transfer and served figures (it only checked the library's own output before)."""
     request = PlanRequest(model="70b", topo=H200, gpu="h200")
     result = disagg_for(request, (3, 1))
     assert result.chosen.ratio == (3, 1) and result.searched >= 1
     assert result.candidates[0].ratio == (3, 1) and result.connector == DisaggRequest().connector == "whole"
     gpus = [g for w in result.chosen.workers for g in w.gpus]
     assert len(gpus) == len(set(gpus))
+    cli = disagg_json("-m", "70b", "--topo", H200, "--gpu", "h200", "--pd", "3:1")["disagg"]
+    assert [(w["name"], w["gpus"], w["layout"]["tp"], w["layout"]["pp"]) for w in cli["workers"]] == [
+        (w.name, list(w.gpus), w.layout.tp, w.layout.pp) for w in result.chosen.workers]
+    assert cli["transfer"]["ms"] == pytest.approx(result.chosen.transfer.ms, abs=1e-4)
+    assert cli["served"]["output_tokens_per_s_per_gpu"] == pytest.approx(
+        result.chosen.served.output_tokens_per_s_per_gpu, abs=1e-3)
+    assert cli["verdict"] == result.verdict
 
 
 @settings(max_examples=300, deadline=None)
