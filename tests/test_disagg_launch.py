@@ -516,3 +516,25 @@ def test_each_worker_is_capped_at_the_most_its_role_holds_within_the_limits_not_
         assert caps == {"prefill": str(served["prefill_max_concurrency"]),
                         "decode": str(served["decode_max_concurrency"])}, engine
         assert served["decode_max_concurrency"] > served["decode_concurrency"]  # the cap leaves headroom here
+
+
+def test_lws_asks_sys_nice_only_where_a_worker_binds_numa_memory() -> None:
+    """SYS_NICE is added, and its reason written, only when a worker's line binds memory to a NUMA node: the DGX-1
+    paste (fixture 07) gives no NUMA node, so no binding and IPC_LOCK alone (the comment named SYS_NICE anyway);
+    fixture 41's workers bind theirs."""
+    import yaml
+
+    from topoplan.launch.launcher_options import LauncherOptions
+
+    def security(topo: Path) -> tuple[list[str], str]:
+        served = disagg_launch(hand_plan(topo, H200_1P1D), load_topology(str(topo)), resolve("vllm"),
+                               ServeOptions(checkpoint="/m"), launcher=LauncherOptions(image="vllm/vllm-openai"))
+        text = render_disagg(served, "lws")
+        pod = yaml.safe_load(text)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]  # one node: one pod
+        comment = text.split("securityContext:")[0].rsplit("\n", 2)[-2]  # the line above it: its reason
+        return pod["containers"][0]["securityContext"]["capabilities"]["add"], comment
+
+    added, why = security(FIXTURES / "07_dgx1-v100-sxm2-16gb-cubemesh-mlx5-driver440.txt")
+    assert added == ["IPC_LOCK"] and "IPC_LOCK" in why and "SYS_NICE" not in why
+    added, why = security(H200)
+    assert added == ["IPC_LOCK", "SYS_NICE"] and "SYS_NICE: the engines bind" in why

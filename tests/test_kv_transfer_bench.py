@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from topoplan.bench.definitions import parse_sizes
-from topoplan.bench.kv_request import FIT_SIZES
+from topoplan.bench.kv_request import DEFAULT_MODEL, DEFAULT_PROMPTS, FIT_SIZES
 from topoplan.bench.published_pd import DEFAULT_FILE, published_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,3 +144,15 @@ def test_a_calibration_without_a_measured_node_bandwidth_is_refused(tmp_path):
                timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"{calibration}: links.node: no bandwidth_gbps" in done.stderr
+
+
+def test_the_cli_help_names_the_requests_own_defaults():
+    """cli.py writes the defaults into --model's and --prompt-len's help without importing kv_request (start-up
+    time): they must stay the request's."""
+    from dataclasses import fields
+
+    from topoplan.cli import KvTransferView
+
+    helps = {f.name: f.metadata["cli"].help for f in fields(KvTransferView)}
+    assert f"(default {DEFAULT_MODEL})" in helps["model"]
+    assert f"(default {DEFAULT_PROMPTS})" in helps["prompt_len"]

@@ -33,7 +33,9 @@ MEMORY_SHARE = 0.5  # both ranks' caches together may take at most this share of
 
 @dataclass(frozen=True)
 class KvBenchRequest:
-    """What `bench --kv-transfer` measures; the defaults live here only (the CLI shows them)."""
+    """What `bench --kv-transfer` measures. The defaults live here; cli.py's help repeats the model's and the
+    prompt lengths' without importing this module (start-up time), and tests/test_kv_transfer_bench.py checks
+    that they agree."""
 
     model: str = DEFAULT_MODEL  # a catalog name, alias or HF config (topoplan.models.find_model)
     prompts: tuple[int, ...] = tuple(parse_sizes(DEFAULT_PROMPTS))

@@ -7,7 +7,7 @@ models NVSwitch-class boxes only; topoplan knows the user's real topology. So th
 stage's COMPUTE from aiconfigurator's silicon data for this model at this TP degree, and keeps everything else
 from topoplan's cost model: the TP all-reduces priced by LinkPricer on the ring the placement chose, PP
 hand-offs, the per-step overhead, memory, and the served model on top (KernelCostModel below overrides only
-CostModel._stage_ms). Nothing of aiconfigurator's data is copied here: the package is imported lazily, only when
+CostModel._compute_ms). Nothing of aiconfigurator's data is copied here: the package is imported lazily, only when
 this estimator is asked for (`load`); `note_for` says where it would apply without importing it.
 """
 
@@ -26,7 +26,6 @@ from typing import Any
 from topoplan.engines.engine import Engine, version_tuple
 from topoplan.errors import TopoplanError
 from topoplan.models import ModelSpec
-from topoplan.plan.collectives import Ring
 from topoplan.plan.cost import CostModel, StageModel
 
 ESTIMATORS = ("builtin", "aiconfigurator")
@@ -292,20 +291,11 @@ class KernelCostModel(CostModel):
         super().__init__(*args, **kwargs)
         self.kernels = kernels
 
-    def _stage_ms(self, sm: StageModel, ring: Ring, phase: str, batch: float, group: Ring | None = None,
-                  prefill_tokens: float = 0.0) -> float:
+    def _compute_ms(self, sm: StageModel, phase: str, batch: float, prefill_tokens: float, tokens: float) -> float:
         w, k = self.work, self.kernels
-        key = (sm.signature, ring.shape, group.shape if group else None, phase, batch, prefill_tokens)
-        if key not in self._stage_cache:
-            context = w.prompt_len + w.gen_len / 2
-            if phase == "prefill":
-                t, tokens = k.prefill_ms(sm, batch, w.prompt_len), batch * w.prompt_len
-            elif prefill_tokens:
-                t, tokens = k.mixed_ms(sm, batch, context, prefill_tokens, w.prompt_len), batch + prefill_tokens
-            else:
-                t, tokens = k.decode_ms(sm, batch, context), batch
-            t += self._tp_comm_us(sm, ring, tokens, batch + prefill_tokens / w.prompt_len) / 1e3
-            if group is not None:
-                t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
-            self._stage_cache[key] = t
-        return self._stage_cache[key]
+        context = w.prompt_len + w.gen_len / 2
+        if phase == "prefill":
+            return k.prefill_ms(sm, batch, w.prompt_len)
+        if prefill_tokens:
+            return k.mixed_ms(sm, batch, context, prefill_tokens, w.prompt_len)
+        return k.decode_ms(sm, batch, context)

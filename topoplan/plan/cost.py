@@ -321,24 +321,32 @@ class CostModel:
         w = self.work
         key = (sm.signature, ring.shape, group.shape if group else None, phase, batch, prefill_tokens)
         if key not in self._stage_cache:
-            if phase == "prefill":
-                work, tokens = sm.prefill(batch, w.prompt_len), batch * w.prompt_len
-            elif prefill_tokens:
-                work = sm.mixed(batch, w.prompt_len + w.gen_len / 2, prefill_tokens, w.prompt_len)
-                tokens = batch + prefill_tokens
-            else:
-                work, tokens = sm.decode(batch, w.prompt_len + w.gen_len / 2), batch
-            overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
-            t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
-            t += sm.streamed_products(tokens) * self.cal.matmul_call_us / 1e3
-            if sm.moe:
-                per_layer = self.cal.moe_layer_overhead_us + sm.experts_run(tokens) * self.cal.expert_overhead_us
-                t += sm.moe * per_layer / 1e3
+            tokens = batch * w.prompt_len if phase == "prefill" else batch + prefill_tokens
+            t = self._compute_ms(sm, phase, batch, prefill_tokens, tokens)
             t += self._tp_comm_us(sm, ring, tokens, batch + prefill_tokens / w.prompt_len) / 1e3
             if group is not None:
                 t += self._ep_comm_us(sm, ring, group, tokens) / 1e3
             self._stage_cache[key] = t
         return self._stage_cache[key]
+
+    def _compute_ms(self, sm: StageModel, phase: str, batch: float, prefill_tokens: float, tokens: float) -> float:
+        """The stage's compute for that step (`tokens`: the rows it runs): the roofline of its GEMMs and attention
+        plus the per-layer, per-product and per-expert overheads. topoplan.plan.aic_estimator replaces this part
+        only; the collectives stay _stage_ms's."""
+        w = self.work
+        if phase == "prefill":
+            work = sm.prefill(batch, w.prompt_len)
+        elif prefill_tokens:
+            work = sm.mixed(batch, w.prompt_len + w.gen_len / 2, prefill_tokens, w.prompt_len)
+        else:
+            work = sm.decode(batch, w.prompt_len + w.gen_len / 2)
+        overhead = self.cal.layer_overhead_us if phase == "prefill" else self.cal.decode_layer_us
+        t = self._roofline_ms(work) + sm.s.layers * overhead / 1e3
+        t += sm.streamed_products(tokens) * self.cal.matmul_call_us / 1e3
+        if sm.moe:
+            per_layer = self.cal.moe_layer_overhead_us + sm.experts_run(tokens) * self.cal.expert_overhead_us
+            t += sm.moe * per_layer / 1e3
+        return t
 
     def _tp_comm_us(self, sm: StageModel, ring: Ring, tokens: float, batch: float) -> float:
         """One stage's TP collectives for one step: 2 all-reduces per layer of the tokens' activations, the

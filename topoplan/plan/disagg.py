@@ -1,6 +1,7 @@
 """`plan --disagg`: prefill and decode on separate workers, how many of each, where, and whether it pays.
 
-Each role's worker layouts (tp x pp, ep for MoE; dp 1: more workers are more DP) are priced once with the served
+Each role's worker layouts (tp x pp, ep for MoE; dp 1, more workers being more DP, except an MoE worker's
+attention DP: dp replicas with the experts over all tp x dp GPUs, ep = tp x dp) are priced once with the served
 model's step times (topoplan.plan.cost): a prefill worker runs prefill-only steps (served.separate with one
 generated token: TTFT with the queueing of its concurrency), a decode worker decode-only steps (TPOT). A pair of
 layouts gets its KV transfer priced (topoplan.plan.kv_transfer), each role its concurrency (the most in flight

@@ -30,7 +30,7 @@ OWN_SOCKET = ("PIX", "PXB", "PHB", "NODE")
 
 @dataclass(frozen=True)
 class RolePlan:
-    """`count` workers of one role, each running `layout` (dp 1)."""
+    """`count` workers of one role, each running `layout` (dp > 1 only for an MoE worker's attention DP)."""
 
     role: str
     layout: Layout

@@ -65,11 +65,6 @@ def kv_routes(topology: Topology) -> dict[str, KvRoute]:
     return routes
 
 
-def kv_route(topology: Topology, gpu_id: str) -> KvRoute:
-    """One GPU's route (kv_routes)."""
-    return kv_routes(topology)[gpu_id]
-
-
 @dataclass(frozen=True)
 class _Slice:
     """One decode GPU's share of the cache and the hops it crosses, each with the slices sharing it."""

@@ -205,7 +205,7 @@ def plan(topology: Topology, model: ModelSpec, device: DeviceSpec, workload: Wor
     all), while the engine still sets the memory policy, the all-reduce path and the layout rules.
 
     `search_batch` (default: on for the throughput objective) prices each layout at its best batch
-    (best_batch) instead of `workload.batch`. `kernels` (topoplan.plan.aic_estimator.load): price each stage's
+    (best_concurrency) instead of `workload.batch`. `kernels` (topoplan.plan.aic_estimator.load): price each stage's
     compute from aiconfigurator's kernel times and serve each layout with topoplan's built-in model too, at the
     same concurrency, for comparison (LayoutCost.estimates); an MoE model is then planned without expert
     parallelism, which that estimator does not price."""

@@ -18,19 +18,16 @@ from dataclasses import replace
 
 from topoplan.errors import TopoplanError
 from topoplan.launch.engines.disagg import NODE_ADDR_VAR, NODE_VAR, DisaggLaunch
-from topoplan.launch.engines.health import HEALTH_PATH
 from topoplan.launch.engines.render_lws import (
-    _DNS_LABEL,
     API_VERSION,
-    MODEL_VOLUME,
     NUMA_BINDERS,
     POD_IFNAME,
-    PROBE_PERIOD_S,
-    PROBE_TIMEOUT_S,
     RDMA_RESOURCE,
-    SHM_VOLUME,
     WORKER_INDEX_VAR,
     _unbound,
+    job_name,
+    readiness_probe,
+    storage,
 )
 from topoplan.launch.runtime_addr import IFNAME_VAR, LWS_LEADER_VAR, kube_word
 from topoplan.launch.yaml_text import Commented, dump
@@ -54,21 +51,15 @@ def _pod(launch: DisaggLaunch, script: str, leader: bool) -> dict:
                           "engine announces for the KV handshake is read from it (the image needs iproute2)")]}
     if leader:
         container["ports"] = [{"name": "http", "containerPort": options.port}]
-        container["readinessProbe"] = Commented(
-            {"httpGet": {"path": HEALTH_PATH, "port": options.port}, "periodSeconds": PROBE_PERIOD_S,
-             "timeoutSeconds": PROBE_TIMEOUT_S}, "ready once the router answers (after every worker did)")
+        container["readinessProbe"] = readiness_probe(options.port, "ready once the router answers (after every "
+                                                      "worker did)")
     container["resources"] = Commented({"limits": limits, "requests": dict(limits)}, "\n".join(notes))
-    capabilities = ["IPC_LOCK", *(["SYS_NICE"] if any(w in NUMA_BINDERS for w in script.split()) else [])]
-    container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, "IPC_LOCK: the KV transfer "
-                                             "engines pin (register) GPU memory for RDMA; SYS_NICE: the engines bind "
-                                             "each worker's memory to its NUMA node")
-    container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-    volumes = [Commented({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}, "/dev/shm in memory: the 64 MiB "
-                         "default is too small for NCCL and the engines' worker queues")]
-    if options.checkpoint.startswith("/"):
-        container["volumeMounts"].append({"name": MODEL_VOLUME, "mountPath": options.checkpoint, "readOnly": True})
-        volumes.append(Commented({"name": MODEL_VOLUME, "hostPath": {"path": options.checkpoint, "type": "Directory"}},
-                                 "the checkpoint, at the same path on every GPU node"))
+    capabilities, why = ["IPC_LOCK"], "IPC_LOCK: the KV transfer engines pin (register) GPU memory for RDMA"
+    if any(w in NUMA_BINDERS for w in script.split()):
+        capabilities.append("SYS_NICE")
+        why += "; SYS_NICE: the engines bind each worker's memory to its NUMA node"
+    container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, why)
+    container["volumeMounts"], volumes = storage(options.checkpoint, "NCCL and the engines' worker queues")
     return {"containers": [container], "volumes": volumes}
 
 
@@ -77,10 +68,7 @@ def render_disagg_lws(launch: DisaggLaunch, body_lines: Callable[[DisaggLaunch],
     disagg_scripts), which every pod runs."""
     if launch.launcher.image is None:
         raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine.name} installed")
-    name = launch.launcher.job_name or f"topoplan-{launch.engine.name}-disagg"
-    if not _DNS_LABEL.fullmatch(name):
-        raise TopoplanError(f"--job-name {name!r}: a LeaderWorkerSet's name is a DNS label: lowercase letters, digits "
-                            "and '-', starting and ending with a letter or digit, at most 63 characters")
+    name = job_name(launch.launcher.job_name, f"topoplan-{launch.engine.name}-disagg")
     unbound = tuple(replace(p, argv=tuple(_unbound(p.argv))) for p in launch.processes)
     # node 0 is the leader pod; node n the group's worker pod n, <name>-0-<n> in the headless service <name>
     addresses = [f'export {NODE_ADDR_VAR.format(node=0)}="${{{LWS_LEADER_VAR}}}"',

@@ -53,6 +53,35 @@ PROBE_TIMEOUT_S = 5  # a busy server answers /health late; the default 1 s would
 HOST_CPU_OPTIONS = ("--numa-bind-cpus",)  # engine options naming host CPU numbers (vLLM's per-worker CPU lists)
 
 
+def job_name(given: str | None, default: str) -> str:
+    """--job-name, else `default`: the LeaderWorkerSet's name, which Kubernetes takes only as a DNS label."""
+    name = given or default
+    if not _DNS_LABEL.fullmatch(name):
+        raise TopoplanError(f"--job-name {name!r}: a LeaderWorkerSet's name is a DNS label: lowercase letters, digits "
+                            "and '-', starting and ending with a letter or digit, at most 63 characters")
+    return name
+
+
+def readiness_probe(port: int, why: str) -> Commented:
+    """The leader container's readiness: GET /health on the served port."""
+    return Commented({"httpGet": {"path": HEALTH_PATH, "port": port}, "periodSeconds": PROBE_PERIOD_S,
+                      "timeoutSeconds": PROBE_TIMEOUT_S}, why)
+
+
+def storage(checkpoint: str, shm_users: str) -> tuple[list[dict], list[Commented]]:
+    """(volumeMounts, volumes) of a serving container: /dev/shm in memory (`shm_users`: what needs more than the
+    64 MiB default) and, for a checkpoint given as a path, that host folder read-only at the same path."""
+    mounts: list[dict] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    volumes = [Commented({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+                         f"/dev/shm in memory: the 64 MiB default is too small for {shm_users}")]
+    if checkpoint.startswith("/"):
+        mounts.append({"name": MODEL_VOLUME, "mountPath": checkpoint, "readOnly": True})
+        volumes.append(Commented({"name": MODEL_VOLUME, "hostPath": {"path": checkpoint, "type": "Directory"}},
+                                 "the checkpoint, at the same path on every GPU node (replace with your "
+                                 "PersistentVolumeClaim where the weights live on shared storage)"))
+    return mounts, volumes
+
+
 def _unbound(argv: tuple[str, ...]) -> list[str]:
     """The argv without host CPU numbers, which mean nothing in a container's cpuset: no leading `numactl ... --`,
     no engine option listing CPUs (the NUMA node options stay: the kubelet's topology manager keeps a pod's CPUs
@@ -141,10 +170,8 @@ def _pod(launch: EngineLaunch, node: int, command: list[str], env: list[EnvVar],
     container: dict[str, object] = {"name": launch.engine.name, "image": image, "command": command, "env": _env(env)}
     if serves:
         container["ports"] = [{"name": "http", "containerPort": options.port}]
-        container["readinessProbe"] = Commented(
-            {"httpGet": {"path": HEALTH_PATH, "port": options.port}, "periodSeconds": PROBE_PERIOD_S,
-             "timeoutSeconds": PROBE_TIMEOUT_S},
-            f"ready once {launch.engine.name} answers GET {HEALTH_PATH} (its workers are up)")
+        container["readinessProbe"] = readiness_probe(
+            options.port, f"ready once {launch.engine.name} answers GET {HEALTH_PATH} (its workers are up)")
     container["resources"] = Commented(resources, "\n".join(notes))
     numa = any(word in NUMA_BINDERS for word in command)
     capabilities, why = ["IPC_LOCK"], "IPC_LOCK: NCCL pins (registers) memory for RDMA and CUDA IPC"
@@ -153,16 +180,8 @@ def _pod(launch: EngineLaunch, node: int, command: list[str], env: list[EnvVar],
         why += ("; SYS_NICE: the engine binds each worker's memory to its NUMA node (mbind, set_mempolicy), which "
                 "the default seccomp profile allows only with it (the image needs numactl for vLLM's --numa-bind)")
     container["securityContext"] = Commented({"capabilities": {"add": capabilities}}, why)
-    container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-    volumes = [Commented({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-                         "/dev/shm in memory: the 64 MiB default is too small for NCCL's shared-memory transport and "
-                         "the engine's worker queues")]
-    if options.checkpoint.startswith("/"):
-        container["volumeMounts"].append({"name": MODEL_VOLUME, "mountPath": options.checkpoint, "readOnly": True})
-        volumes.append(Commented({"name": MODEL_VOLUME, "hostPath": {"path": options.checkpoint,
-                                                                     "type": "Directory"}},
-                                 "the checkpoint, at the same path on every GPU node (replace with your "
-                                 "PersistentVolumeClaim where the weights live on shared storage)"))
+    container["volumeMounts"], volumes = storage(options.checkpoint, "NCCL's shared-memory transport and the "
+                                                 "engine's worker queues")
     return {"containers": [container], "volumes": volumes}
 
 
@@ -180,10 +199,7 @@ def lws_manifest(launch: EngineLaunch) -> tuple[dict, list[str]]:
     if spec.launcher.image is None:
         raise TopoplanError(f"--format lws needs --image: the container image with {launch.engine.name} installed "
                             "(e.g. vllm/vllm-openai:v0.32.0, lmsysorg/sglang:v0.5.3)")
-    name = spec.launcher.job_name or f"topoplan-{launch.engine.name}"
-    if not _DNS_LABEL.fullmatch(name):
-        raise TopoplanError(f"--job-name {name!r}: a LeaderWorkerSet's name is a DNS label: lowercase letters, digits "
-                            "and '-', starting and ending with a letter or digit, at most 63 characters")
+    name = job_name(spec.launcher.job_name, f"topoplan-{launch.engine.name}")
     leader, workers = launch.nodes[0], list(launch.nodes[1:])
     template: dict[str, object] = {"size": len(launch.nodes),
                                    "restartPolicy": Commented("RecreateGroupOnPodRestart", "a pod that restarts "
