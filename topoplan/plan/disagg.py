@@ -75,10 +75,12 @@ class Candidate:
     slo_miss: str  # which latency limit even one request in flight misses; "": none
 
     def key(self) -> tuple:
-        """Best first: meets the limits, then delivered tokens/s per GPU, then TTFT, then fewer GPUs."""
+        """Best first: meets the limits, then delivered tokens/s per GPU, then TTFT, then TPOT (two deployments
+        that deliver the same at the same TTFT: the one whose users see tokens sooner), then fewer GPUs."""
         p, d = self.ratio
         return (bool(self.slo_miss), -round(self.served.output_tokens_per_s_per_gpu, 6),
-                round(self.served.ttft_ms, 6), p * self.prefill.gpus + d * self.decode.gpus)
+                round(self.served.ttft_ms, 6), round(self.served.tpot_ms, 6),
+                p * self.prefill.gpus + d * self.decode.gpus)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,3 @@ class DisaggPlan:
     def ratio(self) -> tuple[int, int]:
         """(P, D): prefill and decode workers."""
         return (sum(w.role == "prefill" for w in self.workers), sum(w.role == "decode" for w in self.workers))
-
-    def of_role(self, role: str) -> tuple[Worker, ...]:
-        return tuple(w for w in self.workers if w.role == role)
