@@ -494,3 +494,12 @@ def test_without_an_engine_the_plan_says_the_runner_has_no_split():
     assert runner.returncode == 0 and "bundled runner has no prefill/decode split" in runner.stderr
     engine = topoplan("plan", "--disagg", "--engine", "sglang", *base)
     assert engine.returncode == 0 and "prefill/decode split" not in engine.stderr
+
+
+def test_table_cells_write_runs_of_gpus_and_nics_once_in_their_order():
+    """The workers table keeps 8 NICs on one line (mlx5_{0-7}) and GPU runs as 0-7, in rank order."""
+    from topoplan.plan.disagg_table import _runs
+
+    assert _runs([f"mlx5_{i}" for i in range(8)]) == ["mlx5_{0-7}"]
+    assert _runs(["mlx5_0", "mlx5_1", "mlx5_3", "ib0", "none"]) == ["mlx5_{0-1}", "mlx5_3", "ib0", "none"]
+    assert _runs(["4", "5", "6", "7"]) == ["4-7"] and _runs(["1", "0"]) == ["1", "0"]  # rank order kept

@@ -4,6 +4,8 @@ served figures beside the best aggregated layout, the verdict, and the placed ca
 
 from __future__ import annotations
 
+import re
+
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -26,11 +28,11 @@ def disagg_table(result: DisaggResult) -> RenderableType:
         workers.add_column(name, overflow="fold", no_wrap=name in ("worker", "layout", "node", "NUMA"))
     for worker in plan.workers:
         nodes = f"{worker.node}" + (f"-{worker.node + worker.nodes - 1}" if worker.nodes > 1 else "")
-        nics = " ".join(r.nic_name or r.nic or "none" for r in worker.routes)
+        nics = " ".join(_runs([r.nic_name or r.nic or "none" for r in worker.routes]))
         links = "/".join(sorted({r.link for r in worker.routes if r.link}))
         workers.add_row(worker.name, layout_label(worker.layout), nodes,
-                        ",".join(g.removeprefix("GPU") for g in worker.gpus), compact_cpus(worker.cpus),
-                        ",".join(map(str, worker.numa_nodes)) or "?",
+                        ", ".join(_runs([g.removeprefix("GPU") for g in worker.gpus])),
+                        _wrappable(compact_cpus(worker.cpus)), ",".join(map(str, worker.numa_nodes)) or "?",
                         inert(f"{nics} ({links})" if links else nics))
     t = plan.transfer
     transfer = Text(f"KV transfer: {t.bytes_per_request / 2**20:.1f} MiB a request over {t.path}: {t.ms:.2f} ms, "
@@ -60,3 +62,25 @@ def disagg_table(result: DisaggResult) -> RenderableType:
     lines.append(Text(f"searched {result.searched} (prefill layout, decode layout, P:D) combinations; "
                       f"tok/s/GPU over all {base.nodes * len(base.topology.gpus)} GPUs"))
     return Group(workers, transfer, served, *lines, ranked, *(Text(inert(f"- {note}")) for note in plan.notes))
+
+
+def _runs(names: list[str]) -> list[str]:
+    """Names in their order, each run of one stem with consecutive numbers written once: mlx5_0 .. mlx5_7 ->
+    `mlx5_{0-7}`, GPU numbers 0 .. 7 -> `0-7` (a table cell of 8 NICs, not 8 lines); the order is kept (the
+    workers' rank order)."""
+    out: list[tuple[str, int, int]] = []  # (stem, first, last)
+    for name in names:
+        match = re.fullmatch(r"(.*?)(\d+)", name)
+        if match and out and out[-1][0] == match.group(1) and out[-1][2] + 1 == int(match.group(2)):
+            out[-1] = (out[-1][0], out[-1][1], int(match.group(2)))
+        elif match:
+            out.append((match.group(1), int(match.group(2)), int(match.group(2))))
+        else:
+            out.append((name, -1, -1))
+    return [stem if first < 0 else f"{stem}{first}" if first == last else f"{first}-{last}" if not stem
+            else f"{stem}{{{first}-{last}}}" for stem, first, last in out]
+
+
+def _wrappable(text: str) -> str:
+    """A comma list a narrow table may break after a comma, not inside a number."""
+    return text.replace(",", ", ")
