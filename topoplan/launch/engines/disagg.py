@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topoplan.cpuset import format_cpu_list, split_cpus
 from topoplan.engines.engine import Engine
@@ -40,7 +40,6 @@ if TYPE_CHECKING:  # the planner loads only when a plan is made (start-up time)
     from topoplan.plan.frontend import PlanRequest
     from topoplan.plan.rank import Plan
 
-DISAGG_ENGINES = ("sglang", "vllm")
 NODE_ADDR = "@TOPOPLAN_NODE{node}_ADDR@"  # node n's address, filled per format (see the module docstring)
 NODE_ADDR_RE = re.compile(r"@TOPOPLAN_NODE(\d+)_ADDR@")
 NODE_ADDR_VAR = "TOPOPLAN_NODE{node}_ADDR"  # the scripts' variable holding node n's address
@@ -176,11 +175,27 @@ def _slot(worker: Worker, k: int, topology: Topology, options: ServeOptions, mul
                       binding, multi_node), [why_not] if why_not else []
 
 
+def disagg_engines() -> list[str]:
+    """The engines whose launch module writes disaggregated workers (a `disagg_worker`), by name."""
+    from topoplan.engines import ENGINES
+
+    return sorted({e.name for e in ENGINES if _writes_disagg(e)})
+
+
+def _launcher(engine: Engine) -> Any:
+    return import_module(f"topoplan.launch.engines.{engine.launcher}")
+
+
+def _writes_disagg(engine: Engine) -> bool:
+    return engine.serves and engine.launcher is not None and hasattr(_launcher(engine), "disagg_worker")
+
+
 def check_disagg_engine(engine: Engine) -> None:
-    """SGLang or vLLM, at the release whose options (and parser) the lines are written for."""
-    if engine.name not in DISAGG_ENGINES:
-        raise TopoplanError(f"--disagg with --engine {engine.name}: launch writes disaggregated prefill/decode "
-                            f"workers for {' and '.join(DISAGG_ENGINES)} only, not yet for {engine.name}")
+    """An engine whose launch module writes disaggregated workers (SGLang, vLLM), at the release whose options
+    (and parser) the lines are written for."""
+    if not _writes_disagg(engine):
+        raise TopoplanError(f"--disagg with --engine {engine}: launch writes disaggregated prefill/decode "
+                            f"workers for {' and '.join(disagg_engines())} only, not yet for {engine}")
     check_release(engine)
 
 
@@ -207,7 +222,7 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     if hosts is not None:
         hosts = check_hosts(hosts, nodes)  # distinct: two nodes on one host would share its GPUs
     known: tuple[str | None, ...] = hosts or (None,) * nodes
-    module = import_module(f"topoplan.launch.engines.{engine.launcher}")
+    module = _launcher(engine)
     multi_node = nodes > 1
 
     def address(node: int) -> str:
