@@ -274,7 +274,6 @@ def launch(given: dict[str, Any], view: LaunchView) -> None:
     engine's own command (--engine vllm|sglang|trtllm; extra engine options after --)."""
     from rich.console import Console
 
-    from topoplan.atomic import write_atomic
     from topoplan.launch.command import LaunchRequest, engine_launch_for, launch_spec
     from topoplan.launch.engines.scripts import render_engine
     from topoplan.launch.explain import explain as explain_spec
@@ -298,6 +297,13 @@ def launch(given: dict[str, Any], view: LaunchView) -> None:
         explain_engine(served, Console(stderr=True))
     elif view.explain:
         explain_spec(spec, Console(stderr=True))
+    write_launch(text, view)
+
+
+def write_launch(text: str, view: LaunchView) -> None:
+    """The launch's text to -o FILE (atomically; a script executable, JSON and YAML not) or to stdout."""
+    from topoplan.atomic import write_atomic
+
     if view.output is not None:
         write_atomic(view.output, text, executable=view.format not in (LaunchFormat.json, LaunchFormat.lws))
     else:
@@ -308,7 +314,6 @@ def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
     """`launch --engine sglang|vllm --disagg [--plan FILE] [--rank N]`: the disaggregated plan's workers and router
     (topoplan.launch.engines.disagg), written as --format shell, srun, sbatch, json or lws. The options that choose
     one aggregated layout or bind it otherwise are refused: the disaggregated plan places and binds its workers."""
-    from topoplan.atomic import write_atomic
     from topoplan.engines import resolve
     from topoplan.launch.command import parse_hosts, plan_options_given
     from topoplan.launch.engines.common import DEFAULT_HOST, DEFAULT_SERVE_PORT, ServeOptions
@@ -358,10 +363,7 @@ def launch_disagg(given: dict[str, Any], view: LaunchView) -> None:
         from topoplan.launch.explain import explain_disagg
 
         explain_disagg(served, Console(stderr=True))
-    if view.output is not None:
-        write_atomic(view.output, text, executable=view.format not in (LaunchFormat.json, LaunchFormat.lws))
-    else:
-        sys.stdout.write(text)
+    write_launch(text, view)
 
 
 @commands.command("doctor", json_flag("Print the findings as JSON (docs/doctor.md)."),
