@@ -36,7 +36,7 @@ from topoplan.plan.layouts import enumerate_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer
 from topoplan.plan.rank import Plan
-from topoplan.plan.served import ServedModel, separate
+from topoplan.plan.served import ServedModel, largest_concurrency, separate
 
 # Every engine's default KV connector sends the whole cache once the prefill ends: SGLang's Mooncake and NIXL
 # backends write a request's KV pages to the decode worker after its prefill (chunk) completes
@@ -182,20 +182,6 @@ class _Search:
         return self.transfers[key]
 
 
-def _largest(ok: Callable[[int], bool], top: int) -> int:
-    """The largest c in [1, top] with ok(c) (ok only turns false as c grows); 0 when ok(1) is false."""
-    if top < 1 or not ok(1):
-        return 0
-    low, high = 1, top
-    while low < high:
-        mid = (low + high + 1) // 2
-        if ok(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def _costs(request: PlanRequest, plan: Plan, pricer: LinkPricer) -> CostModel:
     """The workers' cost model: the aggregated plan's, so that `--estimator aiconfigurator` prices the workers'
     kernels as it priced the layouts they are compared with (its data loads once per process)."""
@@ -294,10 +280,10 @@ def _concurrencies(search: _Search, p: RoleOption, d: RoleOption, exposed: float
     limits, prompt = search.plan.limits, search.plan.workload.prompt_len
     tokens = search.serving.budget.max_batched_tokens
     full = min(p.max_concurrency, max(1, tokens // prompt)) if tokens else p.max_concurrency
-    cp = _largest(lambda c: limits.ttft_ms is None or search.prefill_served(p, c)[0] + exposed <= limits.ttft_ms,
-                  full)
-    cd = _largest(lambda c: limits.tpot_ms is None or search.decode_served(d, c)[0] <= limits.tpot_ms,
-                  d.max_concurrency)
+    cp = largest_concurrency(
+        lambda c: limits.ttft_ms is None or search.prefill_served(p, c)[0] + exposed <= limits.ttft_ms, full)
+    cd = largest_concurrency(lambda c: limits.tpot_ms is None or search.decode_served(d, c)[0] <= limits.tpot_ms,
+                             d.max_concurrency)
     missed = [what for what, c in (("--max-ttft-ms", cp), ("--max-tpot-ms", cd)) if not c]
     return max(cp, 1), max(cd, 1), " and ".join(missed)
 

@@ -29,7 +29,7 @@ from topoplan.plan.engine_costs import engine_calibration, memory_policy
 from topoplan.plan.layouts import enumerate_layouts, fewer_node_layouts
 from topoplan.plan.moe import ep_rings
 from topoplan.plan.placement import NodePlacer, cuda_visible_devices, expand
-from topoplan.plan.served import Served, ServedCost, ServedModel
+from topoplan.plan.served import Served, ServedCost, ServedModel, largest_concurrency
 from topoplan.topology.diagnose import Warning, diagnose
 from topoplan.topology.model import Topology
 
@@ -86,19 +86,7 @@ def best_concurrency(costs: CostModel, layout: Layout, replicas: list[list[Ring]
         return first
     steps = first.steps  # a step's time depends on the rings, not on the batch priced: search on the steps
 
-    def misses(c: int) -> bool:
-        return bool(limits.miss(serving.replica(steps, c)))
-
-    best = top
-    if misses(top):  # 1 meets them, `top` does not: the largest that does lies in [1, top - 1]
-        low, high = 1, top - 1
-        while low < high:
-            mid = (low + high + 1) // 2
-            if misses(mid):
-                high = mid - 1
-            else:
-                low = mid
-        best = low
+    best = largest_concurrency(lambda c: not limits.miss(serving.replica(steps, c)), top)  # 1 meets them: >= 1
     cost = _served(costs, layout, replicas, ep_groups, best, serving, limits)
     bound = ("the largest that fits" if best == first.max_batch else "the engine's max_seqs" if best == top
              else "the largest within the latency limits")

@@ -14,6 +14,7 @@ its end. Every formula is in docs/planner.md, section 4 (served model).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -179,3 +180,20 @@ class ServedModel:
     def serve(self, steps: ReplicaSteps, concurrency: int, replicas: int) -> ServedCost:
         """The layout's served figures at `concurrency` requests in flight per replica."""
         return ServedCost(self.replica(steps, concurrency), replicas, self.machine_gpus)
+
+
+def largest_concurrency(ok: Callable[[int], bool], top: int) -> int:
+    """The largest c in [1, top] with ok(c), where ok only turns false as c grows (served TTFT and TPOT only grow
+    with the requests in flight); 0 when ok(1) is false. `top` itself is tried first: often nothing bounds it."""
+    if top < 1 or not ok(1):
+        return 0
+    if ok(top):
+        return top
+    low, high = 1, top - 1  # ok(low) holds, ok(top) does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
