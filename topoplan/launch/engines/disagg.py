@@ -18,7 +18,7 @@ LeaderWorkerSet from its pods' DNS names.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,15 @@ from topoplan.engines.engine import Engine
 from topoplan.errors import TopoplanError
 from topoplan.launch.device_env import device_env
 from topoplan.launch.engines import check_release
-from topoplan.launch.engines.common import DEFAULT_HOST, EngineSettings, Option, ServeOptions, WorkerBinding
+from topoplan.launch.engines.common import (
+    DEFAULT_HOST,
+    EngineSettings,
+    Option,
+    ServeOptions,
+    SettingsFlags,
+    WorkerBinding,
+    settings_options,
+)
 from topoplan.launch.launcher_options import LauncherOptions
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.runtime_addr import ALL_INTERFACES, HOST_IP
@@ -72,6 +80,19 @@ class WorkerSlot:
     def nic_names(self) -> tuple[str | None, ...]:
         """Each GPU's KV NIC, in the worker's GPU (= local CUDA index) order."""
         return tuple(route.nic_name for route in self.worker.routes)
+
+    def server_options(self, engine: Engine, options: ServeOptions, flags: SettingsFlags,
+                       parallel: list[Option], binding: Callable[[WorkerBinding], list[Option]]) -> list[Option]:
+        """What every engine's worker server takes alike: its layout (`parallel`, in the engine's words), its
+        binding, what the plan priced (in the engine's `flags`), and where it listens."""
+        w = self.worker
+        chosen = parallel + (binding(self.binding) if self.binding is not None else [])
+        if options.settings is not None:
+            chosen += settings_options(options.settings, engine.memory.option, flags)
+        listen = ("every interface: the router and the other node's workers reach it" if self.multi_node
+                  else "loopback: the router on this node reaches it there")
+        return chosen + [Option(("--host", self.listen), listen),
+                         Option(("--port", str(self.port)), f"{w.name}'s own HTTP port (the router's + 1 + {self.k})")]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from topoplan.launch.engines.common import (
     gpu_node,
     option_words,
     server_command,
-    settings_options,
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -146,13 +145,8 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     """One prefill or decode worker: SGLang's sizes, binding and plan settings as for a normal launch, its own HTTP
     port, and the disaggregation options; and the ports it takes besides its HTTP port (a prefill's bootstrap)."""
     w = slot.worker
-    chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
-    if options.settings is not None:
-        chosen += settings_options(options.settings, engine.memory.option, SETTINGS)
-    chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
-                      if slot.multi_node else "loopback: the router on this node reaches it there"),
-               Option(("--port", str(slot.port)), f"{w.name}'s own HTTP port (the router's + 1 + {slot.k})"),
-               Option(("--disaggregation-mode", w.role), f"this server runs the {w.role} phase only; the router pairs "
+    chosen = slot.server_options(engine, options, SETTINGS, _parallel(w.layout), _binding)
+    chosen += [Option(("--disaggregation-mode", w.role), f"this server runs the {w.role} phase only; the router pairs "
                       "it with a worker of the other phase"),
                Option(("--disaggregation-transfer-backend", TRANSFER_BACKEND), "Mooncake's RDMA transfer engine "
                       "moves the KV cache (SGLang's default), and takes the per-GPU device map below")]

@@ -46,7 +46,6 @@ from topoplan.launch.engines.common import (
     gpu_node,
     option_words,
     server_command,
-    settings_options,
 )
 from topoplan.launch.nccl_env import EnvVar
 from topoplan.launch.spec import LaunchSpec, require_master_addr, require_node_blocks
@@ -203,14 +202,9 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     if w.layout.dp > NIXL_PORT_STRIDE:
         raise TopoplanError(f"vLLM --disagg: {w.name} has dp={w.layout.dp}, more than the {NIXL_PORT_STRIDE} NIXL "
                             "side-channel ports each worker is given")
-    chosen = _parallel(w.layout) + (_binding(slot.binding) if slot.binding is not None else [])
-    if options.settings is not None:
-        chosen += settings_options(options.settings, engine.memory.option, SETTINGS)
+    chosen = slot.server_options(engine, options, SETTINGS, _parallel(w.layout), _binding)
     config = json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))
-    chosen += [Option(("--host", slot.listen), "every interface: the router and the other node's workers reach it"
-                      if slot.multi_node else "loopback: the router on this node reaches it there"),
-               Option(("--port", str(slot.port)), f"{w.name}'s own HTTP port (the router's + 1 + {slot.k})"),
-               Option(("--kv-transfer-config", config), "NIXL moves the KV cache between workers (NixlConnector); "
+    chosen += [Option(("--kv-transfer-config", config), "NIXL moves the KV cache between workers (NixlConnector); "
                       "kv_both: the router decides per request which worker prefills and which decodes")]
     side = NIXL_SIDE_PORT + NIXL_PORT_STRIDE * slot.k
     env = [*slot.env, EnvVar("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side), f"{w.name}'s NIXL handshake port "
