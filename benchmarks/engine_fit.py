@@ -12,8 +12,11 @@ fitting rows and on the checking rows, which the fit never saw. Everything else 
 
 A profile with an empirical TTFT factor (Scheduler.ttft_factor, aiconfigurator's form) gets its divisor fitted
 too: the served TTFT of its fitting rows priced without the factor, the divisor from a grid minimising RMS(log)
-error. aiconfigurator's form also adds a dispatch cost per layer inside the factor; whether that second constant
-is kept is decided on the fitting rows alone, by leave-one-out error of the one- and two-constant fits.
+error. A multiplier on a wait set before the request decodes cannot describe runs whose TTFT grows with the
+output length (a request always waiting for admission: benchmarks/ttft_output_slope.py, admission_waits), so
+their rows are left out of this fit. aiconfigurator's form also adds a dispatch cost per layer inside the
+factor; whether that second constant is kept is decided on the fitting rows alone, by leave-one-out error of
+the one- and two-constant fits.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.served_validation import served_rows  # noqa: E402
+from benchmarks.served_validation import point, served_rows  # noqa: E402
+from benchmarks.ttft_output_slope import admission_waits  # noqa: E402
 from tests.engine_cases import PUBLISHED, engine_rows, in_scope, model_of, with_overheads  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
 
@@ -81,7 +85,7 @@ def fit(name: str) -> None:
           f"({worst.model} TP{worst.layout.tp} B{worst.batch} {worst.prompt}/{worst.gen})")
 
 
-DIVISORS = [d / 4 for d in range(4, 81)]  # 1 to 20 by 0.25
+DIVISORS = [d / 20 for d in range(10, 401)]  # 0.5 to 20 by 0.05
 LAYER_MS = [a / 20 for a in range(0, 61)]  # aiconfigurator's per-layer dispatch term, 0 to 3 ms by 0.05
 
 
@@ -110,7 +114,8 @@ def leave_one_out(rows: list[dict], layer_grid: list[float]) -> float:
 
 def ttft_factor_fit(name: str) -> tuple[float, float, float, float, list[float]] | None:
     """(per-layer ms, divisor, leave-one-out RMS(log) with the divisor alone, with both, the checking rows'
-    errors) for a profile with an empirical TTFT factor; None for one without. Only fitting rows choose."""
+    errors) for a profile with an empirical TTFT factor; None for one without. Only fitting rows choose, and of
+    them only those without an admission wait."""
     base = resolve(name)
     factor = base.scheduler.ttft_factor
     if factor is None:
@@ -118,7 +123,9 @@ def ttft_factor_fit(name: str) -> tuple[float, float, float, float, list[float]]
     bare = replace(base, scheduler=replace(base.scheduler, ttft_factor=None))
     rows = [{**r, "bare": r["ours"]["TTFT"], "factor": factor, "layers": model_of(r["model"]).layers}
             for r in served_rows(only=bare)]
-    fitting, checking = [r for r in rows if r["role"] == "fit"], [r for r in rows if r["role"] == "check"]
+    waiting = admission_waits(rows)
+    fitting = [r for r in rows if r["role"] == "fit" and point(r) not in waiting]
+    checking = [r for r in rows if r["role"] == "check"]
     one, two = leave_one_out(fitting, [0.0]), leave_one_out(fitting, LAYER_MS)
     a, d = best_ttft(fitting, [0.0] if one <= two else LAYER_MS)
     return a, d, one, two, [ttft_predicted(r, a, d) / r["ttft_ms"] - 1 for r in checking]

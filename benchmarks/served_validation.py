@@ -161,6 +161,7 @@ def main() -> None:
             cells = " | ".join(f"{100 * sum(abs(error(r, m)) for r in mine) / len(mine):.1f}% | "
                                f"{100 * max(abs(error(r, m)) for r in mine):.0f}%" for m in METRICS)
             print(f"| {profile} | {role} | {len(mine)} | {cells} |")
+    admission_table(rows)
     priced = [r for r in rows if r.get("aic")]
     if priced:
         print("\n| aiconfigurator's agg estimate | rows | " + " | ".join(f"{m} mean abs error | worst" for m in METRICS)
@@ -170,6 +171,27 @@ def main() -> None:
             cells = " | ".join(f"{100 * sum(abs(error(r, m, 'aic')) for r in mine) / len(mine):.1f}% | "
                                f"{100 * max(abs(error(r, m, 'aic')) for r in mine):.0f}%" for m in METRICS)
             print(f"| {engine} | {len(mine)} | {cells} |")
+
+
+def admission_table(rows: list[dict]) -> None:
+    """TTFT apart for the runs whose TTFT grows with the output length as a request waiting for admission does
+    (benchmarks/ttft_output_slope.py): where they are, what the served model prices and what it cannot."""
+    from benchmarks.ttft_output_slope import admission_waits
+
+    waiting = admission_waits(rows)
+    if not waiting:
+        return
+    print("\n| profile | role | TTFT, no admission wait: rows | mean abs error | worst | admission wait: rows | "
+          "mean abs error | worst |\n" + "|---" * 8 + "|")
+    for profile in sorted({r["profile"] for r in rows if point(r) in waiting}):
+        for role in sorted({r["role"] for r in rows if r["profile"] == profile}, key=lambda x: (len(x), x)):
+            cells = []
+            for apart in (False, True):
+                mine = [abs(error(r, "TTFT")) for r in rows
+                        if r["profile"] == profile and r["role"] == role and (point(r) in waiting) == apart]
+                cells.append(f"{len(mine)} | {100 * sum(mine) / len(mine):.1f}% | {100 * max(mine):.0f}%" if mine
+                             else "0 | - | -")
+            print(f"| {profile} | {role} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """TensorRT-LLM's scheduler replayed as a closed loop, step by step, against the published TTFT: does its in-flight
-batching alone keep a benchmark's requests in the waves the served model prices (topoplan.plan.served.wave_ttft)?
+batching alone keep a benchmark's requests in waves (all C prompts together), and does that explain the measured
+first-token wait (which the served model prices with an empirical factor instead, docs/planner.md section 4)?
 
 The replay, deterministic: C requests reach an idle engine at t = 0 (a benchmark at --max-concurrency C); each
 step runs one token of every decoding request, then packs waiting prompts whole, first come first served, into
 the room those decodes leave in max_num_tokens (TensorRT-LLM 1.0: chunked prefill off; GUARANTEED_NO_EVICT admits
 them all where memory holds C requests, as at every published row); a prompt's first token comes with its step;
 a request that has generated its last token is replaced at the end of that step. Step times are the served
-model's own (ReplicaSteps.step_ms). Printed per row: the measured TTFT, the served model's (the wave of C), and
+model's own (ReplicaSteps.step_ms). Printed per row: the measured TTFT, the served model's, and
 the replay's mean over the first C requests (the run's first wave) and over the next 9 x C (its steady state).
 
     python benchmarks/trtllm_closed_loop.py            # the TensorRT-LLM rows of tests/data/engine_measurements.json
@@ -64,18 +65,18 @@ def served_steps(r: dict) -> tuple[ReplicaSteps, float]:
 
 def main() -> None:
     rows = silicon_rows() if "--silicon" in sys.argv else PUBLISHED["rows"]
-    print("| point | TTFT measured | served (wave of C) | replay: first wave | error | steady state | error |\n"
+    print("| point | TTFT measured | served | replay: first wave | error | steady state | error |\n"
           "|---|---|---|---|---|---|---|")
     for r in rows:
         if not r["engine"].startswith("trtllm"):
             continue
-        steps, wave = served_steps(r)
+        steps, served = served_steps(r)
         c, budget = r["concurrency"], resolve(r["engine"]).scheduler.budgets[0].max_batched_tokens
         firsts = replay(steps, budget, r["prompt"], r["gen"], c, 10 * c)
         first, steady, measured = sum(firsts[:c]) / c, sum(firsts[c:]) / (9 * c), r["ttft_ms"]
         cells = " | ".join(f"{v:.0f} | {100 * (v / measured - 1):+.0f}%" for v in (first, steady))
-        print(f"| {r['model']} {r['dtype']} TP{r['tp']} C{c} {r['prompt']}/{r['gen']} | {measured:.0f} | {wave:.0f} | "
-              f"{cells} |")
+        print(f"| {r['model']} {r['dtype']} TP{r['tp']} C{c} {r['prompt']}/{r['gen']} | {measured:.0f} | "
+              f"{served:.0f} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.served_validation import served_rows, silicon_rows  # noqa: E402
+from benchmarks.served_validation import point, served_rows, silicon_rows  # noqa: E402
 
 
 def slope(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -48,6 +48,16 @@ def waiting_share(rows: list[dict]) -> tuple[float, float]:
     """(a in ms, C x b) of a group (see the module docstring)."""
     a, b = slope([(r["ttft_ms"] + (r["gen"] - 1) * r["tpot_ms"], r["ttft_ms"]) for r in rows])
     return a, rows[0]["concurrency"] * b
+
+
+WAITING = 0.5  # C x b at or above it: a request of the C waits for admission (1 when one always does)
+
+
+def admission_waits(rows: list[dict]) -> set[tuple]:
+    """The points (served_validation.point) of the rows whose group's measured TTFT grows with the request latency
+    as a request waiting for admission does (C x b >= WAITING): a deployment effect the rows do not record, outside
+    what a TTFT set before the request decodes can price (no fit uses them; reports show them apart)."""
+    return {point(r) for group in groups(rows).values() if waiting_share(group)[1] >= WAITING for r in group}
 
 
 def main() -> None:

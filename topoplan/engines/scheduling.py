@@ -8,10 +8,9 @@ the source of its budgets under `sources["scheduler.budgets"]`):
 - "separate": continuous batching whose prefill steps run alone, the decodes waiting (vLLM 0.2's
   prefill-first scheduler, SGLang without --enable-mixed-chunk);
 - "static": one batch at a time, prefilled together then decoded to the end (the bundled runner).
-A "mixed" engine with `waves` (TensorRT-LLM) keeps a closed loop's requests in waves: the C that arrive
-together are packed into steps first come first served, and TTFT is the wave's mean (served.wave_ttft).
 A `ttft_factor` is an empirical correction, not a mechanism: set only on a profile whose measured TTFT no
-modelled mechanism explains, fitted on that profile's own fitting rows (docs/planner.md, section 4).
+modelled mechanism explains (vLLM V1, TensorRT-LLM), fitted on that profile's own fitting rows
+(docs/planner.md, section 4).
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ class TtftFactor:
     """aiconfigurator's documented TTFT "queuing factor" form, 1 + log2(C) / divisor, flat from C =
     `saturates_at` on (aiconfigurator_core/sdk/backends/vllm_backend.py, _ttft_queuing_factor: divisor 8,
     saturating at 256): a multiplier on the modelled TTFT at C requests in flight, with `divisor` fitted by
-    benchmarks/engine_fit.py on the profile's fitting rows. Empirical: it stands for a wait no modelled
-    mechanism explains."""
+    benchmarks/engine_fit.py on the profile's fitting rows (those whose measured TTFT does not grow with the
+    output length). Empirical: it stands for a wait no modelled mechanism explains."""
 
     divisor: float
     saturates_at: int = 256
@@ -54,7 +53,6 @@ class Scheduler:
 
     mode: str  # "mixed" | "separate" | "static"
     budgets: tuple[Budget, ...] = ()
-    waves: bool = False  # "mixed": a closed loop's requests reach it in waves (topoplan.plan.served.wave_ttft)
     ttft_factor: TtftFactor | None = None  # "mixed": empirical TTFT multiplier (sources["scheduler.ttft_factor.*"])
 
     def budget(self, gpu: str, memory_bytes: float) -> Budget:

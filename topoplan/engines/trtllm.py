@@ -13,7 +13,7 @@ from topoplan.engines.engine import (
     Overheads,
     Parallelism,
 )
-from topoplan.engines.scheduling import Budget, Scheduler
+from topoplan.engines.scheduling import Budget, Scheduler, TtftFactor
 from topoplan.engines.vllm import AIC
 
 V1 = Engine(
@@ -30,12 +30,21 @@ V1 = Engine(
     sources={
         "scheduler.budgets": "TensorRT-LLM in-flight batching: context and generation requests in one iteration "
                              "(docs/source/advanced/gpt-attention.md); tensorrt_llm/builder.py BuildConfig "
-                             "max_num_tokens 8192, max_batch_size 2048; waves: the waiting context requests are "
-                             "packed first come first served up to max_num_tokens, whole (tensorrt_llm/llmapi/"
-                             "llm_args.py enable_chunked_prefill = False), so a closed loop's C requests that "
-                             "arrive together (all C at t = 0: aiconfigurator's docs/design/queueing_model.md) "
-                             "get their first tokens as those steps end (docs/planner.md section 4; the model "
-                             "chunks the prompt that does not fit)",
+                             "max_num_tokens 8192, max_batch_size 2048; whole prompts by default "
+                             "(tensorrt_llm/llmapi/llm_args.py enable_chunked_prefill = False: the model chunks "
+                             "only a prompt that does not fit the room the decodes leave)",
+        "scheduler.ttft_factor.divisor": "empirical, not a mechanism: TensorRT-LLM 1.0.0rc3's measured TTFT on H100 "
+                                         "Qwen3-32B fp8 (aiconfigurator 0.12 silicon_sample.csv) is 4-9x one "
+                                         "prompt's prefill at 8-64 in flight, growing as log2 of them; neither a "
+                                         "wave of C prompts arriving together (2.5-3.5x over at 32-64) nor the "
+                                         "scheduler replayed step by step explains it (docs/planner.md section 6). "
+                                         "aiconfigurator's form (sdk/backends/vllm_backend.py _ttft_queuing_factor) "
+                                         "with the divisor fitted by benchmarks/engine_fit.py on the 4 fitting rows "
+                                         "whose TTFT does not grow with the output length (Qwen3-32B fp8 1024/512 "
+                                         "C8, TP1/2/4/8): 0.95; its per-layer dispatch term fails leave-one-out. "
+                                         "The Llama-3.1-8B runs of the same collection have one request always "
+                                         "waiting for admission (benchmarks/ttft_output_slope.py): no fit uses them",
+        "scheduler.ttft_factor.saturates_at": "as vllm@0.32's: aiconfigurator's factor saturates at 256 in flight",
         "memory.fraction": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction = 0.9 "
                            "(\"fraction of GPU memory ... allocated for the KV cache\", of what is free after "
                            "the model loads)",
@@ -70,7 +79,7 @@ V1 = Engine(
     },
     notes="PyTorch-backend TensorRT-LLM under trtllm-serve; engines built with trtllm-build (TensorRT backend) "
           "have the same memory policy with 64-token blocks.",
-    scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),), waves=True),
+    scheduler=Scheduler("mixed", (Budget(0, 8192, 2048),), ttft_factor=TtftFactor(0.95)),
     kv_transfer=KvTransferPath(GPU_LINK, "NVIDIA Dynamo's backends/trtllm/kv-cache-transfer.md: TensorRT-LLM's cache "
                                "transceiver moves the KV cache with NIXL over UCX by default, as vLLM's NixlConnector "
                                "(UCX's CUDA IPC within a host); not checked against its own source"),

@@ -5,10 +5,10 @@ module needs of it): a decode step of some sequences, with prompt tokens in the 
 alone. A server under load runs a stream of such steps whose makeup depends on how its scheduler batches
 (topoplan.engines.scheduling): this module turns the step times into the steady state of C requests in
 flight per replica, each of `prompt` tokens generating `gen` (a closed loop, as `vllm bench serve
---max-concurrency C` drives it: all C start together, a finished request is replaced at once). Where the
-engine keeps such a loop in waves (its prompts reach it together: SGLang's prefill-first steps, TensorRT-LLM's
-whole-prompt packing) TTFT is the mean over a wave; else a prompt lands during a running step and waits for
-its end. Every formula is in docs/planner.md, section 4 (served model).
+--max-concurrency C` drives it: all C start together, a finished request is replaced at once). An engine
+whose prefill steps run alone (SGLang) keeps such a loop in waves and TTFT is the mean over a wave; else a
+prompt lands during a running step and waits for its end. Every formula is in docs/planner.md, section 4
+(served model).
 """
 
 from __future__ import annotations
@@ -77,28 +77,7 @@ def static(steps: ReplicaSteps, prompt: int, gen: int, c: int) -> Served:
     return _finish(c, gen, steps.prefill_ms(c), steps.step_ms(c))
 
 
-def wave_ttft(steps: ReplicaSteps, tokens: float, prompt: int, c: int) -> float:
-    """Mean first-token time of c prompts that reach an idle engine together (a closed loop's wave): each step
-    runs the decodes of the prompts already done and the next prompt tokens in arrival order, up to the budget
-    those decodes leave; a prompt's first token comes with the step that finishes it. A full step of d decodes
-    is priced between step(0, budget) and step(c, budget - c), linear in d (two prices, not one a step)."""
-    if c * prompt <= tokens:
-        return steps.step_ms(0, c * prompt)
-    empty, busy = steps.step_ms(0, tokens), steps.step_ms(c, max(tokens - c, 1))
-    done, fed, now, firsts = 0, 0.0, 0.0, 0.0
-    while done < c:
-        room = max(tokens - done, 1)
-        x = min(room, c * prompt - fed)
-        now += empty + (busy - empty) * done / c if x == room else steps.step_ms(done, x)
-        fed += x
-        finished = min(c, int(fed // prompt))
-        firsts += (finished - done) * now
-        done = finished
-    return firsts / c
-
-
-def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, waves: bool = False,
-          ttft_factor: float = 1.0) -> Served:
+def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, ttft_factor: float = 1.0) -> Served:
     """Chunked prefill in the decode steps. A request spends k steps on its prompt (chunks of the budget the
     others' decodes leave) and gen - 1 decoding, so lam = c / (k + gen - 1) prompts start a step. Within
     budget, a step carrying prompt tokens carries x = max(prompt / k, lam x prompt) of them, a share
@@ -107,9 +86,8 @@ def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, wa
     when the prompt lands, E[T^2] / 2 E[T] over that mix of steps (0 at c = 1: the engine is idle). Over budget
     (lam x (prompt + gen - 1) > budget) every step is full: lam = budget / (prompt + gen - 1), d = lam x (gen - 1)
     decodes, TPOT = step(d, budget - d), and a request waits c / lam - (gen - 1) steps for its first token.
-    With `waves` (an engine whose closed loop stays in waves: the c requests of a wave reach it together) TTFT is
-    instead the wave's mean first-token time (wave_ttft). `ttft_factor` multiplies the TTFT so found: an
-    empirical correction where a profile's measured TTFT exceeds every modelled mechanism (TtftFactor)."""
+    `ttft_factor` multiplies the TTFT so found: an empirical correction where a profile's measured TTFT exceeds
+    every modelled mechanism (TtftFactor)."""
     tokens, others, k = budget.max_batched_tokens or math.inf, c - 1, 1
     for _ in range(2):  # k from the room the decodes leave, the decodes from k: settled in two rounds
         span = k + gen - 1
@@ -121,14 +99,11 @@ def mixed(steps: ReplicaSteps, budget: Budget, prompt: int, gen: int, c: int, wa
         lam = tokens / (prompt + gen - 1)
         decodes = lam * (gen - 1)
         tpot = steps.step_ms(decodes, tokens - decodes)
-        ttft = wave_ttft(steps, tokens, prompt, c) if waves else max(c / lam - (gen - 1), k) * tpot
-        return _finish(c, gen, ttft * ttft_factor, tpot, bound=True)
+        return _finish(c, gen, max(c / lam - (gen - 1), k) * tpot * ttft_factor, tpot, bound=True)
     chunk = min(room, max(prompt / k, lam * prompt))
     share = min(1.0, others / span * prompt / chunk)
     carrying, plain = steps.step_ms(decodes, chunk), steps.step_ms(decodes)
     tpot = share * carrying + (1 - share) * plain
-    if waves:
-        return _finish(c, gen, wave_ttft(steps, tokens, prompt, c) * ttft_factor, tpot)
     # the step in flight when the prompt arrives: its mean rest is E[T^2] / 2 E[T] over the steps' mix
     rest = (share * carrying**2 + (1 - share) * plain**2) / (2 * tpot) if others else 0.0
     return _finish(c, gen, (rest + k * steps.step_ms(beside, chunk)) * ttft_factor, tpot)
@@ -171,8 +146,7 @@ class ServedModel:
         mode, p, g = self.scheduler.mode, self.prompt, self.gen
         if mode == "mixed":
             factor = self.scheduler.ttft_factor
-            return mixed(steps, self.budget, p, g, concurrency, self.scheduler.waves,
-                         factor.at(concurrency) if factor else 1.0)
+            return mixed(steps, self.budget, p, g, concurrency, factor.at(concurrency) if factor else 1.0)
         if mode == "separate":
             return separate(steps, self.budget, p, g, concurrency)
         return static(steps, p, g, concurrency)
