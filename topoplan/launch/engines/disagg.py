@@ -272,7 +272,7 @@ def disagg_launch(plan: DisaggPlan, topology: Topology, engine: Engine, options:
     if clashes:
         raise TopoplanError(f"--port {options.port}: the deployment's ports collide ({'; '.join(clashes)}); choose "
                             "another --port")
-    argv, env, chosen, label = module.disagg_router(engine, processes, options)
+    argv, env, chosen, label = module.disagg_router(processes, options)
     router = Process("router", "router", 0, 0, tuple(argv), tuple(env), tuple(chosen), options.port,
                      address(0) if multi_node else options.host)
     return DisaggLaunch(engine, plan, options, (*processes, router), nodes, known, label, len(topology.gpus),

@@ -163,7 +163,7 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     return argv, list(slot.env), chosen, ports
 
 
-def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,
+def disagg_router(workers: Sequence[Process], options: ServeOptions,
                   ) -> tuple[list[str], list[EnvVar], list[Option], str]:
     """SGLang's router in PD mode, in front of every worker: `--prefill URL BOOTSTRAP_PORT` per prefill worker,
     `--decode URL` per decode worker."""

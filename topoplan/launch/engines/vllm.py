@@ -217,7 +217,7 @@ def disagg_worker(engine: Engine, slot: WorkerSlot, options: ServeOptions,
     return argv, env, chosen, list(range(side, side + w.layout.dp))
 
 
-def disagg_router(engine: Engine, workers: Sequence[Process], options: ServeOptions,
+def disagg_router(workers: Sequence[Process], options: ServeOptions,
                   ) -> tuple[list[str], list[EnvVar], list[Option], str]:
     """vllm-router in vLLM's P/D mode in front of every worker (replace the program on the line to use another
     proxy, e.g. vLLM's toy_proxy_server.py by path: it takes --prefiller-hosts/--prefiller-ports and the decoders')."""
