@@ -125,3 +125,21 @@ def test_a_checkpoint_folder_model_is_stale_when_its_config_changes(tmp_path: Pa
     (folder / "config.json").write_text(json.dumps({**CATALOG["Llama-3.1-8B"], "num_hidden_layers": 30}))
     done = runner.invoke(app, ["launch", "--plan", str(plan), "--rank", "1", "--checkpoint", "/m"])
     assert done.exit_code == 2 and "stale plan: model file" in done.output
+
+
+def test_a_plan_made_with_a_relative_topology_launches_from_another_folder(tmp_path: Path, monkeypatch) -> None:
+    """The record keeps the topology file's absolute path, so `launch --plan` run elsewhere finds the file it
+    checks; a catalog model name stays a name."""
+    made, elsewhere = tmp_path / "made", tmp_path / "elsewhere"
+    made.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(DGX, made / "topo.txt")
+    monkeypatch.chdir(made)
+    done = runner.invoke(app, ["plan", "--model", "70b", "--topo", "topo.txt", "--gpu", "a100-80gb", "--top", "2",
+                               "-o", "plan.json"])
+    assert done.exit_code == 0, done.output
+    record = json.loads((made / "plan.json").read_text())["request"]
+    assert record["topo"] == str(made / "topo.txt") and record["model"] == "70b"
+    monkeypatch.chdir(elsewhere)
+    assert launched(made / "plan.json", 2)["layout"]["tp"] == json.loads((made / "plan.json").read_text())[
+        "layouts"][1]["tp"]

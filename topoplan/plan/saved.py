@@ -38,12 +38,18 @@ def _digest(path: str) -> str | None:
     return hashlib.sha256(read_capped(file)).hexdigest()
 
 
+def _located(value: Any) -> Any:
+    """A file field's value as an absolute path where it names a file or folder, so that `launch --plan` finds it
+    from another working directory; else (a catalog model name, "-") as given."""
+    return str(Path(value).resolve()) if isinstance(value, str) and value != "-" and Path(value).exists() else value
+
+
 def request_record(request: PlanRequest, disagg: DisaggRequest | None = None) -> dict[str, Any]:
-    """The request as JSON, with topoplan's version and the digest of each file it read; with `disagg` (a
-    `plan --disagg`), its P:D and connector under `disagg`."""
+    """The request as JSON (file fields as absolute paths), with topoplan's version and the digest of each file
+    it read; with `disagg` (a `plan --disagg`), its P:D and connector under `disagg`."""
     record: dict[str, Any] = {} if disagg is None else {"disagg": disagg.record()}
     for f in fields(request):
-        value = getattr(request, f.name)
+        value = _located(getattr(request, f.name)) if f.name in FILE_FIELDS else getattr(request, f.name)
         record[f.name] = str(value) if f.name == "engine" else asdict(value) if f.name in ("workload", "limits") \
             else value
     files = {name: _digest(record[name]) for name in FILE_FIELDS if isinstance(record.get(name), str)}
