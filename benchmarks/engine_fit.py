@@ -3,12 +3,13 @@
 
     python benchmarks/engine_fit.py [vllm|sglang|trtllm ...]
 
-Free: memory_bandwidth_efficiency (a grid of round values), graph_layer_overhead_us g and step_overhead_us s.
-The predicted TPOT is linear in g and s (each decode step pays L x g + s, each prefill s once, shared by
-(B-1)/gen of the steps), so for each efficiency they come from least squares on the relative error, then
-are rounded (g to 1 us, s to 50 us). Rows of one model cannot tell L x g from s (L is the same in every
-row): then it all goes per layer, s = 0, and docs/engines.md says so. Prints the best set, its error on the
-fitting rows and on the checking rows, which the fit never saw. Everything else stays as the profile has it (sourced).
+Free: memory_bandwidth_efficiency (a grid of round values), graph_layer_overhead_us g, step_overhead_us s and
+sequence_overhead_us q. The predicted TPOT is linear in g, s and q (each decode step of B sequences pays L x g + s
++ B x q, each prefill s + q once, shared by (B-1)/gen of the steps), so for each efficiency they come from
+non-negative least squares on the relative error, then are rounded (g and q to 1 us, s to 50 us). Rows of one
+model cannot tell L x g from s (L is the same in every row): then it all goes per layer, s = 0; rows of one
+concurrency cannot tell B x q from s (or from L x g): then q = 0; docs/engines.md says which. Prints the best
+set, its error on the fitting rows and on the checking rows, which the fit never saw. Everything else stays as the profile has it (sourced).
 
 A profile with an empirical TTFT factor (Scheduler.ttft_factor, aiconfigurator's form) gets its divisor fitted
 too: the served TTFT of its fitting rows priced without the factor, the divisor from a grid minimising RMS(log)
@@ -21,6 +22,7 @@ the one- and two-constant fits.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from dataclasses import replace
@@ -40,23 +42,43 @@ def rms(errors: list[float]) -> float:
     return math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors)) if errors else 0.0
 
 
-def least_squares(rows, layers: dict[str, int]) -> tuple[float, float]:
-    """(g, s) >= 0 minimising sum ((base + a g + b s) / measured - 1)^2, base priced with g = s = 0."""
-    sums = [0.0] * 5  # aa, ab, bb, ar, br with a, b, r scaled by 1/measured
-    for r in rows:
-        a = layers[r.model] / 1e3 / r.measured  # ms per us of g
-        b = (1 + (r.batch - 1) / r.gen) / 1e3 / r.measured  # ms per us of s
-        res = 1 - r.predicted / r.measured
-        for i, v in enumerate((a * a, a * b, b * b, a * res, b * res)):
-            sums[i] += v
-    aa, ab, bb, ar, br = sums
-    det = aa * bb - ab * ab
-    if det < 1e-3 * aa * bb:  # one model's rows: L x g and s move together; put it all per layer
-        return round(max(ar / aa, 0.0)), 0
-    g, s = (bb * ar - ab * br) / det, (aa * br - ab * ar) / det
-    if g < 0 or s < 0:  # one of them at zero: fit the other alone
-        g, s = (max(ar / aa, 0.0), 0.0) if (ar / aa) * ar >= (br / bb) * br else (0.0, max(br / bb, 0.0))
-    return round(g), round(s / 50) * 50
+def solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
+    """x with matrix x = vector (Gaussian elimination with partial pivoting); None when singular."""
+    n = len(vector)
+    rows = [matrix[i][:] + [vector[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) < 1e-12:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(n):
+            if r != col:
+                k = rows[r][col] / rows[col][col]
+                rows[r] = [a - k * b for a, b in zip(rows[r], rows[col])]
+    return [rows[i][n] / rows[i][i] for i in range(n)]
+
+
+def least_squares(rows, layers: dict[str, int]) -> tuple[float, float, float]:
+    """(g, s, q) >= 0 minimising sum ((base + a g + b s + c q) / measured - 1)^2, base priced with g = s = q = 0:
+    the best of the non-negative solutions over the subsets of the constants the rows can tell apart."""
+    columns = {"g": [layers[r.model] / 1e3 / r.measured for r in rows],  # ms per us of g
+               "s": [(1 + (r.batch - 1) / r.gen) / 1e3 / r.measured for r in rows],  # ms per us of s
+               "q": [(r.batch + (r.batch - 1) / r.gen) / 1e3 / r.measured for r in rows]}  # ms per us of q
+    residual = [1 - r.predicted / r.measured for r in rows]
+    free = ["g"] + ["s"] * (len({layers[r.model] for r in rows}) > 1) + ["q"] * (len({r.batch for r in rows}) > 1)
+    best: tuple[float, dict[str, float]] = (sum(x * x for x in residual), {})
+    for size in range(1, len(free) + 1):
+        for names in itertools.combinations(free, size):
+            cols = [columns[n] for n in names]
+            x = solve([[sum(a * b for a, b in zip(ci, cj)) for cj in cols] for ci in cols],
+                      [sum(a * r for a, r in zip(ci, residual)) for ci in cols])
+            if x is None or min(x) < 0:
+                continue
+            left = sum((r - sum(xi * c[i] for xi, c in zip(x, cols))) ** 2 for i, r in enumerate(residual))
+            if left < best[0]:
+                best = (left, dict(zip(names, x)))
+    found = best[1]
+    return round(found.get("g", 0.0)), round(found.get("s", 0.0) / 50) * 50, round(found.get("q", 0.0))
 
 
 def fit(name: str) -> None:
@@ -67,19 +89,21 @@ def fit(name: str) -> None:
     layers = {r.model: r.layers for r in engine_rows({name: base}, role="fit") if r.profile == str(base)}
     best = None
     for eff in EFFICIENCIES:
-        zero = with_overheads(base, memory_bandwidth_efficiency=eff, graph_layer_overhead_us=0.0, step_overhead_us=0.0)
+        zero = with_overheads(base, memory_bandwidth_efficiency=eff, graph_layer_overhead_us=0.0, step_overhead_us=0.0,
+                              sequence_overhead_us=0.0)
         rows = [r for r in engine_rows({name: zero}, role="fit") if r.profile == str(base) and in_scope(r)]
-        g, s = least_squares(rows, layers)
+        g, s, q = least_squares(rows, layers)
         profile = with_overheads(base, memory_bandwidth_efficiency=eff, graph_layer_overhead_us=float(g),
-                                 step_overhead_us=float(s))
+                                 step_overhead_us=float(s), sequence_overhead_us=float(q))
         fitted = [r for r in engine_rows({name: profile}, role="fit") if r.profile == str(base) and in_scope(r)]
         score = rms([r.error for r in fitted])
         if best is None or score < best[0]:
-            best = (score, eff, g, s, profile)
-    score, eff, g, s, profile = best
+            best = (score, eff, g, s, q, profile)
+    score, eff, g, s, q, profile = best
     check = [r for r in engine_rows({name: profile}, role="check") if r.profile == str(base) and in_scope(r)]
     worst = max(check, key=lambda r: abs(r.error))
-    print(f"{base}: memory_bandwidth_efficiency={eff} graph_layer_overhead_us={g} step_overhead_us={s}; "
+    print(f"{base}: memory_bandwidth_efficiency={eff} graph_layer_overhead_us={g} step_overhead_us={s} "
+          f"sequence_overhead_us={q}; "
           f"fit RMS(log) {score:.3f}; check RMS(log) "
           f"{rms([r.error for r in check]):.3f} over {len(check)} rows, worst {100 * worst.error:+.0f}% "
           f"({worst.model} TP{worst.layout.tp} B{worst.batch} {worst.prompt}/{worst.gen})")

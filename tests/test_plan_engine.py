@@ -138,6 +138,12 @@ def test_step_overheads_and_cuda_graphs_change_decode_as_the_profile_says():
     per_rank = replace(base, step_overhead_per_rank_us=100.0)
     assert _cost("vllm", calibration=per_rank).decode_ms_per_token - with_step.decode_ms_per_token == pytest.approx(
         3 * 0.1)  # TP4: three ranks beyond the first
+    # the per-sequence overhead: vLLM V1's 43 us for each sequence in a step, on top of the rest
+    assert base.sequence_overhead_us == 43.0
+    bare = replace(base, sequence_overhead_us=0.0)
+    for batch in (1, 16):
+        assert (_cost("vllm", batch=batch, calibration=base).decode_ms_per_token
+                - _cost("vllm", batch=batch, calibration=bare).decode_ms_per_token) == pytest.approx(batch * 0.043)
 
 
 def test_newer_vllm_is_faster_than_2023_vllm_and_says_why():

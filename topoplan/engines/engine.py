@@ -137,6 +137,9 @@ class Overheads:
     step_overhead_us: float  # per step outside the layers: scheduler, input preparation, sampling, output
     step_overhead_per_rank_us: float  # per step per extra TP/PP rank: the driver sending each worker its inputs
     collective_base_us: float  # fixed cost of one NCCL call in the engine's step
+    # per sequence in a step: the per-request bookkeeping the GPU waits for (scheduling, input preparation,
+    # sampling, output handling) and attention's fixed work per sequence; 0 where no fit can tell it apart
+    sequence_overhead_us: float = 0.0
 
 
 GPU_LINK, VIA_NIC = "gpu-link", "nic"  # KvTransferPath.same_node

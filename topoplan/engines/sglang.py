@@ -59,6 +59,8 @@ V0_5 = Engine(
             "step_overhead_us": "0: one model's rows cannot separate it from the per-layer figure, which absorbs "
                                 "it (benchmarks/engine_fit.py)",
             "step_overhead_per_rank_us": "scheduler output broadcast once to the TP workers: no per-rank term",
+            "sequence_overhead_us": "0: its fitting rows run at one concurrency (16), which cannot tell a "
+                                    "per-sequence cost from the per-layer figure (benchmarks/engine_fit.py)",
             "collective_base_us": "as vllm@0.32",
         }.items()},
     },

@@ -28,6 +28,8 @@ RUNNER = Engine(
         "overheads.graph_layer_overhead_us": "no CUDA graphs: the eager figure",
         "overheads.step_overhead_us": "no sourced GPU figure; absorbed by the fitted layer overhead",
         "overheads.step_overhead_per_rank_us": "none: every rank runs the same loop (torchrun), no driver",
+        "overheads.sequence_overhead_us": "none: the runner's step prepares its batch as tensors, no per-request "
+                                          "Python work",
         "overheads.collective_base_us": FT,
     },
     notes="The planner's historical default: an idealised fused-kernel runtime, not a measurement of the runner "

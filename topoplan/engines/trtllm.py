@@ -74,6 +74,8 @@ V1 = Engine(
                                        "(two models, 32 and 64 layers, tell it from the per-step figure)",
             "step_overhead_us": "fitted: 0 (least squares over the two models puts the fixed time per layer)",
             "step_overhead_per_rank_us": "one executor loop per rank under MPI: no per-rank term",
+            "sequence_overhead_us": "0: its fitting rows run at one concurrency (8), which cannot tell a "
+                                    "per-sequence cost from the per-step figures (benchmarks/engine_fit.py)",
             "collective_base_us": "as vllm@0.32",
         }.items()},
     },

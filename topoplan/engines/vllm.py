@@ -47,7 +47,8 @@ V0_2 = Engine(
         "overheads.memory_bandwidth_efficiency": "estimate: the FasterTransformer fit's 0.8 (docs/planner.md "
                                                  "section 5), below V1's fitted 0.9 (older attention kernels)",
         "overheads.flop_efficiency": "estimate: cuBLAS GEMMs at prefill sizes under xformers attention",
-        "overheads.layer_overhead_us": "estimate: vllm@0.32's fitted 64 us per layer plus eager launches, ~12 "
+        "overheads.layer_overhead_us": "estimate: vllm@0.32's fitted 64 us per layer (its figure before it got a "
+                                       "per-sequence term) plus eager launches, ~12 "
                                        "kernels per layer at ~5 us each (CUDA graphs came with PR #1926, "
                                        "December 2023, after 0.2.4)",
         "overheads.graph_layer_overhead_us": "no CUDA graphs in 0.2.0-0.2.4: the eager figure",
@@ -57,6 +58,8 @@ V0_2 = Engine(
                                       "loop without its later fixes",
         "overheads.step_overhead_per_rank_us": "estimate: the 0.2 driver broadcasts each step's inputs to every "
                                                "Ray worker (vllm/worker/worker.py), a cost per extra rank",
+        "overheads.sequence_overhead_us": "0: the per-step estimate (3 ms) stands for all its Python work; no "
+                                          "vLLM 0.2 measurement separates a per-sequence part",
         "overheads.collective_base_us": f"eager all-reduce launch: {AIC} a100_sxm/comm/vllm/0.14.0 "
                                         "custom_allreduce_perf vllm_eager 44 us at 8-16 KiB (eager launch cost)",
     },
@@ -75,8 +78,8 @@ V1 = Engine(
                             one_shot_max_bytes=((2, 8 * 1024 * 1024), (4, 512 * 1024), (8, 256 * 1024)),
                             one_shot_us=5.0, two_shot_us=10.0),
     overheads=Overheads(memory_bandwidth_efficiency=0.90, flop_efficiency=0.70, layer_overhead_us=30.0,
-                        graph_layer_overhead_us=64.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
-                        collective_base_us=20.0),
+                        graph_layer_overhead_us=57.0, step_overhead_us=0.0, step_overhead_per_rank_us=0.0,
+                        collective_base_us=20.0, sequence_overhead_us=43.0),
     sources={
         **MEMORY_SOURCES,
         "scheduler.budgets": "vllm/v1/core/sched/scheduler.py: running requests' decodes first, then waiting prompts "
@@ -115,8 +118,14 @@ V1 = Engine(
                                "fp16 (Llama 7B TP1 133 ms, 70B TP4 377 ms: docs/engines.md), no vLLM prefill "
                                "measurement isolates it",
             "layer_overhead_us": "prefill runs eagerly or piecewise-compiled: the FasterTransformer-fitted 30 us",
-            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 64 us per layer per decode step "
+            "graph_layer_overhead_us": "fitted with memory_bandwidth_efficiency: 57 us per layer per decode step "
                                        "(small kernels below peak bandwidth, QK-norm, attention's fixed cost)",
+            "sequence_overhead_us": "fitted with memory_bandwidth_efficiency: 43 us per sequence per step, from "
+                                    "the fitting rows' TPOT at 8 and 16 in flight (benchmarks/engine_fit.py): the "
+                                    "engine core's per-request work between GPU steps without async scheduling "
+                                    "(vllm/v1/core/sched/scheduler.py schedule and update_from_output, "
+                                    "gpu_model_runner.py input preparation) and attention's per-sequence work; "
+                                    "checked at 32-128 in flight (docs/planner.md section 6)",
             "step_overhead_us": "0: one model's rows cannot separate it from the per-layer figure (same layer "
                                 "count in every row), which absorbs it (benchmarks/engine_fit.py)",
             "step_overhead_per_rank_us": "V1 broadcasts the scheduler output once through shared memory "

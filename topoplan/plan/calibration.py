@@ -57,6 +57,7 @@ class Calibration:
     # absorbs it. `topoplan calibrate` measures it for the runner.
     step_overhead_us: float = 0.0
     step_overhead_per_rank_us: float = 0.0  # per step per rank beyond the first: a driver feeding its workers
+    sequence_overhead_us: float = 0.0  # per step per sequence in it: an engine's per-request bookkeeping
     # per weight product of a step beyond streaming its bytes (each layer's fused QKV, output, gate/up and down
     # products, two per routed expert a rank runs, the LM head); 0 by default: on a GPU it is a kernel launch,
     # in layer_overhead_us already. On CPU `topoplan calibrate` measures it (topoplan.bench.probes.matmul_call_us).

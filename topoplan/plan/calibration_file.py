@@ -48,6 +48,7 @@ class ConstantValues:
     decode_layer_overhead_us: float | None = None
     step_overhead_us: float | None = None
     step_overhead_per_rank_us: float | None = None
+    sequence_overhead_us: float | None = None
     matmul_call_us: float | None = None
     moe_layer_overhead_us: float | None = None
     expert_overhead_us: float | None = None

@@ -382,10 +382,12 @@ class CostModel:
     def _step_extra_ms(self, rings: list[Ring], batch: float) -> float:
         """What one step pays besides its stages and hand-offs: the sampled token ids (int64) going back
         from the last stage to the first when there are several, and the per-step fixed overhead (plus its
-        per-rank share for every rank of the replica beyond the first)."""
+        per-rank share for every rank of the replica beyond the first and its per-sequence share for each of
+        the `batch` sequences in the step)."""
         back = self.pricer.handoff_us(rings[-1], rings[0], batch * TOKEN_ID_BYTES) / 1e3 if len(rings) > 1 else 0.0
-        ranks = len(rings) * len(rings[0])
-        return back + (self.cal.step_overhead_us + (ranks - 1) * self.cal.step_overhead_per_rank_us) / 1e3
+        ranks, cal = len(rings) * len(rings[0]), self.cal
+        return back + (cal.step_overhead_us + (ranks - 1) * cal.step_overhead_per_rank_us
+                       + batch * cal.sequence_overhead_us) / 1e3
 
     def _pipeline_ms(self, rings: list[Ring], models: list[StageModel], batch: float,
                      groups: Sequence[Ring | None], prefill_tokens: float = 0.0) -> tuple[float, list[float]]:

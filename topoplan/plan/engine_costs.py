@@ -17,6 +17,7 @@ def engine_calibration(profile: Engine) -> Calibration:
                    flop_efficiency=o.flop_efficiency, layer_overhead_us=o.layer_overhead_us,
                    decode_layer_overhead_us=o.graph_layer_overhead_us if profile.cuda_graphs_decode else None,
                    step_overhead_us=o.step_overhead_us, step_overhead_per_rank_us=o.step_overhead_per_rank_us,
+                   sequence_overhead_us=o.sequence_overhead_us,
                    collective_base_us=o.collective_base_us, runtime_reserve=round(1 - profile.memory.fraction, 9))
 
 
