@@ -250,6 +250,11 @@ def left_out(skipped: Counter) -> None:
 
 def main() -> None:
     silicon, unseen = "--silicon" in sys.argv, "--unseen" in sys.argv
+    if silicon and unseen:
+        sys.exit("served_validation: --silicon and --unseen select different rows: pass one")
+    if (silicon or unseen) and not AIC_COLUMNS:
+        sys.exit(f"served_validation: {'--silicon' if silicon else '--unseen'} reads silicon_sample.csv from the "
+                 f"optional extra: {aic_estimator.INSTALL}")
     picked, skipped = unseen_rows() if unseen else (None, Counter())
     rows = served_rows(rows=silicon_rows() if silicon else picked)
     for r in rows if unseen else ():  # where the planner says C requests do not fit (their queueing is not priced)
