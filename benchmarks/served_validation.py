@@ -45,7 +45,7 @@ from topoplan.dtypes import PLAN_DTYPES, dtype_of  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
 from topoplan.engines.engine import Engine  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
-from topoplan.hardware import find_gpu  # noqa: E402
+from topoplan.hardware import GpuSpec, find_gpu  # noqa: E402
 from topoplan.plan import aic_estimator  # noqa: E402
 from topoplan.plan.cost import Workload  # noqa: E402
 from topoplan.plan.device import DeviceSpec  # noqa: E402
@@ -98,6 +98,11 @@ def agg_rows() -> list[dict]:
     return out
 
 
+def gpu_of(r: dict) -> GpuSpec:
+    """The catalog GPU of a row: its aiconfigurator system name (h200_sxm) is a topoplan alias with a hyphen."""
+    return find_gpu(r["gpu"].replace("_", "-"))
+
+
 def group(r: dict) -> tuple:
     """A row's engine version, GPU, model and dtype: what tells the data file's runs from the unseen ones."""
     return r["engine"], r["gpu"], r["model"], r["dtype"]
@@ -127,7 +132,7 @@ def unpriced(r: dict) -> str:
         return f"no engine version recorded and none known for {r['undated']} (UNDATED)"
     try:
         resolve(r["engine"])
-        DeviceSpec.from_gpu(find_gpu(r["gpu"].replace("_", "-"))).compute_dtype(dtype_of(r["dtype"]))
+        DeviceSpec.from_gpu(gpu_of(r)).compute_dtype(dtype_of(r["dtype"]))
     except TopoplanError as e:
         return str(e)
     return ""
@@ -152,13 +157,13 @@ def served_rows(only: Engine | None = None, rows: list[dict] | None = None) -> l
     rows of that profile alone, priced with it (benchmarks/engine_fit.py prices variants of a profile)."""
     out = []
     for r in PUBLISHED["rows"] if rows is None else rows:
-        profile, gpu = resolve(r["engine"]), r["gpu"].replace("_", "-")
+        profile, gpu = resolve(r["engine"]), gpu_of(r)
         if only is not None:
             if str(profile) != str(only):
                 continue
             profile = only
         work = Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"])
-        result = plan(board(gpu), model_of(r["model"]), DeviceSpec.from_gpu(find_gpu(gpu)), work, tp=r["tp"],
+        result = plan(board(gpu.key), model_of(r["model"]), DeviceSpec.from_gpu(gpu), work, tp=r["tp"],
                       pp=r["pp"], dp=1, engine=profile)
         ours = result.layouts[0].cost.served.replica
         c, gen = r["concurrency"], r["gen"]
@@ -186,7 +191,7 @@ def aiconfigurator_agg(r: dict) -> dict | None:
     from aiconfigurator_core.sdk.perf_database import get_database_view, get_version_slots
 
     logging.getLogger(aic_estimator.PACKAGE).setLevel(logging.ERROR)  # its data-provenance notes
-    profile, system = resolve(r["engine"]), aic_estimator.SYSTEMS[find_gpu(r["gpu"].replace("_", "-")).key]
+    profile, system = resolve(r["engine"]), aic_estimator.SYSTEMS[gpu_of(r).key]
     gemm = r.get("gemm") or aic_estimator.GEMM_MODES[r["dtype"]]  # the run's own (fp8_block) where it has one
     try:
         version = aic_estimator.pick_version(get_version_slots(system, profile.name) or {}, profile)
