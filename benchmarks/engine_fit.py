@@ -9,7 +9,8 @@ sequence_overhead_us q. The predicted TPOT is linear in g, s and q (each decode 
 non-negative least squares on the relative error, then are rounded (g and q to 1 us, s to 50 us). Rows of one
 model cannot tell L x g from s (L is the same in every row): then it all goes per layer, s = 0; rows of one
 concurrency cannot tell B x q from s (or from L x g): then q = 0; docs/engines.md says which. Prints the best
-set, its error on the fitting rows and on the checking rows, which the fit never saw. Everything else stays as the profile has it (sourced).
+set, its error on the fitting rows and on the checking rows, which the fit never saw. Everything else stays as
+the profile has it (sourced).
 
 A profile with an empirical TTFT factor (Scheduler.ttft_factor, aiconfigurator's form) gets its divisor fitted
 too: the served TTFT of its fitting rows priced without the factor, the divisor from a grid minimising RMS(log)

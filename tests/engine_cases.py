@@ -29,8 +29,9 @@ from topoplan.topology.model import Gpu, Topology, build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = json.loads((ROOT / "tests" / "data" / "engine_measurements.json").read_text())
-# NVLink links per GPU pair as `nvidia-smi topo -m` prints them on an 8-GPU NVSwitch board
-NVLINKS = {"sm80": "NV12", "sm90": "NV18"}
+# NVLink links per GPU pair as `nvidia-smi topo -m` prints them on an 8-GPU NVSwitch board (HGX B200: 18 NVLink 5
+# links per GPU, topoplan.hardware; a GB200 NVL72 tray's GPUs reach each other the same way, over its switches)
+NVLINKS = {"sm80": "NV12", "sm90": "NV18", "sm100": "NV18"}
 
 
 @dataclass(frozen=True)
