@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -345,3 +346,21 @@ def test_unseen_rows_are_the_dense_runs_no_fit_saw():
         profiles[r["engine"].split("@")[0]].add(r["profile"])
         assert r["ours"]["TPOT"] > 0 and r["ours"]["tok/s"] > 0
     assert profiles == {"vllm": {"vllm@0.32"}, "sglang": {"sglang@0.5"}, "trtllm": {"trtllm@1.0"}}
+
+
+def test_prompt_cost_reads_what_a_prompt_cost_the_engine_from_a_closed_loop():
+    """benchmarks/prompt_cost.py: a closed loop of 64 requests, TTFT 300 ms, TPOT 20 ms, 128 tokens out, decode
+    step of 64 at 15 ms: the engine spends L / C = (300 + 127 x 20) / 64 = 44.375 ms a request, its tokens
+    128 x 15 / 64 = 30 ms of it, the prompt 14.375 ms. On TensorRT-LLM 1.0's runs at C32-C128 (docs/planner.md §6)
+    that is our one-prompt prefill for Llama-3.1-8B bf16 at TP1 (every run within 0.95-1.10 of it) and 1.15x or more
+    of it for Qwen3-32B fp8 at every TP and prompt (median per group): the fp8 prefill is priced too fast."""
+    needs_aiconfigurator()
+    from benchmarks.prompt_cost import prompt_ms, prompt_ratios
+    from benchmarks.served_validation import silicon_rows
+
+    assert prompt_ms(300.0, 20.0, 64, 128, 15.0) == pytest.approx(14.375)
+    found = prompt_ratios([r for r in silicon_rows() if r["engine"] == "trtllm@1.0.0rc3"], 32)
+    llama = [x for k, (_, ratios) in found.items() if k[1:4] == ("Llama-3.1-8B", "bf16", 1) for x in ratios]
+    qwen = [statistics.median(ratios) for k, (_, ratios) in found.items() if k[1] == "Qwen3-32B"]
+    assert len(llama) == 24 and all(0.95 < x < 1.10 for x in llama)
+    assert len(qwen) == 12 and all(x > 1.15 for x in qwen)
