@@ -29,6 +29,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.served_validation import point, served_rows  # noqa: E402
@@ -43,41 +45,24 @@ def rms(errors: list[float]) -> float:
     return math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors)) if errors else 0.0
 
 
-def solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
-    """x with matrix x = vector (Gaussian elimination with partial pivoting); None when singular."""
-    n = len(vector)
-    rows = [matrix[i][:] + [vector[i]] for i in range(n)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
-        if abs(rows[pivot][col]) < 1e-12:
-            return None
-        rows[col], rows[pivot] = rows[pivot], rows[col]
-        for r in range(n):
-            if r != col:
-                k = rows[r][col] / rows[col][col]
-                rows[r] = [a - k * b for a, b in zip(rows[r], rows[col])]
-    return [rows[i][n] / rows[i][i] for i in range(n)]
-
-
 def least_squares(rows, layers: dict[str, int]) -> tuple[float, float, float]:
     """(g, s, q) >= 0 minimising sum ((base + a g + b s + c q) / measured - 1)^2, base priced with g = s = q = 0:
     the best of the non-negative solutions over the subsets of the constants the rows can tell apart."""
     columns = {"g": [layers[r.model] / 1e3 / r.measured for r in rows],  # ms per us of g
                "s": [(1 + (r.batch - 1) / r.gen) / 1e3 / r.measured for r in rows],  # ms per us of s
                "q": [(r.batch + (r.batch - 1) / r.gen) / 1e3 / r.measured for r in rows]}  # ms per us of q
-    residual = [1 - r.predicted / r.measured for r in rows]
+    residual = torch.tensor([1 - r.predicted / r.measured for r in rows], dtype=torch.float64)
     free = ["g"] + ["s"] * (len({layers[r.model] for r in rows}) > 1) + ["q"] * (len({r.batch for r in rows}) > 1)
-    best: tuple[float, dict[str, float]] = (sum(x * x for x in residual), {})
+    best: tuple[float, dict[str, float]] = (float(residual @ residual), {})
     for size in range(1, len(free) + 1):
         for names in itertools.combinations(free, size):
-            cols = [columns[n] for n in names]
-            x = solve([[sum(a * b for a, b in zip(ci, cj)) for cj in cols] for ci in cols],
-                      [sum(a * r for a, r in zip(ci, residual)) for ci in cols])
-            if x is None or min(x) < 0:
+            a = torch.tensor([columns[n] for n in names], dtype=torch.float64).T
+            if int(torch.linalg.matrix_rank(a)) < size:  # these constants move together on these rows
                 continue
-            left = sum((r - sum(xi * c[i] for xi, c in zip(x, cols))) ** 2 for i, r in enumerate(residual))
-            if left < best[0]:
-                best = (left, dict(zip(names, x)))
+            x = torch.linalg.lstsq(a, residual[:, None]).solution[:, 0]
+            left = a @ x - residual
+            if float(x.min()) >= 0 and float(left @ left) < best[0]:
+                best = (float(left @ left), dict(zip(names, x.tolist())))
     found = best[1]
     return round(found.get("g", 0.0)), round(found.get("s", 0.0) / 50) * 50, round(found.get("q", 0.0))
 
