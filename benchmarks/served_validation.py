@@ -299,24 +299,19 @@ def main() -> None:
 
 
 def admission_table(rows: list[dict]) -> None:
-    """TTFT apart for the runs whose TTFT grows with the output length as a request waiting for admission does
-    (benchmarks/ttft_output_slope.py): where they are, what the served model prices and what it cannot."""
+    """The profiles with runs whose TTFT grows with the output length as a request waiting for admission does
+    (benchmarks/ttft_output_slope.py) again, those runs apart: what the served model prices and what it cannot."""
     from benchmarks.ttft_output_slope import admission_waits
 
     waiting = admission_waits(rows)
-    if not waiting:
+    profiles = {r["profile"] for r in rows if point(r) in waiting}
+    if not profiles:
         return
-    print("\n| profile | role | TTFT, no admission wait: rows | mean abs error | worst | admission wait: rows | "
-          "mean abs error | worst |\n" + "|---" * 8 + "|")
-    for profile in sorted({r["profile"] for r in rows if point(r) in waiting}):
-        for role in sorted({r["role"] for r in rows if r["profile"] == profile}, key=lambda x: (len(x), x)):
-            cells = []
-            for apart in (False, True):
-                mine = [abs(error(r, "TTFT")) for r in rows
-                        if r["profile"] == profile and r["role"] == role and (point(r) in waiting) == apart]
-                cells.append(f"{len(mine)} | {100 * sum(mine) / len(mine):.1f}% | {100 * max(mine):.0f}%" if mine
-                             else "0 | - | -")
-            print(f"| {profile} | {role} | {' | '.join(cells)} |")
+    key = lambda r: (r["profile"], r["role"], "yes" if point(r) in waiting else "no")  # noqa: E731
+    print()
+    summary(sorted((r for r in rows if r["profile"] in profiles), key=lambda r: (r["profile"], role_rank(r["role"]),
+                                                                                  point(r) in waiting)),
+            key, ("profile", "role", "a request waits for admission"))
 
 
 if __name__ == "__main__":
