@@ -26,29 +26,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.served_validation import silicon_rows  # noqa: E402
-from tests.engine_cases import board, model_of  # noqa: E402
+from benchmarks.served_validation import layout_cost, silicon_rows  # noqa: E402
+from tests.engine_cases import model_of  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
-from topoplan.hardware import find_gpu  # noqa: E402
 from topoplan.plan import aic_estimator  # noqa: E402
-from topoplan.plan.cost import Workload  # noqa: E402
-from topoplan.plan.device import DeviceSpec  # noqa: E402
-from topoplan.plan.rank import plan  # noqa: E402
 
 
 def prompt_ms(ttft_ms: float, tpot_ms: float, c: int, gen: int, decode_ms: float) -> float:
     """The engine time a closed loop of c requests spends per request beyond its gen tokens' share of the decode
     steps of c sequences (decode_ms each): L / c - gen x decode_ms / c, L = ttft + (gen - 1) x tpot."""
     return (ttft_ms + (gen - 1) * tpot_ms - gen * decode_ms) / c
-
-
-def steps(r: dict, kernels: aic_estimator.AicKernels | None = None):
-    """The row's layout's step prices (topoplan.plan.cost.ReplicaSteps), built-in or from `kernels`."""
-    gpu = r["gpu"].replace("_", "-")
-    work = Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"])
-    result = plan(board(gpu), model_of(r["model"]), DeviceSpec.from_gpu(find_gpu(gpu)), work, tp=r["tp"],
-                  pp=r["pp"], dp=1, engine=resolve(r["engine"]), kernels=kernels)
-    return result.layouts[0].cost.steps
 
 
 def prompt_ratios(rows: list[dict], min_c: int) -> dict[tuple, tuple[float, list[float]]]:
@@ -59,7 +46,7 @@ def prompt_ratios(rows: list[dict], min_c: int) -> dict[tuple, tuple[float, list
         if r["concurrency"] < min_c:
             continue
         key = (str(resolve(r["engine"])), r["model"], r["dtype"], r["tp"], r["prompt"])
-        ours = steps(r)
+        ours = layout_cost(r).steps
         prefill = ours.step_ms(0, r["prompt"])
         implied = prompt_ms(r["ttft_ms"], r["tpot_ms"], r["concurrency"], r["gen"], ours.step_ms(r["concurrency"]))
         out.setdefault(key, (prefill, []))[1].append(implied / prefill)
@@ -81,7 +68,7 @@ def main() -> None:
         if kind not in kernels:
             kernels[kind] = aic_estimator.load(model_of(r["model"]), r["gpu"].replace("_", "-"),
                                                resolve(r["engine"]), r["dtype"], r["dtype"])
-        aic = steps(r, kernels[kind]).step_ms(0, r["prompt"]) / prefill
+        aic = layout_cost(r, kernels=kernels[kind]).steps.step_ms(0, r["prompt"]) / prefill
         print(f"| {' | '.join(map(str, key))} | {len(ratios)} | {prefill:.1f} | {statistics.median(ratios):.2f} | "
               f"{min(ratios):.2f}-{max(ratios):.2f} | {aic:.2f} |")
 

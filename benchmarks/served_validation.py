@@ -47,7 +47,7 @@ from topoplan.engines.engine import Engine  # noqa: E402
 from topoplan.errors import TopoplanError  # noqa: E402
 from topoplan.hardware import GpuSpec, find_gpu  # noqa: E402
 from topoplan.plan import aic_estimator  # noqa: E402
-from topoplan.plan.cost import Workload  # noqa: E402
+from topoplan.plan.cost import LayoutCost, Workload  # noqa: E402
 from topoplan.plan.device import DeviceSpec  # noqa: E402
 from topoplan.plan.rank import plan  # noqa: E402
 
@@ -152,24 +152,32 @@ def unseen_rows() -> tuple[list[dict], Counter]:
     return rows, skipped
 
 
+def layout_cost(r: dict, profile: Engine | None = None, kernels: aic_estimator.AicKernels | None = None) -> LayoutCost:
+    """The row's layout (its TP and PP, one replica) priced on an 8-GPU NVSwitch board of its GPU under `profile`
+    (default: the one covering its engine version), built-in or with aiconfigurator's `kernels`."""
+    gpu = gpu_of(r)
+    result = plan(board(gpu.key), model_of(r["model"]), DeviceSpec.from_gpu(gpu),
+                  Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"]), tp=r["tp"], pp=r["pp"], dp=1,
+                  engine=profile or resolve(r["engine"]), kernels=kernels)
+    return result.layouts[0].cost
+
+
 def served_rows(only: Engine | None = None, rows: list[dict] | None = None) -> list[dict]:
     """Each published row (or each of `rows`) with our served figures beside the measured ones; with `only`, the
     rows of that profile alone, priced with it (benchmarks/engine_fit.py prices variants of a profile)."""
     out = []
     for r in PUBLISHED["rows"] if rows is None else rows:
-        profile, gpu = resolve(r["engine"]), gpu_of(r)
+        profile = resolve(r["engine"])
         if only is not None:
             if str(profile) != str(only):
                 continue
             profile = only
-        work = Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"])
-        result = plan(board(gpu.key), model_of(r["model"]), DeviceSpec.from_gpu(gpu), work, tp=r["tp"],
-                      pp=r["pp"], dp=1, engine=profile)
-        ours = result.layouts[0].cost.served.replica
+        cost = layout_cost(r, profile)
+        ours = cost.served.replica
         c, gen = r["concurrency"], r["gen"]
         measured_rate = c * gen / (r["ttft_ms"] + (gen - 1) * r["tpot_ms"]) * 1e3
-        out.append({**r, "profile": str(profile), "scheduler": result.serving.scheduler.mode,
-                    "max_batch": result.layouts[0].cost.max_batch,  # requests its KV cache holds, whole output each
+        out.append({**r, "profile": str(profile), "scheduler": profile.scheduler.mode,
+                    "max_batch": cost.max_batch,  # requests its KV cache holds, whole output each
                     "measured": {"TPOT": r["tpot_ms"], "TTFT": r["ttft_ms"], "tok/s": measured_rate},
                     "ours": {"TPOT": ours.tpot_ms, "TTFT": ours.ttft_ms, "tok/s": ours.output_tokens_per_s}})
     return out

@@ -22,13 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.served_validation import PUBLISHED, silicon_rows  # noqa: E402
-from tests.engine_cases import board, model_of  # noqa: E402
+from benchmarks.served_validation import PUBLISHED, layout_cost, silicon_rows  # noqa: E402
 from topoplan.engines import resolve  # noqa: E402
-from topoplan.hardware import find_gpu  # noqa: E402
-from topoplan.plan.cost import Workload  # noqa: E402
-from topoplan.plan.device import DeviceSpec  # noqa: E402
-from topoplan.plan.rank import plan  # noqa: E402
 from topoplan.plan.served import ReplicaSteps  # noqa: E402
 
 
@@ -55,11 +50,7 @@ def replay(steps: ReplicaSteps, budget: int, prompt: int, gen: int, c: int, requ
 
 def served_steps(r: dict) -> tuple[ReplicaSteps, float]:
     """The row's layout priced as served_validation does: its step times and the served model's TTFT."""
-    gpu = r["gpu"].replace("_", "-")
-    result = plan(board(gpu), model_of(r["model"]), DeviceSpec.from_gpu(find_gpu(gpu)),
-                  Workload(r["concurrency"], r["prompt"], r["gen"], r["dtype"]), tp=r["tp"], pp=r["pp"], dp=1,
-                  engine=resolve(r["engine"]))
-    cost = result.layouts[0].cost
+    cost = layout_cost(r)
     return cost.steps, cost.served.replica.ttft_ms
 
 
